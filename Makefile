@@ -1,0 +1,57 @@
+# reward-operator: `make demo` runs it on a local control plane, `make test` tests it.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export PYTHONPATH := $(CURDIR)/e2e
+TESTENV := $(PY) -m testenv
+# pytest exits 5 when a selection holds no tests; that is not a failure here.
+PYTEST = $(PY) -m pytest $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests selected"; [ $$rc -eq 5 ]; }
+
+.PHONY: help venv lint unit integration test testenv-build up down status kubeconfig demo demo-down crds clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+venv: $(VENV)/.installed ## Python virtual environment with the package and its test tools
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+lint: venv ## ruff
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+unit: venv ## unit tests (no cluster)
+	$(call PYTEST,-m "not integration")
+
+testenv-build: venv ## build the control-plane binaries into the cache (no-op when cached)
+	$(TESTENV) build
+
+integration: venv testenv-build ## integration and e2e tests on a fresh local control plane
+	$(call PYTEST,-m integration)
+
+test: lint unit integration ## everything CI runs
+
+up: venv testenv-build ## start the local control plane (prints the KUBECONFIG to export)
+	$(TESTENV) up
+
+down: venv ## stop the local control plane and remove its state
+	$(TESTENV) down
+
+status: venv ## show the local control plane's processes
+	$(TESTENV) status
+
+kubeconfig: venv ## print the local control plane's kubeconfig path
+	@$(TESTENV) kubeconfig
+
+demo: venv testenv-build ## control plane + operator + sample RewardModel, then show what it made
+	$(PY) e2e/demo.py
+
+clean: down ## remove the virtual environment and caches of this checkout
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,62 @@
+"""python -m testenv {build,up,down,status,kubeconfig}"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from . import build, controlplane
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testenv", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="build the control-plane binaries into the cache (a no-op when cached)")
+    sub.add_parser("bin-dir", help="print the folder of the cached binaries")
+    up = sub.add_parser("up", help="start etcd, kube-apiserver, controller-manager, scheduler and kwok")
+    up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
+    sub.add_parser("down", help="stop every process of the control plane and remove its folder")
+    sub.add_parser("status", help="show which components are running")
+    sub.add_parser("kubeconfig", help="print the kubeconfig path (use: export KUBECONFIG=$(...))")
+    args = parser.parse_args(argv)
+
+    if args.command == "build":
+        started = time.monotonic()
+        path = build.build()
+        print(f"binaries in {path} ({time.monotonic() - started:.0f}s)")
+        return 0
+    if args.command == "bin-dir":
+        print(build.bin_dir())
+        return 0
+
+    plane = controlplane.ControlPlane()
+    if args.command == "up":
+        state = plane.up(timeout=args.timeout)
+        print(f"export KUBECONFIG={state.kubeconfig}")
+        print(f"export PATH={build.bin_dir()}:$PATH   # kubectl, helm of the pinned releases")
+        return 0
+    if args.command == "down":
+        plane.down()
+        print("control plane stopped and its folder removed")
+        return 0
+    if args.command == "status":
+        components = plane.status()
+        if not components:
+            print(f"no control plane recorded in {plane.directory}")
+            return 1
+        for name, state in components.items():
+            print(f"{name:25} {state}")
+        return 0 if all(s == "running" for s in components.values()) else 1
+    if args.command == "kubeconfig":
+        path = plane.directory / "kubeconfig"
+        if not path.exists():
+            print(f"no control plane recorded in {plane.directory}; run `make up` first", file=sys.stderr)
+            return 1
+        print(path)
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

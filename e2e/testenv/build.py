@@ -1,0 +1,176 @@
+"""Build the control-plane binaries from the wrapper modules in ``go/``.
+
+Each wrapper module pins one upstream release in its go.mod/go.sum. Binaries go
+to a cache outside the repository whose folder name is a hash of those files, so
+a second build is a no-op and a version bump builds into a fresh folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+GO_DIR = Path(__file__).resolve().parent / "go"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One wrapper module and the binaries it yields."""
+
+    module_dir: str
+    binaries: dict[str, str]  # binary name -> Go package
+    ldflags: str = ""
+
+
+def _kubernetes_ldflags(version: str) -> str:
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    return " ".join(flags)
+
+
+def _required_version(module_dir: str, module: str) -> str:
+    for line in (GO_DIR / module_dir / "go.mod").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == "require" and parts[1] == module:
+            return parts[2]
+        if len(parts) >= 2 and parts[0] == module:
+            return parts[1]
+    raise LookupError(f"{module} is not required by go/{module_dir}/go.mod")
+
+
+KUBERNETES_VERSION = _required_version("kubernetes", "k8s.io/kubernetes")
+
+COMPONENTS = (
+    Component(
+        "kubernetes",
+        {
+            name: f"k8s.io/kubernetes/cmd/{name}"
+            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+        },
+        ldflags=_kubernetes_ldflags(KUBERNETES_VERSION),
+    ),
+    Component("etcd", {"etcd": "go.etcd.io/etcd/server/v3"}),
+    Component("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
+    Component("helm", {"helm": "helm.sh/helm/v3/cmd/helm"}),
+)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("REWARD_OPERATOR_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "reward-operator"
+    )
+    return Path(base)
+
+
+def cache_key() -> str:
+    digest = hashlib.sha256()
+    for component in COMPONENTS:
+        for name in ("go.mod", "go.sum"):
+            digest.update((GO_DIR / component.module_dir / name).read_bytes())
+        digest.update(component.ldflags.encode())
+    return digest.hexdigest()[:12]
+
+
+def bin_dir() -> Path:
+    """Where the binaries of the current wrapper modules live (or will)."""
+    override = os.environ.get("TESTENV_BIN_DIR")
+    if override:
+        return Path(override)
+    return cache_root() / "testenv" / f"k8s-{KUBERNETES_VERSION}-{cache_key()}" / "bin"
+
+
+def missing_binaries() -> list[str]:
+    target = bin_dir()
+    return [name for c in COMPONENTS for name in c.binaries if not (target / name).is_file()]
+
+
+def _log(message: str) -> None:
+    print(f"[testenv build] {message}", file=sys.stderr, flush=True)
+
+
+def _go_build(component: Component, out_dir: Path) -> None:
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod")
+    command = ["go", "build", "-v", "-trimpath", "-buildvcs=false", "-o", str(out_dir) + os.sep]
+    if component.ldflags:
+        command += ["-ldflags", component.ldflags]
+    command += list(component.binaries.values())
+    started = time.monotonic()
+    compiled = 0
+    process = subprocess.Popen(
+        command,
+        cwd=GO_DIR / component.module_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output: list[str] = []
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        while not done.wait(30):
+            _log(f"  {component.module_dir}: {compiled} packages compiled, {time.monotonic() - started:.0f}s so far")
+
+    threading.Thread(target=heartbeat, daemon=True).start()
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line)
+            if not line.startswith(("go: downloading", "go: finding")):
+                compiled += 1
+    finally:
+        done.set()
+    if process.wait() != 0:
+        sys.stderr.write("".join(output[-60:]))
+        raise RuntimeError(f"go build failed for go/{component.module_dir}")
+    _log(f"  {component.module_dir}: done in {time.monotonic() - started:.0f}s")
+
+
+def _go_output_name(package: str) -> str:
+    """The file name `go build -o dir/` gives a main package (major-version suffixes dropped)."""
+    parts = package.split("/")
+    if len(parts) > 1 and parts[-1].startswith("v") and parts[-1][1:].isdigit():
+        return parts[-2]
+    return parts[-1]
+
+
+def build(force: bool = False) -> Path:
+    """Build whatever is missing from the cache and return the binary folder."""
+    target = bin_dir()
+    if os.environ.get("TESTENV_BIN_DIR"):
+        if missing_binaries():
+            raise FileNotFoundError(f"TESTENV_BIN_DIR={target} lacks {', '.join(missing_binaries())}")
+        return target
+    if shutil.which("go") is None:
+        raise FileNotFoundError("Go 1.26+ is needed to build the test control plane (go not on PATH)")
+    target.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    for component in COMPONENTS:
+        wanted = [name for name in component.binaries if force or not (target / name).is_file()]
+        if not wanted:
+            continue
+        _log(f"building {', '.join(component.binaries)} from go/{component.module_dir} into {target}")
+        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+            _go_build(component, Path(scratch))
+            for name, package in component.binaries.items():
+                # rename within one filesystem: a half-written binary is never seen
+                os.replace(Path(scratch) / _go_output_name(package), target / name)
+    if time.monotonic() - started > 1:
+        _log(f"all binaries ready in {time.monotonic() - started:.0f}s")
+    return target

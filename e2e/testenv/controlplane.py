@@ -1,0 +1,406 @@
+"""Start and stop a real Kubernetes control plane as local processes.
+
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok run on
+free loopback ports inside one state folder. ``up`` leaves them running and
+records them in ``state.json`` so that ``down`` (from another process, or the
+pytest fixture) stops exactly those processes and removes the folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import build, kserve, pki
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent.parent
+KWOK_STAGES = HERE / "kwok-stages.yaml"
+FAKE_NODES = HERE / "fake-nodes.yaml"
+OUR_CRDS = REPO_ROOT / "crds"
+
+# Start order; ``down`` stops them in reverse.
+COMPONENT_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def log(message: str) -> None:
+    print(f"[testenv] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class State:
+    """What ``up`` started, persisted so any process can inspect or stop it."""
+
+    directory: str
+    kubeconfig: str
+    api_server: str
+    ports: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, directory: Path) -> State:
+        return cls(**json.loads((directory / "state.json").read_text()))
+
+    def save(self) -> None:
+        path = Path(self.directory) / "state.json"
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("TESTENV_DIR") or REPO_ROOT / ".testenv")
+
+
+def _kubeconfig(server: str, keys: pki.Pki) -> dict:
+    def b64(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "testenv",
+                "cluster": {"server": server, "certificate-authority-data": b64(keys.ca_cert)},
+            }
+        ],
+        "users": [
+            {
+                "name": "testenv-admin",
+                "user": {
+                    "client-certificate-data": b64(keys.admin_cert),
+                    "client-key-data": b64(keys.admin_key),
+                },
+            }
+        ],
+        "contexts": [{"name": "testenv", "context": {"cluster": "testenv", "user": "testenv-admin"}}],
+        "current-context": "testenv",
+    }
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of this very process counts as gone
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        return waited == 0
+    except ChildProcessError:
+        return True
+
+
+class ControlPlane:
+    """One control plane in one state folder."""
+
+    def __init__(self, directory: Path | None = None):
+        self.directory = Path(directory or default_state_dir()).resolve()
+        self.bin = build.bin_dir()
+        self.state: State | None = None
+        self._ssl: ssl.SSLContext | None = None
+
+    # ---- start -------------------------------------------------------------
+
+    def up(self, timeout: float = 120) -> State:
+        if (self.directory / "state.json").exists():
+            raise RuntimeError(
+                f"a control plane is already recorded in {self.directory}; "
+                "run `python -m testenv down` first (or set TESTENV_DIR)"
+            )
+        missing = build.missing_binaries()
+        if missing:
+            log(f"binaries missing ({', '.join(missing)}): building them first")
+            build.build()
+        started = time.monotonic()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        keys = pki.create(self.directory / "pki")
+        ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
+        server = f"https://127.0.0.1:{ports['apiserver']}"
+        kubeconfig = self.directory / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, keys)))
+        kubeconfig.chmod(0o600)
+        self.state = State(str(self.directory), str(kubeconfig), server, ports)
+        self.state.save()
+        try:
+            self._start_all(keys, deadline=time.monotonic() + timeout)
+            self._install_crds()
+            self._add_fake_nodes(deadline=time.monotonic() + timeout)
+        except BaseException:
+            log(f"start-up failed; logs are in {self.directory / 'logs'}")
+            self._print_log_tails()
+            self.down()
+            raise
+        log(f"control plane up in {time.monotonic() - started:.1f}s: {server}")
+        return self.state
+
+    @classmethod
+    def attach(cls, directory: Path | None = None) -> ControlPlane:
+        """The control plane already recorded in ``directory``."""
+        plane = cls(directory)
+        plane.state = State.load(plane.directory)
+        return plane
+
+    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> int:
+        """Start a further process (e.g. the operator) that ``down`` will stop too."""
+        self._spawn(name, args, env)
+        assert self.state is not None
+        return self.state.pids[name]
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        assert self.state is not None
+        logs = self.directory / "logs"
+        logs.mkdir(exist_ok=True)
+        with open(logs / f"{name}.log", "wb") as out:
+            process = subprocess.Popen(
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.directory,
+                env=env,
+                # own session: survives the CLI that started it, and a Ctrl-C in the
+                # user's terminal does not tear the control plane down half-way
+                start_new_session=True,
+            )
+        self.state.pids[name] = process.pid
+        self.state.save()
+
+    def _start_all(self, keys: pki.Pki, deadline: float) -> None:
+        assert self.state is not None
+        ports, b, d = self.state.ports, self.bin, self.directory
+        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+        peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
+        log("starting etcd")
+        self._spawn(
+            "etcd",
+            [
+                str(b / "etcd"),
+                "--name=testenv",
+                f"--data-dir={d / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=testenv={peer_url}",
+                # a throwaway store: durability only costs start-up and test time
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=4294967296",
+                "--log-level=warn",
+            ],
+        )
+        self._wait(f"{etcd_url}/health", deadline, "etcd", tls=False)
+
+        log("starting kube-apiserver")
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(b / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={ports['apiserver']}",
+                # no kubelet runs, so nothing else may claim the kubernetes Service endpoints
+                "--endpoint-reconciler-type=none",
+                f"--tls-cert-file={keys.serving_cert}",
+                f"--tls-private-key-file={keys.serving_key}",
+                f"--client-ca-file={keys.ca_cert}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={keys.service_account_pub}",
+                f"--service-account-signing-key-file={keys.service_account_key}",
+                "--service-cluster-ip-range=10.0.0.0/16",
+                "--authorization-mode=RBAC",
+                "--allow-privileged=true",
+                f"--cert-dir={d / 'pki'}",
+            ],
+        )
+        self._wait(f"{self.state.api_server}/readyz", deadline, "kube-apiserver")
+
+        kubeconfig = self.state.kubeconfig
+        log("starting kube-controller-manager, kube-scheduler and kwok")
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(b / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['kcm']}",
+                f"--service-account-private-key-file={keys.service_account_key}",
+                f"--root-ca-file={keys.ca_cert}",
+                "--use-service-account-credentials=false",
+                "--service-cluster-ip-range=10.0.0.0/16",
+                # quicker reaction to fake nodes and deletions than a production cluster wants
+                "--node-monitor-grace-period=60s",
+                "--concurrent-gc-syncs=5",
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(b / "kube-scheduler"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['scheduler']}",
+            ],
+        )
+        self._spawn(
+            "kwok",
+            [
+                str(b / "kwok"),
+                f"--config={KWOK_STAGES}",
+                f"--kubeconfig={kubeconfig}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{ports['kwok']}",
+                "--cidr=10.244.0.1/16",
+                "--node-ip=10.1.0.1",
+            ],
+        )
+        self._wait(f"https://127.0.0.1:{ports['kcm']}/healthz", deadline, "kube-controller-manager")
+        self._wait(f"https://127.0.0.1:{ports['scheduler']}/healthz", deadline, "kube-scheduler")
+
+    # ---- readiness -----------------------------------------------------------
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            context = ssl.create_default_context(cafile=str(self.directory / "pki" / "ca.crt"))
+            context.load_cert_chain(self.directory / "pki" / "admin.crt", self.directory / "pki" / "admin.key")
+            # kcm and scheduler serve self-signed certificates of their own
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            self._ssl = context
+        return self._ssl
+
+    def _wait(self, url: str, deadline: float, name: str, tls: bool = True) -> None:
+        last_error = ""
+        while time.monotonic() < deadline:
+            self._fail_if_exited(name)
+            try:
+                with urllib.request.urlopen(url, timeout=2, context=self._ssl_context() if tls else None) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as error:
+                last_error = str(error)
+            time.sleep(0.2)
+        raise TimeoutError(f"{name} not healthy at {url}: {last_error}")
+
+    def _fail_if_exited(self, name: str) -> None:
+        assert self.state is not None
+        pid = self.state.pids.get(name)
+        if pid and not _pid_alive(pid):
+            raise RuntimeError(f"{name} exited during start-up; see {self.directory / 'logs' / (name + '.log')}")
+
+    def _print_log_tails(self) -> None:
+        for path in sorted((self.directory / "logs").glob("*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-15:]
+            print(f"--- {path.name} ---\n" + "\n".join(tail), file=sys.stderr)
+
+    # ---- cluster content ---------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        assert self.state is not None
+        result = subprocess.run(
+            [str(self.bin / "kubectl"), f"--kubeconfig={self.state.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def _install_crds(self) -> None:
+        crd_files = kserve.crd_files()
+        log(f"installing {len(crd_files)} KServe {kserve.KSERVE_VERSION} CRDs (server-side apply)")
+        args = ["apply", "--server-side", "--field-manager=testenv", "--force-conflicts"]
+        for path in crd_files:
+            args += ["-f", str(path)]
+        ours = sorted(OUR_CRDS.glob("*.yaml")) if OUR_CRDS.is_dir() else []
+        for path in ours:
+            args += ["-f", str(path)]
+        self.kubectl(*args)
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+    def _add_fake_nodes(self, deadline: float) -> None:
+        log("registering fake GPU nodes (kwok)")
+        self.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", str(FAKE_NODES))
+        names = [doc["metadata"]["name"] for doc in yaml.safe_load_all(FAKE_NODES.read_text()) if doc]
+        remaining = max(5, int(deadline - time.monotonic()))
+        self.kubectl("wait", "--for=condition=Ready", f"--timeout={remaining}s", *[f"node/{n}" for n in names])
+        # The ServiceAccount admission plugin rejects pods until the controller
+        # manager has made the namespace's default ServiceAccount.
+        while time.monotonic() < deadline:
+            if self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0:
+                return
+            time.sleep(0.2)
+        raise TimeoutError("the default ServiceAccount never appeared: is kube-controller-manager running?")
+
+    # ---- stop --------------------------------------------------------------
+
+    def down(self, grace: float = 10) -> None:
+        state_file = self.directory / "state.json"
+        if self.state is None and state_file.exists():
+            self.state = State.load(self.directory)
+        if self.state is not None:
+            # extras (an operator the demo started) first, then the control plane in reverse start order
+            extras = [name for name in self.state.pids if name not in COMPONENT_ORDER]
+            for name in [*extras, *reversed(COMPONENT_ORDER)]:
+                pid = self.state.pids.get(name)
+                if pid:
+                    _stop(pid, grace)
+        if self.directory.exists():
+            shutil.rmtree(self.directory, ignore_errors=True)
+        self.state = None
+
+    def status(self) -> dict[str, str]:
+        if not (self.directory / "state.json").exists():
+            return {}
+        state = State.load(self.directory)
+        return {name: ("running" if _pid_alive(pid) else "exited") for name, pid in state.pids.items()}
+
+
+def _stop(pid: int, grace: float) -> None:
+    """SIGTERM the process group, then SIGKILL what is left after ``grace``."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    while _pid_alive(pid):
+        time.sleep(0.05)

@@ -1,0 +1,78 @@
+"""Fixtures for tests that run the operator for real against the cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from testenv.helpers import REPO, free_port, wait_until
+
+
+@dataclass
+class RunningOperator:
+    process: subprocess.Popen
+    metrics_url: str
+    liveness_url: str
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def runtimes(cluster):
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(REPO / "runtimes"))
+
+
+@pytest.fixture(scope="session")
+def operator(cluster, runtimes, tmp_path_factory) -> Iterator[RunningOperator]:
+    """reward-operator as a separate process, exactly as `reward-operator run` runs it."""
+    metrics_port, liveness_port = free_port(), free_port()
+    log_path = tmp_path_factory.mktemp("operator") / "operator.log"
+    env = cluster.env()
+    # A long drift timer: anything restored during the tests was restored by the watch.
+    env.update(REWARD_OPERATOR_METRICS_PORT=str(metrics_port), REWARD_OPERATOR_DRIFT_INTERVAL="3600")
+    command = [
+        str(Path(sys.executable).parent / "reward-operator"),
+        "run",
+        "--standalone",
+        "-A",
+        f"--liveness=http://127.0.0.1:{liveness_port}/healthz",
+    ]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    running = RunningOperator(
+        process,
+        f"http://127.0.0.1:{metrics_port}/metrics",
+        f"http://127.0.0.1:{liveness_port}/healthz",
+        log_path,
+    )
+
+    def healthy() -> bool:
+        assert running.alive(), f"operator exited:\n{running.log()}"
+        try:
+            with urllib.request.urlopen(running.liveness_url, timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    wait_until("the operator's liveness endpoint", healthy, timeout=60)
+    yield running
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if os.environ.get("E2E_SHOW_OPERATOR_LOG"):
+        print(running.log())

@@ -1,0 +1,77 @@
+"""Build the CustomResourceDefinitions from the schemas in this package.
+
+``crds/`` holds the output of :func:`all_crds`; a unit test fails when they drift.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from . import API_VERSION, CATEGORY, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION, schema
+
+READY = '.status.conditions[?(@.type=="Ready")]'
+
+
+def _column(name: str, json_path: str, type_: str = "string", priority: int = 0, description: str = "") -> dict:
+    column: dict[str, Any] = {"name": name, "type": type_, "jsonPath": json_path}
+    if priority:
+        column["priority"] = priority
+    if description:
+        column["description"] = description
+    return column
+
+
+def reward_model_crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{REWARD_MODEL_PLURAL}.{GROUP}",
+            "labels": {
+                "app.kubernetes.io/name": "reward-operator",
+                "app.kubernetes.io/part-of": "reward-operator",
+            },
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": REWARD_MODEL_KIND,
+                "listKind": f"{REWARD_MODEL_KIND}List",
+                "plural": REWARD_MODEL_PLURAL,
+                "singular": REWARD_MODEL_KIND.lower(),
+                "shortNames": ["rwm"],
+                "categories": [CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        _column("Ready", f"{READY}.status", description="Whether the reward model serves"),
+                        _column("Mode", ".spec.serving.mode", description="KServe deployment mode"),
+                        _column("Replicas", ".status.replicas", "integer", description="Ready predictor replicas"),
+                        _column("URL", ".status.url", description="Where clients reach the model"),
+                        _column("Age", ".metadata.creationTimestamp", "date"),
+                        _column("Reason", f"{READY}.reason", priority=1),
+                        _column("Message", f"{READY}.message", priority=1),
+                    ],
+                    "schema": {"openAPIV3Schema": schema.REWARD_MODEL},
+                }
+            ],
+        },
+    }
+
+
+def all_crds() -> dict[str, dict[str, Any]]:
+    """File name in crds/ -> CRD."""
+    return {f"{GROUP}_{REWARD_MODEL_PLURAL}.yaml": reward_model_crd()}
+
+
+def to_yaml(crd: dict[str, Any]) -> str:
+    header = f"# Generated from reward_operator.api ({API_VERSION}) by `reward-operator crds`. Do not edit.\n"
+    return header + yaml.safe_dump(crd, sort_keys=False, width=120)

@@ -1,0 +1,395 @@
+"""The RewardModel schema: the one source of its CRD, defaults and validation.
+
+Everything a user can get wrong without the operator's help is caught here, at
+the API server: structural types, enums, bounds, and CEL rules for the
+cross-field checks, each with a message that says what to fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Schema = dict[str, Any]
+
+# Kubernetes' own quantity syntax ("500m", "16Gi", "2").
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+MODEL_KINDS = ("sequence", "token", "process")
+DEPLOYMENT_MODES = ("Standard", "Knative")
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+STORAGE_SCHEMES = ("hf", "s3", "gs", "pvc", "oci")
+DEFAULT_RUNTIME = "vllm-reward"
+
+# vLLM flags the operator derives from the spec; extraArgs may not set them, or
+# the rendered server would silently differ from what the spec says.
+OWNED_VLLM_FLAGS = (
+    "model",
+    "port",
+    "host",
+    "runner",
+    "convert",
+    "served-model-name",
+    "pooler-config",
+    "tensor-parallel-size",
+    "max-model-len",
+    "dtype",
+    "quantization",
+    "max-num-batched-tokens",
+    "chat-template",
+)
+
+
+def rule(expression: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"rule": expression, "message": message, **extra}
+
+
+def string(description: str, **extra: Any) -> Schema:
+    return {"type": "string", "description": description, **extra}
+
+
+def integer(description: str, **extra: Any) -> Schema:
+    return {"type": "integer", "format": "int32", "description": description, **extra}
+
+
+def quantity(description: str) -> Schema:
+    return {
+        "description": description,
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "x-kubernetes-int-or-string": True,
+        "pattern": QUANTITY_PATTERN,
+    }
+
+
+def obj(description: str, properties: dict[str, Schema], **extra: Any) -> Schema:
+    return {"type": "object", "description": description, "properties": properties, **extra}
+
+
+def array(description: str, items: Schema, **extra: Any) -> Schema:
+    return {"type": "array", "description": description, "items": items, **extra}
+
+
+def _key_ref(description: str) -> Schema:
+    return obj(
+        description,
+        {
+            "name": string("Name of the object in the RewardModel's namespace.", maxLength=253),
+            "key": string("Key within the object.", maxLength=253),
+        },
+        required=["name", "key"],
+    )
+
+
+MODEL = obj(
+    "The reward model to serve and how vLLM runs it.",
+    {
+        "uri": string(
+            "Where KServe's storage initializer fetches the weights: hf://org/model, "
+            "s3://bucket/path, gs://bucket/path, pvc://claim/path or oci://registry/image:tag.",
+            maxLength=2048,
+            **{
+                "x-kubernetes-validations": [
+                    rule(
+                        "self.matches('^(" + "|".join(STORAGE_SCHEMES) + r")://[^\\s]+$')",
+                        "model.uri must be a storage URI starting with "
+                        + ", ".join(f"{s}://" for s in STORAGE_SCHEMES),
+                    )
+                ]
+            },
+        ),
+        "kind": string(
+            "What the model scores. sequence: one scalar per sequence (classification head, "
+            "LAST-token pooling, raw logit). token: a token reward model (ALL pooling; the "
+            "reward is the last value). process: a process reward model (STEP pooling; one "
+            "score per step tag).",
+            enum=list(MODEL_KINDS),
+            default="sequence",
+        ),
+        "servedName": string(
+            "Model name vLLM answers to (--served-model-name). Defaults to the RewardModel's name.",
+            maxLength=253,
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
+        ),
+        "chatTemplate": string(
+            "A Jinja chat template that replaces the one shipped with the tokenizer.",
+            maxLength=65536,
+        ),
+        "stepTagId": integer("Token id that ends each step, for kind: process (vLLM's step_tag_id).", minimum=0),
+        "returnedTokenIds": array(
+            "Token ids whose probabilities a process reward model returns per step, e.g. the ids "
+            "of the negative and positive labels (vLLM's returned_token_ids).",
+            {"type": "integer", "format": "int64", "minimum": 0},
+            maxItems=16,
+        ),
+        "maxModelLen": integer("Context length in tokens (--max-model-len).", minimum=16, maximum=4194304),
+        "dtype": string("Weight and activation dtype (--dtype).", enum=list(DTYPES)),
+        "quantization": string(
+            "Quantization method vLLM applies (--quantization), e.g. fp8, awq, gptq.",
+            maxLength=64,
+            pattern=r"^[a-z0-9_-]+$",
+        ),
+        "tensorParallelSize": integer(
+            "GPUs one replica shards the model across (--tensor-parallel-size).",
+            minimum=1,
+            maximum=64,
+            default=1,
+        ),
+        "maxNumBatchedTokens": integer(
+            "Tokens per scheduler step (--max-num-batched-tokens); raise it for reward models, which only prefill.",
+            minimum=256,
+        ),
+        "extraArgs": array(
+            "Further vLLM arguments, appended last. Flags the operator sets from this spec "
+            "are refused here; set the matching field instead.",
+            string("One argument, e.g. --gpu-memory-utilization=0.9.", maxLength=1024),
+            maxItems=64,
+            **{
+                "x-kubernetes-validations": [
+                    rule(
+                        "self.all(a, !a.matches('^--(" + "|".join(OWNED_VLLM_FLAGS) + ")(=.*)?$'))",
+                        "model.extraArgs may not set --"
+                        + ", --".join(OWNED_VLLM_FLAGS)
+                        + ": the operator sets them from spec.model",
+                    )
+                ]
+            },
+        ),
+    },
+    required=["uri"],
+    **{
+        "x-kubernetes-validations": [
+            rule(
+                "self.kind == 'process' || (!has(self.stepTagId) && !has(self.returnedTokenIds))",
+                "model.stepTagId and model.returnedTokenIds apply only to kind: process",
+            ),
+        ]
+    },
+)
+
+RESOURCES = obj(
+    "Compute for each replica.",
+    {
+        "gpus": integer(
+            "NVIDIA GPUs per replica (nvidia.com/gpu). Must equal model.tensorParallelSize; 0 serves on CPU.",
+            minimum=0,
+            maximum=64,
+            default=1,
+        ),
+        "cpu": quantity("CPU request and limit per replica, e.g. 8 or 7500m."),
+        "memory": quantity("Memory request and limit per replica, e.g. 64Gi."),
+    },
+    default={},
+)
+
+TOLERATION = obj(
+    "A pod toleration (core/v1 Toleration).",
+    {
+        "key": string("Taint key the toleration applies to; empty with operator Exists matches all.", maxLength=317),
+        "operator": string("Exists or Equal.", enum=["Exists", "Equal"]),
+        "value": string("Taint value the toleration matches.", maxLength=63),
+        "effect": string(
+            "Taint effect to match; empty matches all.", enum=["NoSchedule", "PreferNoSchedule", "NoExecute"]
+        ),
+        "tolerationSeconds": {
+            "type": "integer",
+            "format": "int64",
+            "description": "How long a NoExecute taint is tolerated.",
+        },
+    },
+)
+
+ENV_VAR = obj(
+    "An environment variable for the vLLM container: a literal value or a reference.",
+    {
+        "name": string("Variable name.", maxLength=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"),
+        "value": string("Literal value. Never put secrets here: use valueFrom.", maxLength=32768),
+        "valueFrom": obj(
+            "Read the value from a Secret or ConfigMap key in the RewardModel's namespace.",
+            {
+                "secretKeyRef": _key_ref("A key of a Secret."),
+                "configMapKeyRef": _key_ref("A key of a ConfigMap."),
+            },
+            **{
+                "x-kubernetes-validations": [
+                    rule(
+                        "has(self.secretKeyRef) != has(self.configMapKeyRef)",
+                        "env[].valueFrom needs exactly one of secretKeyRef or configMapKeyRef",
+                    )
+                ]
+            },
+        ),
+    },
+    required=["name"],
+    **{
+        "x-kubernetes-validations": [
+            rule("!(has(self.value) && has(self.valueFrom))", "env[] takes value or valueFrom, not both"),
+        ]
+    },
+)
+
+CREDENTIALS = obj(
+    "Credentials, only ever by reference.",
+    {
+        "serviceAccountName": string(
+            "ServiceAccount of the predictor pods. KServe's storage initializer reads s3://, gs:// "
+            "and hf:// credentials from the Secrets attached to it.",
+            maxLength=253,
+            pattern=DNS_SUBDOMAIN_PATTERN,
+        ),
+        "huggingFaceToken": obj(
+            "Secret key holding a Hugging Face token, exposed to vLLM as HF_TOKEN (gated models, "
+            "tokenizers and chat templates fetched at start-up).",
+            {
+                "name": string("Secret name.", maxLength=253, pattern=DNS_SUBDOMAIN_PATTERN),
+                "key": string("Key within the Secret.", maxLength=253, default="HF_TOKEN"),
+            },
+            required=["name"],
+        ),
+    },
+)
+
+SERVING = obj(
+    "How KServe deploys and scales the reward model.",
+    {
+        "mode": string(
+            "KServe deployment mode. Standard: a Deployment scaled by HPA (at least one replica). "
+            "Knative: revisions scaled by Knative, down to zero between training bursts. "
+            "Immutable once set.",
+            enum=list(DEPLOYMENT_MODES),
+            default="Standard",
+        ),
+        "minReplicas": integer(
+            "Fewest replicas. 0 scales to zero when idle (Knative mode only).",
+            minimum=0,
+            maximum=1000,
+            default=1,
+        ),
+        "maxReplicas": integer("Most replicas.", minimum=1, maximum=1000, default=1),
+        "targetConcurrency": integer(
+            "In-flight requests per replica the autoscaler aims for.", minimum=1, maximum=100000
+        ),
+        "timeoutSeconds": integer("Request timeout at the predictor, in seconds.", minimum=1, maximum=3600),
+    },
+    default={},
+    **{
+        "x-kubernetes-validations": [
+            rule(
+                "self.minReplicas <= self.maxReplicas",
+                "serving.maxReplicas must be at least serving.minReplicas",
+            ),
+            rule(
+                "self.minReplicas > 0 || self.mode == 'Knative'",
+                "serving.minReplicas: 0 (scale to zero) needs serving.mode: Knative; "
+                "Standard mode keeps at least one replica",
+            ),
+            rule(
+                "self.mode == oldSelf.mode",
+                "serving.mode is immutable: create a new RewardModel to switch deployment modes",
+            ),
+        ]
+    },
+)
+
+SPEC = obj(
+    "Desired state of a reward-model service.",
+    {
+        "model": MODEL,
+        "runtime": string(
+            "ClusterServingRuntime that runs vLLM in pooling mode.",
+            maxLength=253,
+            pattern=DNS_SUBDOMAIN_PATTERN,
+            default=DEFAULT_RUNTIME,
+        ),
+        "resources": RESOURCES,
+        "nodeSelector": {
+            "type": "object",
+            "description": "Node labels the predictor pods must match.",
+            "additionalProperties": {"type": "string"},
+            "maxProperties": 32,
+        },
+        "tolerations": array("Tolerations for the predictor pods.", TOLERATION, maxItems=32),
+        "env": array(
+            "Extra environment for the vLLM container.",
+            ENV_VAR,
+            maxItems=64,
+            **{
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+            },
+        ),
+        "credentials": CREDENTIALS,
+        "serving": SERVING,
+    },
+    required=["model"],
+    **{
+        "x-kubernetes-validations": [
+            rule(
+                "self.resources.gpus == 0 ? self.model.tensorParallelSize == 1 "
+                ": self.resources.gpus == self.model.tensorParallelSize",
+                "resources.gpus must equal model.tensorParallelSize (one GPU per tensor-parallel rank), "
+                "or be 0 with tensorParallelSize 1 for CPU serving",
+            ),
+        ]
+    },
+)
+
+CONDITION = obj(
+    "A condition in the KEP-1623 shape.",
+    {
+        "type": string("Condition type, e.g. Ready.", maxLength=316),
+        "status": string("True, False or Unknown.", enum=["True", "False", "Unknown"]),
+        "reason": string("CamelCase reason for the last transition.", maxLength=1024),
+        "message": string("Human-readable detail.", maxLength=32768),
+        "lastTransitionTime": string("When status last changed.", format="date-time"),
+        "observedGeneration": {
+            "type": "integer",
+            "format": "int64",
+            "minimum": 0,
+            "description": "Generation the condition was computed from.",
+        },
+    },
+    required=["type", "status", "lastTransitionTime"],
+)
+
+STATUS = obj(
+    "Observed state, written by the operator.",
+    {
+        "observedGeneration": {
+            "type": "integer",
+            "format": "int64",
+            "description": "Generation of the spec the operator last acted on.",
+        },
+        "conditions": array(
+            "Ready summarises the service; its reason and message say what is wrong.",
+            CONDITION,
+            **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        ),
+        "url": string("Where clients reach the reward model (from the InferenceService)."),
+        "inferenceService": string("Name of the InferenceService serving this model."),
+        "replicas": integer("Ready predictor replicas (Standard mode)."),
+    },
+)
+
+REWARD_MODEL = obj(
+    "A reward model served on KServe with vLLM for RLHF trainers.",
+    {
+        "apiVersion": string("API version of this object."),
+        "kind": string("Kind of this object."),
+        "metadata": {"type": "object"},
+        "spec": SPEC,
+        "status": STATUS,
+    },
+    required=["spec"],
+    **{
+        "x-kubernetes-validations": [
+            rule(
+                "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 45",
+                "metadata.name must start with a letter, hold only lowercase letters, digits and '-', and be "
+                "at most 45 characters: KServe derives Service and Deployment names from it",
+            )
+        ]
+    },
+)

@@ -1,0 +1,104 @@
+"""reward-operator {run,render,crds}"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def _load_documents(path: str) -> list[dict[str, Any]]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def render_command(args: argparse.Namespace) -> int:
+    from .api import API_VERSION, REWARD_MODEL_KIND
+    from .render import render_reward_model
+
+    children: list[dict[str, Any]] = []
+    for path in args.filename:
+        for document in _load_documents(path):
+            if document.get("apiVersion") != API_VERSION or document.get("kind") != REWARD_MODEL_KIND:
+                print(f"{path}: skipping {document.get('kind')} {document.get('apiVersion')}", file=sys.stderr)
+                continue
+            document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
+            children += render_reward_model(document)
+    sys.stdout.write(yaml.safe_dump_all(children, sort_keys=False, width=120))
+    return 0
+
+
+def crds_command(args: argparse.Namespace) -> int:
+    from .api.crd import all_crds, to_yaml
+
+    crds = all_crds()
+    if args.output_dir:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for filename, crd in crds.items():
+            (out / filename).write_text(to_yaml(crd))
+            print(f"wrote {out / filename}", file=sys.stderr)
+    else:
+        sys.stdout.write("---\n".join(to_yaml(crd) for crd in crds.values()))
+    return 0
+
+
+def run_command(args: argparse.Namespace) -> int:
+    import kopf
+
+    from . import controllers  # noqa: F401  (registers the handlers)
+
+    if args.namespace and args.all_namespaces:
+        print("--namespace and --all-namespaces exclude each other", file=sys.stderr)
+        return 2
+    kopf.configure(
+        verbose=args.verbose,
+        log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
+    )
+    kopf.run(
+        standalone=args.standalone,
+        peering_name=args.peering,
+        priority=args.priority,
+        namespaces=args.namespace or (),
+        clusterwide=not args.namespace,
+        liveness_endpoint=args.liveness or None,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="reward-operator", description="Serve RLHF reward models on KServe with vLLM."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the operator against the current kubeconfig or in-cluster config")
+    scope = run.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", help="watch this namespace (repeatable; globs allowed)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
+    run.add_argument("--standalone", action="store_true", help="no peering: the only operator instance")
+    run.add_argument("--peering", default=None, help="peering object name, for several instances with priorities")
+    run.add_argument("--priority", type=int, default=0, help="peering priority of this instance")
+    run.add_argument("--liveness", default="http://0.0.0.0:8081/healthz", help="liveness endpoint ('' to disable)")
+    run.add_argument("--log-format", choices=["full", "json"], default="full")
+    run.add_argument("-v", "--verbose", action="store_true")
+    run.set_defaults(func=run_command)
+
+    render = sub.add_parser("render", help="print the children a RewardModel renders to, offline (no cluster)")
+    render.add_argument("-f", "--filename", action="append", required=True, help="RewardModel YAML ('-' for stdin)")
+    render.add_argument("--namespace", default="default", help="namespace for objects that name none")
+    render.set_defaults(func=render_command)
+
+    crds = sub.add_parser("crds", help="print (or write) the CustomResourceDefinitions")
+    crds.add_argument("-o", "--output-dir", help="write one file per CRD into this folder")
+    crds.set_defaults(func=crds_command)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

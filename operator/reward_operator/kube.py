@@ -1,0 +1,157 @@
+"""The few API calls the controllers make, on the official kubernetes client.
+
+Kept in one place so the controllers read as policy (read, render, apply,
+summarise) and so every write goes through server-side apply with one field
+manager.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from .render.metadata import FIELD_MANAGER
+
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@functools.cache
+def api_client() -> client.ApiClient:
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def custom() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client())
+
+
+def core() -> client.CoreV1Api:
+    return client.CoreV1Api(api_client())
+
+
+def apps() -> client.AppsV1Api:
+    return client.AppsV1Api(api_client())
+
+
+def _group_version(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+def plural_of(kind: str) -> str:
+    return kind.lower() + "s"
+
+
+def is_not_found(error: ApiException) -> bool:
+    return error.status == 404
+
+
+def get_namespaced(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    group, version = _group_version(api_version)
+    try:
+        return custom().get_namespaced_custom_object(group, version, namespace, plural_of(kind), name)
+    except ApiException as error:
+        if is_not_found(error):
+            return None
+        raise
+
+
+def get_cluster(api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+    group, version = _group_version(api_version)
+    try:
+        return custom().get_cluster_custom_object(group, version, plural_of(kind), name)
+    except ApiException as error:
+        if is_not_found(error):
+            return None
+        raise
+
+
+def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+    """Server-side apply of a namespaced custom object, taking ownership of its fields."""
+    group, version = _group_version(manifest["apiVersion"])
+    metadata = manifest["metadata"]
+    return custom().patch_namespaced_custom_object(
+        group,
+        version,
+        metadata["namespace"],
+        plural_of(manifest["kind"]),
+        metadata["name"],
+        manifest,
+        field_manager=FIELD_MANAGER,
+        force=True,
+        dry_run="All" if dry_run else None,
+        _content_type=APPLY_PATCH,
+    )
+
+
+def patch_status(api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+    group, version = _group_version(api_version)
+    custom().patch_namespaced_custom_object_status(
+        group, version, namespace, plural_of(kind), name, {"status": status}, _content_type=MERGE_PATCH
+    )
+
+
+def secret_keys(namespace: str, name: str) -> set[str] | None:
+    """The keys of a Secret (never its values), or None when it does not exist."""
+    try:
+        secret = core().read_namespaced_secret(name, namespace)
+    except ApiException as error:
+        if is_not_found(error):
+            return None
+        raise
+    return set((secret.data or {}).keys()) | set((secret.string_data or {}).keys())
+
+
+def service_account_exists(namespace: str, name: str) -> bool:
+    try:
+        core().read_namespaced_service_account(name, namespace)
+    except ApiException as error:
+        if is_not_found(error):
+            return False
+        raise
+    return True
+
+
+def ready_replicas(namespace: str, deployment: str) -> int | None:
+    try:
+        found = apps().read_namespaced_deployment(deployment, namespace)
+    except ApiException as error:
+        if is_not_found(error):
+            return None
+        raise
+    return (found.status.ready_replicas or 0) if found.status else 0
+
+
+def post_event(owner: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+    """One core/v1 Event about ``owner``, reported by reward-operator."""
+    metadata = owner["metadata"]
+    now = datetime.now(UTC)
+    event = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name=f"{metadata['name']}.", namespace=metadata["namespace"]),
+        involved_object=client.V1ObjectReference(
+            api_version=owner["apiVersion"],
+            kind=owner["kind"],
+            name=metadata["name"],
+            namespace=metadata["namespace"],
+            uid=metadata.get("uid"),
+            resource_version=metadata.get("resourceVersion"),
+        ),
+        type=event_type,
+        reason=reason,
+        message=message[:1024],
+        first_timestamp=now,
+        last_timestamp=now,
+        count=1,
+        source=client.V1EventSource(component=FIELD_MANAGER),
+        reporting_component=FIELD_MANAGER,
+        reporting_instance=FIELD_MANAGER,
+    )
+    core().create_namespaced_event(metadata["namespace"], event)

@@ -1,0 +1,13 @@
+"""Pure functions from a (defaulted) spec to the child manifests. No I/O here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.defaults import apply_defaults
+from .inferenceservice import render_inference_service
+
+
+def render_reward_model(reward_model: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every child of a RewardModel, in apply order."""
+    return [render_inference_service(apply_defaults(reward_model))]

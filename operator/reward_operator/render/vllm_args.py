@@ -1,0 +1,49 @@
+"""vLLM server arguments for each kind of reward model.
+
+KServe appends these after the ServingRuntime's own arguments (which set the
+model path and port), so only what depends on the RewardModel is here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# kind -> (--convert value or None, pooler config). The raw logit is what trainers
+# train on; vLLM applies a sigmoid to one-label heads unless told not to.
+POOLING = {
+    "sequence": ("classify", {"pooling_type": "LAST", "use_activation": False}),
+    "token": (None, {"pooling_type": "ALL"}),
+    "process": (None, {"pooling_type": "STEP"}),
+}
+
+
+def pooler_config(model: dict[str, Any]) -> dict[str, Any]:
+    config = dict(POOLING[model["kind"]][1])
+    if model["kind"] == "process":
+        if "stepTagId" in model:
+            config["step_tag_id"] = model["stepTagId"]
+        if "returnedTokenIds" in model:
+            config["returned_token_ids"] = list(model["returnedTokenIds"])
+    return config
+
+
+def vllm_args(model: dict[str, Any], served_name: str) -> list[str]:
+    convert, _ = POOLING[model["kind"]]
+    args = [f"--served-model-name={served_name}", "--runner=pooling"]
+    if convert:
+        args.append(f"--convert={convert}")
+    args.append("--pooler-config=" + json.dumps(pooler_config(model), separators=(",", ":"), sort_keys=True))
+    optional = (
+        ("tensorParallelSize", "--tensor-parallel-size"),
+        ("maxModelLen", "--max-model-len"),
+        ("dtype", "--dtype"),
+        ("quantization", "--quantization"),
+        ("maxNumBatchedTokens", "--max-num-batched-tokens"),
+        ("chatTemplate", "--chat-template"),
+    )
+    for field, flag in optional:
+        if field in model:
+            args.append(f"{flag}={model[field]}")
+    args += model.get("extraArgs", [])
+    return args

@@ -1,0 +1,49 @@
+"""crds/ is generated from reward_operator.api and must not drift from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from reward_operator.api.crd import all_crds, to_yaml
+
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+def test_committed_crds_match_the_api_package():
+    generated = all_crds()
+    committed = {path.name for path in CRDS.glob("*.yaml")}
+    assert committed == set(generated), "run `reward-operator crds -o crds`"
+    for filename, crd in generated.items():
+        assert (CRDS / filename).read_text() == to_yaml(crd), f"{filename} drifted: run `reward-operator crds -o crds`"
+
+
+def test_reward_model_crd_conventions():
+    crd = yaml.safe_load((CRDS / "serving.rlhf.dev_rewardmodels.yaml").read_text())
+    names = crd["spec"]["names"]
+    assert names["categories"] == ["rlhf"]
+    assert "all" not in names["categories"]
+    assert names["shortNames"] == ["rwm"]
+    version = crd["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert list(columns) == ["Ready", "Mode", "Replicas", "URL", "Age", "Reason", "Message"]
+    assert columns["Reason"]["priority"] == 1 and columns["Message"]["priority"] == 1
+
+
+def test_every_schema_property_is_described():
+    crd = yaml.safe_load((CRDS / "serving.rlhf.dev_rewardmodels.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    undocumented = []
+
+    def walk(node: dict, path: str) -> None:
+        for name, sub in node.get("properties", {}).items():
+            if not sub.get("description"):
+                undocumented.append(f"{path}.{name}")
+            walk(sub, f"{path}.{name}")
+        if "items" in node:
+            walk(node["items"], path + "[]")
+
+    walk(spec, "spec")
+    assert undocumented == []

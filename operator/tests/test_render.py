@@ -1,0 +1,80 @@
+"""Golden files of the rendered children, one per model kind and deployment mode.
+
+Regenerate after an intended change with UPDATE_GOLDEN=1 and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reward_operator.render import render_reward_model
+from reward_operator.render.vllm_args import vllm_args
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+INPUTS = GOLDEN / "inputs"
+CASES = {path.stem: yaml.safe_load(path.read_text()) for path in sorted(INPUTS.glob("*.yaml"))}
+
+
+def test_every_kind_and_mode_has_a_case():
+    for kind in ("sequence", "token", "process"):
+        for mode in ("standard", "knative"):
+            assert f"{kind}-{mode}" in CASES
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rendered_children_match_golden(case: str):
+    rendered = yaml.safe_dump_all(render_reward_model(CASES[case]), sort_keys=False, width=120)
+    golden = GOLDEN / f"{case}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(rendered)
+    assert golden.exists(), f"missing {golden}; run with UPDATE_GOLDEN=1"
+    assert rendered == golden.read_text()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_deployment_mode_is_always_explicit_and_children_are_owned(case: str):
+    (isvc,) = render_reward_model(CASES[case])
+    mode = CASES[case]["spec"].get("serving", {}).get("mode", "Standard")
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == mode
+    assert isvc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "reward-operator"
+    assert isvc["metadata"]["labels"]["serving.rlhf.dev/rewardmodel"] == CASES[case]["metadata"]["name"]
+    (owner,) = isvc["metadata"]["ownerReferences"]
+    assert owner["controller"] is True and owner["uid"] == CASES[case]["metadata"]["uid"]
+
+
+def test_sequence_models_return_the_raw_logit():
+    args = vllm_args({"kind": "sequence"}, "rm")
+    assert "--convert=classify" in args
+    pooler = next(a for a in args if a.startswith("--pooler-config="))
+    assert '"use_activation":false' in pooler
+
+
+def test_token_and_process_models_use_their_pooling():
+    assert '"pooling_type":"ALL"' in " ".join(vllm_args({"kind": "token"}, "rm"))
+    process = " ".join(vllm_args({"kind": "process", "stepTagId": 7}, "rm"))
+    assert '"pooling_type":"STEP"' in process and '"step_tag_id":7' in process
+    assert "--convert" not in process
+
+
+def test_served_name_defaults_to_the_object_name():
+    (isvc,) = render_reward_model(CASES["sequence-standard"])
+    assert "--served-model-name=skywork-rm" in isvc["spec"]["predictor"]["model"]["args"]
+    (isvc,) = render_reward_model(CASES["sequence-knative"])
+    assert "--served-model-name=skywork" in isvc["spec"]["predictor"]["model"]["args"]
+
+
+def test_hugging_face_token_is_passed_by_reference_only():
+    (isvc,) = render_reward_model(CASES["sequence-standard"])
+    (env,) = isvc["spec"]["predictor"]["model"]["env"]
+    assert env == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}}
+
+
+def test_extra_args_come_last():
+    (isvc,) = render_reward_model(CASES["token-standard"])
+    assert isvc["spec"]["predictor"]["model"]["args"][-1] == "--trust-remote-code"
