@@ -347,7 +347,21 @@ class ControlPlane:
         for path in ours:
             args += ["-f", str(path)]
         self.kubectl(*args)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = json.loads(self.kubectl("get", "crd", "-o", "json").stdout)["items"]
+            pending = [
+                crd["metadata"]["name"]
+                for crd in listed
+                if not any(
+                    c["type"] == "Established" and c["status"] == "True"
+                    for c in (crd.get("status") or {}).get("conditions") or []
+                )
+            ]
+            if not pending:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"CRDs not Established: {', '.join(pending)}")
 
     def _add_fake_nodes(self, deadline: float) -> None:
         log("registering fake GPU nodes (kwok)")

@@ -56,7 +56,8 @@ def test_create_renders_an_owned_inference_service(cluster, namespace, operator)
     assert labels["app.kubernetes.io/managed-by"] == "reward-operator"
     assert labels["serving.rlhf.dev/rewardmodel"] == "skywork-rm"
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
-    managers = {entry["manager"] for entry in isvc["metadata"]["managedFields"]}
+    with_fields = get_json(cluster, "inferenceservice", "skywork-rm", "-n", namespace, "--show-managed-fields")
+    managers = {entry["manager"] for entry in with_fields["metadata"]["managedFields"]}
     assert managers == {"reward-operator"}
     args = isvc["spec"]["predictor"]["model"]["args"]
     assert "--served-model-name=skywork-rm" in args and "--runner=pooling" in args

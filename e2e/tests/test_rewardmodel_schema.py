@@ -139,6 +139,8 @@ def test_every_rendered_inference_service_passes_kserves_schema(cluster, namespa
     for path in inputs:
         case = path.name
         reward_model = yaml.safe_load(path.read_text())
+        # as stored by the API server: owner references need the owner's uid
+        reward_model["metadata"].setdefault("uid", "00000000-0000-4000-8000-000000000000")
         reward_model["metadata"]["namespace"] = namespace
         for child in render_reward_model(reward_model):
             result = cluster.kubectl(

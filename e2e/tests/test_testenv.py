@@ -26,8 +26,7 @@ ISVC = textwrap.dedent(
 
 def test_kserve_schema_rejects_a_string_in_min_replicas(cluster, namespace):
     result = cluster.kubectl(
-        "apply",
-        "--server-side",
+        "create",
         "-n",
         namespace,
         "-f",

@@ -8,6 +8,7 @@ manager.
 from __future__ import annotations
 
 import functools
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,7 +79,9 @@ def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     """Server-side apply of a namespaced custom object, taking ownership of its fields."""
     group, version = _group_version(manifest["apiVersion"])
     metadata = manifest["metadata"]
-    return custom().patch_namespaced_custom_object(
+    # The generated client maps only a 200 response to a body, and an apply that
+    # creates answers 201, so the body is read here whatever the status.
+    response = custom().patch_namespaced_custom_object(
         group,
         version,
         metadata["namespace"],
@@ -89,7 +92,9 @@ def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         force=True,
         dry_run="All" if dry_run else None,
         _content_type=APPLY_PATCH,
+        _preload_content=False,
     )
+    return json.loads(response.data)
 
 
 def patch_status(api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:

@@ -59,7 +59,7 @@ def test_token_and_process_models_use_their_pooling():
     assert '"pooling_type":"ALL"' in " ".join(vllm_args({"kind": "token"}, "rm"))
     process = " ".join(vllm_args({"kind": "process", "stepTagId": 7}, "rm"))
     assert '"pooling_type":"STEP"' in process and '"step_tag_id":7' in process
-    assert "--convert" not in process
+    assert "--convert=none" in process
 
 
 def test_served_name_defaults_to_the_object_name():

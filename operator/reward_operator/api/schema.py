@@ -181,7 +181,9 @@ RESOURCES = obj(
         "cpu": quantity("CPU request and limit per replica, e.g. 8 or 7500m."),
         "memory": quantity("Memory request and limit per replica, e.g. 64Gi."),
     },
-    default={},
+    # The API server checks a default against the CEL rules as it stands, without
+    # the nested defaults filled in, so defaults of objects are spelled out whole.
+    default={"gpus": 1},
 )
 
 TOLERATION = obj(
@@ -273,7 +275,7 @@ SERVING = obj(
         ),
         "timeoutSeconds": integer("Request timeout at the predictor, in seconds.", minimum=1, maximum=3600),
     },
-    default={},
+    default={"mode": "Standard", "minReplicas": 1, "maxReplicas": 1},
     **{
         "x-kubernetes-validations": [
             rule(

@@ -9,12 +9,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# kind -> (--convert value or None, pooler config). The raw logit is what trainers
-# train on; vLLM applies a sigmoid to one-label heads unless told not to.
+# kind -> (--convert, pooler config), for vLLM 0.33.
+# sequence: a *ForSequenceClassification checkpoint served by /classify; the raw
+#   logit is what trainers train on, and vLLM applies a sigmoid to one-label
+#   heads unless use_activation is false.
+# token / process: native pooling architectures (*ForRewardModel,
+#   *ForProcessRewardModel) served by /pooling with the token_classify task; no
+#   conversion, or the "RewardModel" suffix would make vLLM adapt it to embed.
 POOLING = {
-    "sequence": ("classify", {"pooling_type": "LAST", "use_activation": False}),
-    "token": (None, {"pooling_type": "ALL"}),
-    "process": (None, {"pooling_type": "STEP"}),
+    "sequence": ("classify", {"task": "classify", "pooling_type": "LAST", "use_activation": False}),
+    "token": ("none", {"task": "token_classify", "pooling_type": "ALL", "use_activation": False}),
+    "process": ("none", {"task": "token_classify", "pooling_type": "STEP"}),
 }
 
 
@@ -30,9 +35,7 @@ def pooler_config(model: dict[str, Any]) -> dict[str, Any]:
 
 def vllm_args(model: dict[str, Any], served_name: str) -> list[str]:
     convert, _ = POOLING[model["kind"]]
-    args = [f"--served-model-name={served_name}", "--runner=pooling"]
-    if convert:
-        args.append(f"--convert={convert}")
+    args = [f"--served-model-name={served_name}", "--runner=pooling", f"--convert={convert}"]
     args.append("--pooler-config=" + json.dumps(pooler_config(model), separators=(",", ":"), sort_keys=True))
     optional = (
         ("tensorParallelSize", "--tensor-parallel-size"),
