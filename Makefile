@@ -53,5 +53,8 @@ kubeconfig: venv ## print the local control plane's kubeconfig path
 demo: venv testenv-build ## control plane + operator + sample RewardModel, then show what it made
 	$(PY) e2e/demo.py
 
+# Each area adds its own targets in mk/<area>.mk (gateway, chart, ...).
+-include mk/*.mk
+
 clean: down ## remove the virtual environment and caches of this checkout
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -104,11 +104,11 @@ def test_spec_update_updates_the_child_and_observed_generation(cluster, namespac
     )
     obj = wait_until(
         "observedGeneration 2",
-        lambda: (o := get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace))["status"].get(
-            "observedGeneration"
-        )
-        == 2
-        and o,
+        lambda: (
+            (o := get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace))["status"].get("observedGeneration")
+            == 2
+            and o
+        ),
     )
     assert condition(obj)["observedGeneration"] == 2
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -28,6 +29,18 @@ OBJECTS = Gauge(
     ["kind", "ready"],
 )
 
+OBJECT_READY = Gauge(
+    "reward_operator_object_ready",
+    "1 while an object's Ready condition is True, else 0; alerts on objects not Ready for long.",
+    ["kind", "namespace", "name"],
+)
+GENERATION_LAG = Gauge(
+    "reward_operator_object_generation_lag",
+    "metadata.generation minus status.observedGeneration, as last seen on the watch: above 0 for long "
+    "means spec changes are not being acted on.",
+    ["kind", "namespace", "name"],
+)
+
 _ready_by_object: dict[tuple[str, str, str], str] = {}
 _lock = threading.Lock()
 
@@ -37,14 +50,24 @@ def record_ready(kind: str, namespace: str, name: str, ready: str | None) -> Non
     with _lock:
         if ready is None:
             _ready_by_object.pop((kind, namespace, name), None)
+            for gauge in (OBJECT_READY, GENERATION_LAG):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(kind, namespace, name)
         else:
             _ready_by_object[(kind, namespace, name)] = ready
+            OBJECT_READY.labels(kind=kind, namespace=namespace, name=name).set(1 if ready == "True" else 0)
         counts = {"True": 0, "False": 0, "Unknown": 0}
         for (object_kind, _, _), state in _ready_by_object.items():
             if object_kind == kind:
                 counts[state] = counts.get(state, 0) + 1
         for state, count in counts.items():
             OBJECTS.labels(kind=kind, ready=state).set(count)
+
+
+def record_generation_lag(kind: str, namespace: str, name: str, body: dict) -> None:
+    generation = body.get("metadata", {}).get("generation") or 0
+    observed = (body.get("status") or {}).get("observedGeneration") or 0
+    GENERATION_LAG.labels(kind=kind, namespace=namespace, name=name).set(max(0, generation - observed))
 
 
 def serve(port: int) -> None:

@@ -173,9 +173,11 @@ def drift_backstop(namespace: str, name: str, logger: logging.Logger, **_: Any) 
 
 
 @kopf.on.event(GROUP, VERSION, REWARD_MODEL_PLURAL)
-def reward_model_event(event: dict[str, Any], namespace: str, name: str, **_: Any) -> None:
+def reward_model_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
     if event.get("type") == "DELETED":
         metrics.record_ready(KIND, namespace, name, None)
+    else:
+        metrics.record_generation_lag(KIND, namespace, name, dict(body))
 
 
 @kopf.on.event(

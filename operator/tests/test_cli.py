@@ -1,0 +1,39 @@
+"""`reward-operator render` and `crds`, offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from reward_operator.cli import main
+
+SAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "samples"
+
+
+def test_render_prints_the_children_of_each_sample(capsys):
+    samples = sorted(SAMPLES.glob("rewardmodel-*.yaml"))
+    args = ["render", "--namespace", "team-a"]
+    for sample in samples:
+        args += ["-f", str(sample)]
+    assert main(args) == 0
+    children = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert len(children) == len(samples)
+    assert {c["kind"] for c in children} == {"InferenceService"}
+    assert {c["metadata"]["namespace"] for c in children} == {"team-a"}
+
+
+def test_render_skips_other_kinds_and_says_so(tmp_path, capsys):
+    other = tmp_path / "cm.yaml"
+    other.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    assert main(["render", "-f", str(other)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() in ("", "[]")
+    assert "skipping ConfigMap" in captured.err
+
+
+def test_crds_writes_the_committed_files(tmp_path):
+    assert main(["crds", "-o", str(tmp_path)]) == 0
+    committed = Path(__file__).resolve().parents[2] / "crds"
+    for path in tmp_path.iterdir():
+        assert path.read_text() == (committed / path.name).read_text()
