@@ -20,7 +20,7 @@ venv: $(VENV)/.installed ## Python virtual environment with the package and its 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test]'
+	$(VENV)/bin/pip install --quiet -e '.[test,gateway]'
 	touch $@
 
 lint: venv ## ruff

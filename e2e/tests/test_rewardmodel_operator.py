@@ -85,6 +85,11 @@ def test_ready_mirrors_the_inference_service_with_url(cluster, namespace, operat
     assert obj["status"]["url"] == url
     assert condition(obj)["reason"] == "InferenceServiceReady"
     assert condition(obj)["observedGeneration"] == obj["metadata"]["generation"]
+    # the event follows the status write
+    wait_until(
+        "the Ready event",
+        lambda: "InferenceServiceReady" in [e["reason"] for e in events_for(cluster, namespace, "skywork-rm")],
+    )
     reasons = [e["reason"] for e in events_for(cluster, namespace, "skywork-rm")]
     assert reasons.count("InferenceServiceReady") == 1
     columns = cluster.kubectl("get", "rewardmodel", "skywork-rm", "-n", namespace).stdout
@@ -166,6 +171,7 @@ def test_missing_runtime_is_an_invalid_spec_with_one_warning(cluster, namespace,
     obj = _invalid_and_valid_side_by_side(cluster, namespace, "no-runtime", runtime="does-not-exist")
     assert "does-not-exist" in condition(obj)["message"]
     # further reconciles (a metadata edit triggers one) neither crash nor repeat the event
+    wait_until("the InvalidSpec event", lambda: events_for(cluster, namespace, "no-runtime"))
     cluster.kubectl("annotate", "rewardmodel", "no-runtime", "-n", namespace, "touched=1")
     time.sleep(3)
     warnings = [e for e in events_for(cluster, namespace, "no-runtime") if e["type"] == "Warning"]

@@ -76,6 +76,10 @@ INVALID = {
     ),
     "bad-memory": (_set("spec.resources.memory", "lots"), "spec.resources.memory"),
     "string-replicas": (_set("spec.serving.maxReplicas", "four"), "must be of type integer"),
+    "gateway-template-without-template": (
+        _set("spec.gateway", {"chatTemplateMode": "gateway"}),
+        "gateway.chatTemplateMode: gateway renders model.chatTemplate",
+    ),
     "bad-name": (_set("metadata.name", "9-" + "x" * 50), "metadata.name must start with a letter"),
 }
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from .settings import SETTINGS
+
 
 def _load_documents(path: str) -> list[dict[str, Any]]:
     text = sys.stdin.read() if path == "-" else Path(path).read_text()
@@ -26,7 +28,7 @@ def render_command(args: argparse.Namespace) -> int:
                 print(f"{path}: skipping {document.get('kind')} {document.get('apiVersion')}", file=sys.stderr)
                 continue
             document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
-            children += render_reward_model(document)
+            children += render_reward_model(document, args.gateway_image)
     sys.stdout.write(yaml.safe_dump_all(children, sort_keys=False, width=120))
     return 0
 
@@ -90,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     render = sub.add_parser("render", help="print the children a RewardModel renders to, offline (no cluster)")
     render.add_argument("-f", "--filename", action="append", required=True, help="RewardModel YAML ('-' for stdin)")
     render.add_argument("--namespace", default="default", help="namespace for objects that name none")
+    render.add_argument(
+        "--gateway-image", default=SETTINGS.gateway_image, help="reward gateway image (REWARD_OPERATOR_GATEWAY_IMAGE)"
+    )
     render.set_defaults(func=render_command)
 
     crds = sub.add_parser("crds", help="print (or write) the CustomResourceDefinitions")

@@ -23,6 +23,8 @@ class Settings:
     drift_interval: int = _int("REWARD_OPERATOR_DRIFT_INTERVAL", 60)
     # Prometheus metrics port; 0 turns the endpoint off.
     metrics_port: int = _int("REWARD_OPERATOR_METRICS_PORT", 8080)
+    # Image of the reward gateway (the operator's own image carries it).
+    gateway_image: str = os.environ.get("REWARD_OPERATOR_GATEWAY_IMAGE") or "reward-operator:0.1.0"
 
 
 SETTINGS = Settings()

@@ -22,6 +22,7 @@ CASES = {path.stem: yaml.safe_load(path.read_text()) for path in sorted(INPUTS.g
 
 
 def test_every_kind_and_mode_has_a_case():
+    assert {"sequence-gateway-auth", "token-no-gateway"} <= set(CASES)
     for kind in ("sequence", "token", "process"):
         for mode in ("standard", "knative"):
             assert f"{kind}-{mode}" in CASES
@@ -78,3 +79,36 @@ def test_hugging_face_token_is_passed_by_reference_only():
 def test_extra_args_come_last():
     (isvc,) = render_reward_model(CASES["token-standard"])
     assert isvc["spec"]["predictor"]["model"]["args"][-1] == "--trust-remote-code"
+
+
+def test_gateway_is_on_by_default_and_can_be_turned_off():
+    (isvc,) = render_reward_model(CASES["sequence-standard"])
+    assert isvc["spec"]["transformer"]["containers"][0]["command"] == ["python", "-m", "reward_gateway"]
+    (bare,) = render_reward_model(CASES["token-no-gateway"])
+    assert "transformer" not in bare["spec"]
+
+
+def test_gateway_auth_token_is_mounted_from_the_secret_never_inlined():
+    (isvc,) = render_reward_model(CASES["sequence-gateway-auth"])
+    transformer = isvc["spec"]["transformer"]
+    (auth,) = [v for v in transformer["volumes"] if v["name"] == "gateway-auth"]
+    assert auth["secret"] == {"secretName": "trainer-tokens", "items": [{"key": "token", "path": "token"}]}
+    env = {e["name"]: e["value"] for e in transformer["containers"][0]["env"]}
+    assert env["REWARD_GATEWAY_AUTH_TOKEN_FILE"] == "/var/run/secrets/reward-gateway/token"
+
+
+def test_rendered_gateway_environment_is_one_the_gateway_accepts(tmp_path):
+    """The operator's half of the transformer contract, checked by the gateway's own config loader."""
+    from reward_gateway.config import load_config
+
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    for case in ("sequence-standard", "sequence-gateway-auth", "process-knative", "token-standard"):
+        (isvc,) = render_reward_model(CASES[case])
+        env = {e["name"]: e["value"] for e in isvc["spec"]["transformer"]["containers"][0]["env"]}
+        if "REWARD_GATEWAY_AUTH_TOKEN_FILE" in env:
+            env["REWARD_GATEWAY_AUTH_TOKEN_FILE"] = str(token)
+        config = load_config(env)
+        assert config.model_name == isvc["metadata"]["name"]
+        assert config.model_kind == CASES[case]["spec"]["model"].get("kind", "sequence")
+        assert config.upstream_url.startswith(f"http://{isvc['metadata']['name']}-predictor.")

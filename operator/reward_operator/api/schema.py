@@ -295,6 +295,58 @@ SERVING = obj(
     },
 )
 
+GATEWAY = obj(
+    "The reward gateway, deployed as the InferenceService's transformer: trainers' wire formats "
+    "(OpenRLHF /get_reward, verl /classify, /v1/rewards, KServe v1 predict), the model's chat template "
+    "applied exactly once, and the right scalar per model kind.",
+    {
+        "enabled": {"type": "boolean", "description": "Deploy the gateway in front of vLLM.", "default": True},
+        "chatTemplateMode": string(
+            "Where the chat template is applied. upstream: vLLM applies the model's own template "
+            "(one conversation per call). gateway: the gateway renders model.chatTemplate, so items "
+            "of one group go to vLLM in one call and share its prefix cache.",
+            enum=["upstream", "gateway"],
+            default="upstream",
+        ),
+        "bosToken": string(
+            "The tokenizer's BOS text (e.g. <|begin_of_text|>); lets the gateway send pre-rendered "
+            "trainer text with exactly one BOS.",
+            maxLength=64,
+        ),
+        "stepTag": string("Step separator text for process reward models.", maxLength=64),
+        "stepAggregate": string(
+            "How a process reward model's step scores become one reward.",
+            enum=["min", "last", "mean", "product"],
+        ),
+        "maxConcurrency": integer("vLLM calls in flight per gateway replica.", minimum=1, maximum=4096),
+        "requestTimeoutSeconds": integer("Timeout of one vLLM call.", minimum=1, maximum=3600),
+        "scaleFromZeroTimeoutSeconds": integer(
+            "How long a request waits for vLLM to come up (scale from zero) before a 503.", minimum=0, maximum=3600
+        ),
+        "maxItems": integer("Items allowed in one request.", minimum=1, maximum=1000000),
+        "truncatePromptTokens": integer(
+            "Truncate inputs to this many tokens instead of answering 400 for over-long input.", minimum=1
+        ),
+        "authSecretRef": obj(
+            "Secret key holding the bearer tokens trainers must send (one per line). Unset: no authentication.",
+            {
+                "name": string("Secret name.", maxLength=253, pattern=DNS_SUBDOMAIN_PATTERN),
+                "key": string("Key within the Secret.", maxLength=253, default="token"),
+            },
+            required=["name"],
+        ),
+        "resources": obj(
+            "Compute for each gateway replica.",
+            {
+                "cpu": quantity("CPU request and limit, e.g. 2."),
+                "memory": quantity("Memory request and limit, e.g. 1Gi."),
+            },
+        ),
+    },
+    default={"enabled": True, "chatTemplateMode": "upstream"},
+)
+
+
 SPEC = obj(
     "Desired state of a reward-model service.",
     {
@@ -324,10 +376,16 @@ SPEC = obj(
         ),
         "credentials": CREDENTIALS,
         "serving": SERVING,
+        "gateway": GATEWAY,
     },
     required=["model"],
     **{
         "x-kubernetes-validations": [
+            rule(
+                "self.gateway.chatTemplateMode != 'gateway' || has(self.model.chatTemplate)",
+                "gateway.chatTemplateMode: gateway renders model.chatTemplate, so set model.chatTemplate "
+                "(or use chatTemplateMode: upstream)",
+            ),
             rule(
                 "self.resources.gpus == 0 ? self.model.tensorParallelSize == 1 "
                 ": self.resources.gpus == self.model.tensorParallelSize",

@@ -50,6 +50,8 @@ def _missing_dependencies(reward_model: dict[str, Any]) -> str | None:
     for item in spec.get("env", []):
         if ref := item.get("valueFrom", {}).get("secretKeyRef"):
             references.append((f"spec.env[{item['name']}]", ref["name"], ref["key"]))
+    if auth := spec.get("gateway", {}).get("authSecretRef"):
+        references.append(("spec.gateway.authSecretRef", auth["name"], auth.get("key", "token")))
     for field, secret, key in references:
         keys = kube.secret_keys(namespace, secret)
         if keys is None:
@@ -126,7 +128,7 @@ def _reconcile(namespace: str, name: str, logger: logging.Logger | logging.Logge
         )
         return "invalid"
 
-    desired = render_inference_service(reward_model)
+    desired = render_inference_service(reward_model, SETTINGS.gateway_image)
     try:
         isvc = kube.apply(desired)
     except ApiException as error:

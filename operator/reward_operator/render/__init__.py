@@ -8,6 +8,11 @@ from ..api.defaults import apply_defaults
 from .inferenceservice import render_inference_service
 
 
-def render_reward_model(reward_model: dict[str, Any]) -> list[dict[str, Any]]:
+DEFAULT_GATEWAY_IMAGE = "reward-operator:0.1.0"
+
+
+def render_reward_model(
+    reward_model: dict[str, Any], gateway_image: str = DEFAULT_GATEWAY_IMAGE
+) -> list[dict[str, Any]]:
     """Every child of a RewardModel, in apply order."""
-    return [render_inference_service(apply_defaults(reward_model))]
+    return [render_inference_service(apply_defaults(reward_model), gateway_image)]

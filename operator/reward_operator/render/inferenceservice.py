@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .gateway import render_transformer
 from .metadata import child_labels, owner_reference
 from .vllm_args import vllm_args
 
@@ -57,8 +58,8 @@ def _annotations(serving: dict[str, Any]) -> dict[str, str]:
     return annotations
 
 
-def render_inference_service(reward_model: dict[str, Any]) -> dict[str, Any]:
-    """The InferenceService for a (defaulted) RewardModel."""
+def render_inference_service(reward_model: dict[str, Any], gateway_image: str) -> dict[str, Any]:
+    """The InferenceService for a (defaulted) RewardModel; ``gateway_image`` runs its transformer."""
     metadata, spec = reward_model["metadata"], reward_model["spec"]
     serving, model = spec["serving"], spec["model"]
 
@@ -96,9 +97,12 @@ def render_inference_service(reward_model: dict[str, Any]) -> dict[str, Any]:
     isvc_metadata["labels"] = child_labels(reward_model, "reward-model")
     isvc_metadata["annotations"] = _annotations(serving)
     isvc_metadata["ownerReferences"] = [owner_reference(reward_model)]
+    isvc_spec: dict[str, Any] = {"predictor": predictor}
+    if spec["gateway"]["enabled"]:
+        isvc_spec["transformer"] = render_transformer(reward_model, served_name(reward_model), gateway_image)
     return {
         "apiVersion": ISVC_API_VERSION,
         "kind": "InferenceService",
         "metadata": isvc_metadata,
-        "spec": {"predictor": predictor},
+        "spec": isvc_spec,
     }

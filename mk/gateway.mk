@@ -1,0 +1,13 @@
+# Reward gateway targets (runtimes/gateway).
+.PHONY: gateway-test bench-gateway vllm-venv
+
+VLLM_VENV ?= $(HOME)/.cache/reward-operator/vllm-0.33.0-venv
+
+gateway-test: venv ## reward gateway tests (fake vLLM on a real port; vLLM args contract when a vLLM venv exists)
+	$(PY) -m pytest runtimes/gateway/tests -q
+
+bench-gateway: venv ## scores per second through the gateway vs straight to the backend, concurrency 64
+	$(PY) e2e/bench/gateway_bench.py
+
+vllm-venv: ## cached venv with vLLM 0.33.0, whose parser checks the rendered vLLM args
+	test -x $(VLLM_VENV)/bin/python || { python3 -m venv $(VLLM_VENV) && $(VLLM_VENV)/bin/pip install --quiet vllm==0.33.0; }

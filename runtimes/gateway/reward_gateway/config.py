@@ -1,0 +1,187 @@
+"""The gateway's configuration, read once from environment variables.
+
+The operator renders these into the transformer container; every name, meaning
+and default is listed in runtimes/gateway/README.md. Bad values stop the process
+at start with a message naming the variable, instead of surfacing later as wrong
+rewards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "REWARD_GATEWAY_"
+MODEL_KINDS = ("sequence", "token", "process")
+TEMPLATE_MODES = ("upstream", "gateway")
+STEP_AGGREGATES = ("min", "last", "mean", "product")
+
+
+class ConfigError(ValueError):
+    """A variable is missing or holds a value the gateway cannot use."""
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A jinja chat template plus the special tokens it refers to."""
+
+    source: str
+    bos_token: str | None = None
+    eos_token: str | None = None
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    upstream_url: str
+    model_name: str
+    model_kind: str = "sequence"
+    step_tag: str = "<extra_0>"
+    step_aggregate: str = "min"
+    template_mode: str = "upstream"
+    chat_template: ChatTemplate | None = None
+    bos_token: str | None = None
+    max_concurrency: int = 64
+    request_timeout_s: float = 180.0
+    scale_from_zero_timeout_s: float = 300.0
+    max_items: int = 8192
+    truncate_prompt_tokens: int | None = None
+    auth_token_file: Path | None = None
+    port: int = 8080
+
+    @property
+    def known_bos(self) -> str | None:
+        """The BOS string, from the template's tokenizer config or set on its own."""
+        if self.bos_token:
+            return self.bos_token
+        return self.chat_template.bos_token if self.chat_template else None
+
+
+def load_config(env: Mapping[str, str] | None = None) -> GatewayConfig:
+    env = os.environ if env is None else env
+    reader = _Reader(env)
+    mode = reader.choice("CHAT_TEMPLATE_MODE", TEMPLATE_MODES, "upstream")
+    template = _load_template(reader)
+    if mode == "gateway" and template is None:
+        raise ConfigError(
+            f"{PREFIX}CHAT_TEMPLATE_MODE=gateway needs {PREFIX}CHAT_TEMPLATE_FILE or {PREFIX}CHAT_TEMPLATE"
+        )
+    token_file = reader.text("AUTH_TOKEN_FILE", "")
+    truncate = reader.text("TRUNCATE_PROMPT_TOKENS", "")
+    config = GatewayConfig(
+        upstream_url=reader.url("UPSTREAM_URL"),
+        model_name=reader.required("MODEL_NAME"),
+        model_kind=reader.choice("MODEL_KIND", MODEL_KINDS, "sequence"),
+        step_tag=reader.text("STEP_TAG", "<extra_0>"),
+        step_aggregate=reader.choice("STEP_AGGREGATE", STEP_AGGREGATES, "min"),
+        template_mode=mode,
+        chat_template=template,
+        bos_token=reader.text("BOS_TOKEN", "") or None,
+        max_concurrency=reader.integer("MAX_CONCURRENCY", 64, minimum=1),
+        request_timeout_s=reader.seconds("REQUEST_TIMEOUT_SECONDS", 180.0),
+        scale_from_zero_timeout_s=reader.seconds("SCALE_FROM_ZERO_TIMEOUT_SECONDS", 300.0, allow_zero=True),
+        max_items=reader.integer("MAX_ITEMS", 8192, minimum=1),
+        truncate_prompt_tokens=reader.integer("TRUNCATE_PROMPT_TOKENS", 0, minimum=-1) if truncate else None,
+        auth_token_file=Path(token_file) if token_file else None,
+        port=reader.integer("PORT", 8080, minimum=1, maximum=65535),
+    )
+    if config.model_kind == "process" and not config.step_tag:
+        raise ConfigError(f"{PREFIX}STEP_TAG must not be empty for a process reward model")
+    if config.auth_token_file is not None and not config.auth_token_file.is_file():
+        raise ConfigError(f"{PREFIX}AUTH_TOKEN_FILE={config.auth_token_file}: no such file")
+    return config
+
+
+def _load_template(reader: _Reader) -> ChatTemplate | None:
+    inline = reader.text("CHAT_TEMPLATE", "")
+    path = reader.text("CHAT_TEMPLATE_FILE", "")
+    if inline and path:
+        raise ConfigError(f"set only one of {PREFIX}CHAT_TEMPLATE and {PREFIX}CHAT_TEMPLATE_FILE")
+    if inline:
+        return ChatTemplate(inline)
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{PREFIX}CHAT_TEMPLATE_FILE={path}: {error.strerror}") from None
+    if path.endswith(".json"):
+        return _template_from_tokenizer_config(path, text)
+    return ChatTemplate(text)
+
+
+def _template_from_tokenizer_config(path: str, text: str) -> ChatTemplate:
+    # A model's tokenizer_config.json carries the template and the special tokens
+    # it names, so one file reproduces what transformers' apply_chat_template does.
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{PREFIX}CHAT_TEMPLATE_FILE={path}: not valid JSON ({error})") from None
+    template = data.get("chat_template")
+    if isinstance(template, list):  # named templates; "default" is what apply_chat_template uses
+        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+    sibling = Path(path).with_name("chat_template.jinja")
+    if template is None and sibling.is_file():
+        # transformers 4.50+ saves the template beside the config instead of in it.
+        template = sibling.read_text(encoding="utf-8")
+    if not isinstance(template, str):
+        raise ConfigError(f"{PREFIX}CHAT_TEMPLATE_FILE={path}: no chat_template in this tokenizer config")
+    return ChatTemplate(template, _token_text(data.get("bos_token")), _token_text(data.get("eos_token")))
+
+
+def _token_text(token: object) -> str | None:
+    if isinstance(token, dict):  # serialised AddedToken
+        token = token.get("content")
+    return token if isinstance(token, str) and token else None
+
+
+class _Reader:
+    def __init__(self, env: Mapping[str, str]):
+        self.env = env
+
+    def text(self, name: str, default: str) -> str:
+        return self.env.get(PREFIX + name, default).strip()
+
+    def required(self, name: str) -> str:
+        value = self.text(name, "")
+        if not value:
+            raise ConfigError(f"{PREFIX}{name} is required")
+        return value
+
+    def url(self, name: str) -> str:
+        value = self.required(name).rstrip("/")
+        if "://" not in value:
+            # KServe hands transformers a bare host:port for the predictor.
+            value = "http://" + value
+        if not value.startswith(("http://", "https://")):
+            raise ConfigError(f"{PREFIX}{name}={value!r}: expected an http:// or https:// URL")
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.text(name, default).lower()
+        if value not in choices:
+            raise ConfigError(f"{PREFIX}{name}={value!r}: expected one of {', '.join(choices)}")
+        return value
+
+    def integer(self, name: str, default: int, minimum: int, maximum: int | None = None) -> int:
+        raw = self.text(name, str(default))
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name}={raw!r}: expected an integer") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+            raise ConfigError(f"{PREFIX}{name}={value}: expected {bound}")
+        return value
+
+    def seconds(self, name: str, default: float, allow_zero: bool = False) -> float:
+        raw = self.text(name, str(default))
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name}={raw!r}: expected a number of seconds") from None
+        if value < 0 or (value == 0 and not allow_zero):
+            raise ConfigError(f"{PREFIX}{name}={raw}: expected a positive number of seconds")
+        return value

@@ -1,0 +1,90 @@
+"""The reward scalar for each kind of model, taken from vLLM's responses.
+
+These shapes are what vLLM 0.33 returns; a response of another shape is an
+upstream `bad_response`, never a guessed number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from reward_gateway.errors import UpstreamError
+
+
+@dataclass(frozen=True)
+class Score:
+    reward: float
+    step_scores: list[float] | None = None
+
+
+def bad_response(message: str) -> UpstreamError:
+    return UpstreamError("bad_response", 502, f"vLLM answered with an unexpected shape: {message}")
+
+
+def ordered_data(response: Any, expected: int) -> list[dict[str, Any]]:
+    data = response.get("data") if isinstance(response, dict) else None
+    if not isinstance(data, list) or len(data) != expected:
+        raise bad_response(f"expected {expected} entries in data")
+    try:
+        return sorted(data, key=lambda entry: entry["index"])
+    except (KeyError, TypeError):
+        raise bad_response("an entry in data has no index") from None
+
+
+def sequence_scores(response: Any, expected: int) -> list[Score]:
+    """/classify with use_activation false: probs holds the raw logits; the last is the reward (verl's rule)."""
+    scores = []
+    for entry in ordered_data(response, expected):
+        probs = entry.get("probs")
+        if not isinstance(probs, list) or not probs or not _is_number(probs[-1]):
+            raise bad_response("classify entry without probs")
+        scores.append(Score(float(probs[-1])))
+    return scores
+
+
+def token_scores(response: Any, expected: int) -> list[Score]:
+    """/pooling with ALL pooling: one value (or one row of labels) per token; the reward is the last token's."""
+    scores = []
+    for entry in ordered_data(response, expected):
+        values = entry.get("data")
+        if not isinstance(values, list) or not values:
+            raise bad_response("pooling entry without per-token values")
+        last = values[-1]
+        if isinstance(last, list):
+            last = last[-1] if last else None
+        if not _is_number(last):
+            raise bad_response("per-token value is not a number")
+        scores.append(Score(float(last)))
+    return scores
+
+
+def process_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
+    """/pooling with STEP pooling: [p_negative, p_positive] per step tag; the step score is p_positive."""
+    scores = []
+    for entry in ordered_data(response, expected):
+        steps = entry.get("data")
+        if not isinstance(steps, list) or not steps:
+            raise bad_response("no step scores: the input holds no step tag the model knows")
+        if not all(isinstance(step, list) and step and _is_number(step[-1]) for step in steps):
+            raise bad_response("a step score is not a [p_negative, p_positive] pair")
+        step_scores = [float(step[-1]) for step in steps]
+        scores.append(Score(aggregate_steps(step_scores, aggregate), step_scores))
+    return scores
+
+
+def aggregate_steps(step_scores: list[float], how: str) -> float:
+    if how == "last":
+        return step_scores[-1]
+    if how == "mean":
+        return sum(step_scores) / len(step_scores)
+    if how == "product":
+        product = 1.0
+        for score in step_scores:
+            product *= score
+        return product
+    return min(step_scores)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

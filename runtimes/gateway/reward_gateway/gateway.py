@@ -1,0 +1,162 @@
+"""The gateway's routes as plain async functions from request bytes to answers.
+
+Kept free of the web framework so the same code serves kserve's model server
+and the standalone app; `answer` does the bookkeeping every route shares.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from reward_gateway.auth import BearerTokenCheck
+from reward_gateway.config import GatewayConfig
+from reward_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized
+from reward_gateway.extract import Score, sequence_scores
+from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.scorer import Scorer
+from reward_gateway.upstream import VllmClient
+from reward_gateway.wire import (
+    ClassifyRequest,
+    OpenRLHFRequest,
+    PredictRequest,
+    RewardsRequest,
+    ScoringItem,
+    parse,
+    parse_json,
+    scoring_items,
+)
+
+
+@dataclass
+class Answer:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Tally:
+    """What a route learnt about its request, for the metrics."""
+
+    items: int = 0
+
+
+Handler = Callable[[bytes, _Tally], Awaitable[dict[str, Any]]]
+
+
+class Gateway:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        metrics: GatewayMetrics | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.config = config
+        self.metrics = metrics or GatewayMetrics()
+        self.client = VllmClient(config, self.metrics, transport)
+        self.scorer = Scorer(config, self.client)
+        self.auth = BearerTokenCheck(config.auth_token_file) if config.auth_token_file else None
+        self.routes: dict[str, Handler] = {
+            "rewards": self.rewards,
+            "get_reward": self.openrlhf,
+            "classify": self.classify,
+            "v1_predict": self.predict_v1,
+        }
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    def authorized(self, authorization: str | None) -> bool:
+        return self.auth is None or self.auth.allows(authorization)
+
+    async def answer(self, route: str, body: bytes, authorization: str | None) -> Answer:
+        """Run one route and record requests, items, latency and in-flight count."""
+        model = self.config.model_name
+        tally = _Tally()
+        started = time.perf_counter()
+        self.metrics.inflight.labels(model).inc()
+        try:
+            if not self.authorized(authorization):
+                raise Unauthorized()
+            answer = Answer(200, await self.routes[route](body, tally))
+        except GatewayError as error:
+            answer = Answer(error.status, {"error": error.message}, error.headers)
+        finally:
+            self.metrics.inflight.labels(model).dec()
+        self.metrics.duration.labels(model, route).observe(time.perf_counter() - started)
+        self.metrics.requests.labels(model, route, str(answer.status)).inc()
+        if tally.items:
+            result = "ok" if answer.status == 200 else "error"
+            self.metrics.items.labels(model, route, result).inc(tally.items)
+        return answer
+
+    async def rewards(self, body: bytes, tally: _Tally) -> dict[str, Any]:
+        request = parse(RewardsRequest, body)
+        if request.model is not None and request.model != self.config.model_name:
+            served = self.config.model_name
+            raise NotFound(f"model {request.model!r} is not served here; this gateway serves {served!r}")
+        scores = await self._score(scoring_items(request.items, self.config.step_tag), tally)
+        answer: dict[str, Any] = {"model": self.config.model_name, "rewards": [score.reward for score in scores]}
+        if self.config.model_kind == "process":
+            answer["step_scores"] = [score.step_scores for score in scores]
+        return answer
+
+    async def predict_v1(self, body: bytes, tally: _Tally) -> dict[str, Any]:
+        request = parse(PredictRequest, body)
+        scores = await self._score(scoring_items(request.instances, self.config.step_tag), tally)
+        if self.config.model_kind == "process":
+            return {"predictions": [{"reward": s.reward, "step_scores": s.step_scores} for s in scores]}
+        return {"predictions": [score.reward for score in scores]}
+
+    async def openrlhf(self, body: bytes, tally: _Tally) -> dict[str, Any]:
+        request = parse(OpenRLHFRequest, body)
+        if request.prompts is not None and len(request.prompts) != len(request.query):
+            raise BadRequest(f"prompts has {len(request.prompts)} entries but query has {len(request.query)}")
+        # OpenRLHF's query is the finished text (prompt and response, already templated).
+        rewards = [score.reward for score in await self._score([ScoringItem(text=q) for q in request.query], tally)]
+        return {"rewards": rewards, "scores": rewards, "extra_logs": {}}
+
+    async def classify(self, body: bytes, tally: _Tally) -> dict[str, Any]:
+        if self.config.model_kind != "sequence":
+            raise NotFound(
+                f"/classify serves sequence reward models; {self.config.model_name!r} is a "
+                f"{self.config.model_kind} reward model: use /v1/rewards"
+            )
+        request = parse(ClassifyRequest, body)
+        forwarded = parse_json(body)
+        # One model sits behind this gateway, whatever name the trainer was configured with.
+        forwarded["model"] = self.config.model_name
+        # The raw logit unless the caller asked otherwise: vLLM's default sigmoid
+        # would squash rewards silently.
+        forwarded.setdefault("use_activation", False)
+        count = 1 if isinstance(request.input, str) else len(request.input)
+        self._admit(count, tally)
+        if count == 0:
+            raise BadRequest("input is empty")
+        async with self.scorer.limit:
+            response = await self.client.post("/classify", forwarded)
+        self._observe(sequence_scores(response, count))
+        return response
+
+    async def _score(self, items: list[ScoringItem], tally: _Tally) -> list[Score]:
+        self._admit(len(items), tally)
+        if not items:
+            return []
+        scores = await self.scorer.score(items)
+        self._observe(scores)
+        return scores
+
+    def _admit(self, count: int, tally: _Tally) -> None:
+        if count > self.config.max_items:
+            raise BadRequest(f"{count} items in one request; at most {self.config.max_items} are allowed")
+        tally.items = count
+
+    def _observe(self, scores: list[Score]) -> None:
+        histogram = self.metrics.scores.labels(self.config.model_name)
+        for score in scores:
+            histogram.observe(score.reward)

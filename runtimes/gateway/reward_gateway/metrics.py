@@ -1,0 +1,59 @@
+"""The gateway's Prometheus metrics.
+
+The names and labels are a contract with the Grafana dashboards and alert rules
+in manifests/; change them only together.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+UPSTREAM_ERROR_REASONS = ("timeout", "connect", "status_5xx", "status_4xx", "bad_response")
+
+# Raw logits of reward heads mostly lie within a few units of zero; the tails
+# matter for drift alerts, so the buckets reach +-20 and are finest near zero.
+SCORE_BUCKETS = (-20, -10, -7.5, -5, -4, -3, -2, -1.5, -1, -0.5, -0.25, 0, 0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 20)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180)
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY):
+        self.registry = registry
+        self.requests = Counter(
+            "reward_gateway_requests_total",
+            "HTTP requests answered, by route and status code.",
+            ["model", "route", "code"],
+            registry=registry,
+        )
+        self.items = Counter(
+            "reward_gateway_items_total",
+            "Items scored (ok) or failed (error), by route.",
+            ["model", "route", "result"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "reward_gateway_request_duration_seconds",
+            "Time from a request's arrival to its answer.",
+            ["model", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.upstream_errors = Counter(
+            "reward_gateway_upstream_errors_total",
+            "Failed calls to vLLM, by reason.",
+            ["model", "reason"],
+            registry=registry,
+        )
+        self.scores = Histogram(
+            "reward_gateway_score",
+            "Rewards returned, for drift alerts.",
+            ["model"],
+            buckets=SCORE_BUCKETS,
+            registry=registry,
+        )
+        self.inflight = Gauge(
+            "reward_gateway_inflight_requests",
+            "Requests being answered now.",
+            ["model"],
+            registry=registry,
+        )

@@ -1,0 +1,32 @@
+"""Runs the gateway on kserve's model server (the InferenceService transformer).
+
+kserve's ModelServer brings the process model KServe expects of a transformer:
+its uvicorn setup, `/v1/models` readiness, `/metrics` from the default
+Prometheus registry (where the gateway's metrics live) and graceful shutdown.
+"""
+
+from __future__ import annotations
+
+import kserve
+from kserve import model_server
+
+from reward_gateway.app import build_router
+from reward_gateway.config import GatewayConfig
+from reward_gateway.gateway import Gateway
+
+
+class RewardModelEndpoint(kserve.Model):
+    """The model entry kserve lists and reports ready; scoring is on the gateway's routes."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.ready = True
+
+
+def serve(config: GatewayConfig) -> None:
+    gateway = Gateway(config)
+    # Routes included now come before the ones kserve adds when it starts, so
+    # the gateway's v1 predict answers /v1/models/<name>:predict.
+    model_server.app.include_router(build_router(gateway))
+    server = kserve.ModelServer(http_port=config.port, enable_grpc=False, workers=1, enable_docs_url=False)
+    server.start([RewardModelEndpoint(config.model_name)])

@@ -1,0 +1,99 @@
+"""HTTP calls to the vLLM predictor, with its failures mapped to gateway errors.
+
+Nothing buffers requests for a model that KEDA scaled to zero, so a refused
+connection (or vLLM's 503 while it loads) is retried until the scale-from-zero
+wait is spent; then the client gets 503 with Retry-After instead of a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from reward_gateway.config import GatewayConfig
+from reward_gateway.errors import UpstreamError, upstream_unavailable
+from reward_gateway.metrics import GatewayMetrics
+
+RETRY_PAUSE_S = 0.5
+RETRY_AFTER_S = 10
+
+
+class VllmClient:
+    def __init__(
+        self, config: GatewayConfig, metrics: GatewayMetrics, transport: httpx.AsyncBaseTransport | None = None
+    ):
+        self.config = config
+        self.metrics = metrics
+        self._http = httpx.AsyncClient(
+            base_url=config.upstream_url,
+            timeout=httpx.Timeout(config.request_timeout_s, connect=min(10.0, config.request_timeout_s)),
+            # One connection per concurrent call, kept alive: reconnecting per
+            # call would cost more than the gateway's whole latency budget.
+            limits=httpx.Limits(
+                max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency
+            ),
+            transport=transport,
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST a JSON body and return vLLM's JSON answer, or raise UpstreamError."""
+        deadline = time.monotonic() + self.config.scale_from_zero_timeout_s
+        while True:
+            try:
+                response = await self._http.post(path, json=body)
+            except httpx.TimeoutException:
+                raise self._failed(
+                    UpstreamError("timeout", 504, f"vLLM did not answer within {self.config.request_timeout_s:g} s")
+                ) from None
+            except httpx.TransportError as error:
+                if time.monotonic() < deadline:
+                    await asyncio.sleep(RETRY_PAUSE_S)
+                    continue
+                message = f"vLLM is unreachable ({type(error).__name__}); it may be scaled to zero"
+                raise self._failed(upstream_unavailable(message, RETRY_AFTER_S)) from None
+            if response.status_code == 503 and time.monotonic() < deadline:
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            return self._answer(response)
+
+    def _answer(self, response: httpx.Response) -> Any:
+        status = response.status_code
+        if status == 503:
+            raise self._failed(
+                UpstreamError("status_5xx", 503, "vLLM is not ready yet", {"Retry-After": str(RETRY_AFTER_S)})
+            )
+        if status >= 500:
+            raise self._failed(UpstreamError("status_5xx", 502, f"vLLM failed with {status}: {_message(response)}"))
+        if status >= 400:
+            # vLLM's 4xx are about the input (over-long prompts most often), so
+            # they go back to the client as its own fault, with vLLM's message.
+            raise self._failed(UpstreamError("status_4xx", 400, f"vLLM rejected the input: {_message(response)}"))
+        try:
+            return response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            error = UpstreamError("bad_response", 502, "vLLM answered with a body that is not JSON")
+            raise self._failed(error) from None
+
+    def _failed(self, error: UpstreamError) -> UpstreamError:
+        self.metrics.upstream_errors.labels(self.config.model_name, error.reason).inc()
+        return error
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return response.text[:500]
+    if isinstance(body, dict):
+        error = body.get("error", body.get("message", body))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        return str(error)[:500]
+    return str(body)[:500]

@@ -1,0 +1,132 @@
+"""Request bodies of each route, validated at the door.
+
+Unknown fields are rejected rather than ignored: a misspelt field that silently
+changes what gets scored is exactly the bug this gateway exists to prevent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from reward_gateway.errors import BadRequest
+
+RequestT = TypeVar("RequestT", bound=BaseModel)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Message(_Strict):
+    role: str
+    content: str
+
+
+class RewardItem(_Strict):
+    """One thing to score: a prompt and its response (or its steps), or a conversation."""
+
+    prompt: str | None = None
+    response: str | None = None
+    steps: list[str] | None = None
+    messages: list[Message] | None = None
+    group: str | int | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> RewardItem:
+        if self.messages is not None:
+            if self.prompt is not None or self.response is not None or self.steps is not None:
+                raise ValueError("give either messages or prompt with response/steps, not both")
+            if not self.messages:
+                raise ValueError("messages must not be empty")
+        elif self.prompt is None:
+            raise ValueError("each item needs prompt and response (or steps), or messages")
+        elif (self.response is None) == (self.steps is None):
+            raise ValueError("give exactly one of response or steps with a prompt")
+        return self
+
+
+class RewardsRequest(_Strict):
+    """POST /v1/rewards, this gateway's own contract."""
+
+    model: str | None = None
+    items: list[RewardItem]
+
+
+class PredictRequest(_Strict):
+    """KServe v1 predict: the same items, under `instances`."""
+
+    instances: list[RewardItem]
+
+
+class OpenRLHFRequest(_Strict):
+    """OpenRLHF's remote reward model request (its /get_reward)."""
+
+    query: list[str]
+    prompts: list[str] | None = None
+    labels: list[Any] | None = None
+
+
+class ClassifyRequest(BaseModel):
+    """verl's /classify call; passed through to vLLM, so vLLM's own fields are allowed."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    input: str | list[str]
+
+
+@dataclass(frozen=True)
+class ScoringItem:
+    """What the scorer sends for one item: a conversation to template, or finished text."""
+
+    conversation: list[dict[str, str]] | None = None
+    text: str | None = None
+    group: str | None = None
+
+
+def parse_json(body: bytes) -> Any:
+    if not body:
+        raise BadRequest("the request body is empty; expected a JSON object")
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise BadRequest(f"the request body is not valid JSON: {error}") from None
+
+
+def parse(model: type[RequestT], body: bytes) -> RequestT:
+    data = parse_json(body)
+    if not isinstance(data, dict):
+        raise BadRequest("expected a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise BadRequest(describe(error)) from None
+
+
+def describe(error: ValidationError) -> str:
+    """One line per problem, each naming where it is, e.g. `items.2.prompt: field required`."""
+    lines = []
+    for problem in error.errors(include_url=False):
+        where = ".".join(str(part) for part in problem["loc"]) or "body"
+        message = "unknown field" if problem["type"] == "extra_forbidden" else problem["msg"]
+        lines.append(f"{where}: {message}")
+    return "; ".join(lines)
+
+
+def conversation_of(item: RewardItem, step_tag: str) -> list[dict[str, str]]:
+    if item.messages is not None:
+        return [message.model_dump() for message in item.messages]
+    # A process reward model scores each step at the tag that ends it.
+    steps = item.steps
+    response = "".join(step + step_tag for step in steps) if steps is not None else item.response or ""
+    return [{"role": "user", "content": item.prompt or ""}, {"role": "assistant", "content": response}]
+
+
+def scoring_items(items: list[RewardItem], step_tag: str) -> list[ScoringItem]:
+    return [
+        ScoringItem(conversation=conversation_of(item, step_tag), group=None if item.group is None else str(item.group))
+        for item in items
+    ]

@@ -1,0 +1,101 @@
+"""Every bad input answers 4xx with a message; vLLM down answers 503 with Retry-After."""
+
+from __future__ import annotations
+
+import pytest
+from gateway_fake_vllm import MAX_CHARS, free_port
+
+BAD_REWARDS_BODIES = [
+    (b"", "empty"),
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "JSON object"),
+    (b'{"items": [{"prompt": "p"}]}', "exactly one of response or steps"),
+    (b'{"items": [{"response": "r"}]}', "prompt"),
+    (b'{"items": [{"prompt": "p", "response": "r", "score_me": true}]}', "items.0.score_me: unknown field"),
+    (b'{"items": [{"prompt": 3, "response": "r"}]}', "items.0.prompt"),
+    (b'{"items": [{"messages": []}]}', "messages must not be empty"),
+    (b'{"items": [{"messages": [{"role": "user"}]}]}', "content"),
+    (b'{"items": [], "extra": 1}', "extra: unknown field"),
+    (b'{"model": "other", "items": []}', "not served here"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), BAD_REWARDS_BODIES)
+def test_malformed_rewards_requests_answer_4xx_with_a_message(start_gateway, backend, body, message):
+    gateway = start_gateway()
+    answer = gateway.post("/v1/rewards", content=body, headers={"content-type": "application/json"})
+    assert 400 <= answer.status_code < 500
+    assert message in answer.json()["error"]
+    assert backend.calls == []
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "message"),
+    [
+        ("/get_reward", {"query": "one string"}, "query"),
+        ("/get_reward", {"query": ["a"], "prompts": ["a", "b"]}, "prompts has 2 entries"),
+        ("/get_reward", {"query": ["a"], "reward_kind": "x"}, "unknown field"),
+        ("/classify", {"model": "rm"}, "input"),
+        ("/v1/models/rm:predict", {"inputs": []}, "unknown field"),
+    ],
+)
+def test_malformed_trainer_requests_answer_4xx_with_a_message(start_gateway, backend, route, body, message):
+    answer = start_gateway().post(route, json=body)
+    assert answer.status_code == 400
+    assert message in answer.json()["error"]
+
+
+def test_too_many_items_answers_400(start_gateway, backend):
+    answer = start_gateway(max_items="2").post("/get_reward", json={"query": ["a", "b", "c"]})
+    assert answer.status_code == 400
+    assert "at most 2" in answer.json()["error"]
+    assert backend.calls == []
+
+
+def test_over_long_input_without_truncation_answers_400_with_vllms_message(start_gateway, backend):
+    answer = start_gateway().post("/get_reward", json={"query": ["x" * (MAX_CHARS + 1)]})
+    assert answer.status_code == 400
+    assert "maximum context length" in answer.json()["error"]
+
+
+def test_truncation_policy_is_sent_to_vllm(start_gateway, backend):
+    answer = start_gateway(truncate_prompt_tokens="-1").post("/get_reward", json={"query": ["x" * (MAX_CHARS + 1)]})
+    assert answer.status_code == 200
+    assert backend.calls[0][1]["truncate_prompt_tokens"] == -1
+
+
+def test_classify_on_a_token_model_says_which_route_to_use(start_gateway, backend):
+    answer = start_gateway(model_kind="token").post("/classify", json={"input": "x"})
+    assert answer.status_code == 404
+    assert "/v1/rewards" in answer.json()["error"]
+
+
+def test_vllm_down_answers_503_with_retry_after(start_gateway, backend):
+    gateway = start_gateway(upstream=f"http://127.0.0.1:{free_port()}", scale_from_zero_timeout_seconds="0.3")
+    answer = gateway.post("/v1/rewards", json={"items": [{"prompt": "p", "response": "r"}]})
+    assert answer.status_code == 503
+    assert int(answer.headers["retry-after"]) > 0
+    assert "unreachable" in answer.json()["error"]
+    assert 'reward_gateway_upstream_errors_total{model="rm",reason="connect"} 1.0' in gateway.get("/metrics").text
+
+
+def test_vllm_loading_answers_503_after_the_scale_from_zero_wait(start_gateway, backend):
+    backend.healthy = False
+    gateway = start_gateway(scale_from_zero_timeout_seconds="0.3")
+    answer = gateway.post("/get_reward", json={"query": ["a"]})
+    assert answer.status_code == 503
+    assert "retry-after" in answer.headers
+    assert len(backend.calls) >= 1
+
+
+def test_missing_or_wrong_bearer_token_answers_401(start_gateway, backend, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    gateway = start_gateway(auth_token_file=str(token_file))
+    body = {"query": ["a"]}
+    assert gateway.post("/get_reward", json=body).status_code == 401
+    assert gateway.post("/get_reward", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert gateway.post("/v1/models/rm:predict", json={"instances": []}).status_code == 401
+    ok = gateway.post("/get_reward", json=body, headers={"Authorization": "Bearer s3cret-token"})
+    assert ok.status_code == 200
+    assert backend.calls and all("s3cret" not in str(call) for call in backend.calls)

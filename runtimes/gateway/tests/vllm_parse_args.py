@@ -1,0 +1,19 @@
+"""Run by a vLLM interpreter: parse each JSON argument list with `vllm serve`'s own parser."""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+from vllm.entrypoints.common.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+parser = make_arg_parser(FlexibleArgumentParser())
+results = {}
+for name, args in json.load(sys.stdin).items():
+    try:
+        parsed = parser.parse_args(args)
+        results[name] = {"ok": True, "runner": parsed.runner, "convert": parsed.convert}
+    except SystemExit:
+        results[name] = {"ok": False}
+print("RESULTS " + json.dumps(results))
