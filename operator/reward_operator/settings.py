@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .render import DEFAULT_GATEWAY_IMAGE
+
 
 def _int(name: str, default: int) -> int:
     raw = os.environ.get(name)
@@ -24,7 +26,7 @@ class Settings:
     # Prometheus metrics port; 0 turns the endpoint off.
     metrics_port: int = _int("REWARD_OPERATOR_METRICS_PORT", 8080)
     # Image of the reward gateway (the operator's own image carries it).
-    gateway_image: str = os.environ.get("REWARD_OPERATOR_GATEWAY_IMAGE") or "reward-operator:0.1.0"
+    gateway_image: str = os.environ.get("REWARD_OPERATOR_GATEWAY_IMAGE") or DEFAULT_GATEWAY_IMAGE
 
 
 SETTINGS = Settings()

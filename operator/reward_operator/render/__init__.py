@@ -7,7 +7,6 @@ from typing import Any
 from ..api.defaults import apply_defaults
 from .inferenceservice import render_inference_service
 
-
 DEFAULT_GATEWAY_IMAGE = "reward-operator:0.1.0"
 
 
