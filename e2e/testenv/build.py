@@ -68,6 +68,7 @@ COMPONENTS = (
     Component("etcd", {"etcd": "go.etcd.io/etcd/server/v3"}),
     Component("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
     Component("helm", {"helm": "helm.sh/helm/v3/cmd/helm"}),
+    Component("promtool", {"promtool": "github.com/prometheus/prometheus/cmd/promtool"}),
 )
 
 
@@ -78,21 +79,27 @@ def cache_root() -> Path:
     return Path(base)
 
 
-def cache_key() -> str:
+def component_key(component: Component) -> str:
+    """A hash of what decides a component's binaries: its go.mod, go.sum and ldflags."""
     digest = hashlib.sha256()
-    for component in COMPONENTS:
-        for name in ("go.mod", "go.sum"):
-            digest.update((GO_DIR / component.module_dir / name).read_bytes())
-        digest.update(component.ldflags.encode())
+    for name in ("go.mod", "go.sum"):
+        digest.update((GO_DIR / component.module_dir / name).read_bytes())
+    digest.update(component.ldflags.encode())
     return digest.hexdigest()[:12]
 
 
+def component_dir(component: Component) -> Path:
+    # One folder per component, so a new or bumped tool builds only itself.
+    return cache_root() / "testenv" / "components" / f"{component.module_dir}-{component_key(component)}"
+
+
 def bin_dir() -> Path:
-    """Where the binaries of the current wrapper modules live (or will)."""
+    """One folder holding every binary (links into the component folders), for PATH."""
     override = os.environ.get("TESTENV_BIN_DIR")
     if override:
         return Path(override)
-    return cache_root() / "testenv" / f"k8s-{KUBERNETES_VERSION}-{cache_key()}" / "bin"
+    digest = hashlib.sha256("".join(component_key(c) for c in COMPONENTS).encode()).hexdigest()[:12]
+    return cache_root() / "testenv" / f"k8s-{KUBERNETES_VERSION}-{digest}" / "bin"
 
 
 def missing_binaries() -> list[str]:
@@ -157,20 +164,26 @@ def build(force: bool = False) -> Path:
         if missing_binaries():
             raise FileNotFoundError(f"TESTENV_BIN_DIR={target} lacks {', '.join(missing_binaries())}")
         return target
-    if shutil.which("go") is None:
-        raise FileNotFoundError("Go 1.26+ is needed to build the test control plane (go not on PATH)")
-    target.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    target.mkdir(parents=True, exist_ok=True)
     for component in COMPONENTS:
-        wanted = [name for name in component.binaries if force or not (target / name).is_file()]
-        if not wanted:
-            continue
-        _log(f"building {', '.join(component.binaries)} from go/{component.module_dir} into {target}")
-        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-            _go_build(component, Path(scratch))
-            for name, package in component.binaries.items():
-                # rename within one filesystem: a half-written binary is never seen
-                os.replace(Path(scratch) / _go_output_name(package), target / name)
+        home = component_dir(component)
+        wanted = [name for name in component.binaries if force or not (home / name).is_file()]
+        if wanted:
+            if shutil.which("go") is None:
+                raise FileNotFoundError("Go 1.26+ is needed to build the test control plane (go not on PATH)")
+            _log(f"building {', '.join(component.binaries)} from go/{component.module_dir} into {home}")
+            home.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=home) as scratch:
+                _go_build(component, Path(scratch))
+                for name, package in component.binaries.items():
+                    # rename within one filesystem: a half-written binary is never seen
+                    os.replace(Path(scratch) / _go_output_name(package), home / name)
+        for name in component.binaries:
+            link = target / name
+            if not link.is_file() or link.resolve() != (home / name).resolve():
+                link.unlink(missing_ok=True)
+                link.symlink_to(home / name)
     if time.monotonic() - started > 1:
         _log(f"all binaries ready in {time.monotonic() - started:.0f}s")
     return target

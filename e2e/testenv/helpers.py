@@ -41,3 +41,26 @@ def condition(obj: dict | None, type_: str = "Ready") -> dict | None:
         if item.get("type") == type_:
             return item
     return None
+
+
+# The cached virtual environment with the pinned vLLM (`make vllm-venv`): its
+# parser and metric names are the contract the operator and dashboards follow.
+VLLM_VERSION = "0.33.0"
+DEFAULT_VLLM_VENV = Path.home() / ".cache" / "reward-operator" / f"vllm-{VLLM_VERSION}-venv"
+
+
+def vllm_python() -> Path | None:
+    """The interpreter of the pinned vLLM (VLLM_PYTHON overrides), or None when absent."""
+    import os
+
+    path = Path(os.environ.get("VLLM_PYTHON") or DEFAULT_VLLM_VENV / "bin" / "python")
+    return path if path.exists() else None
+
+
+def vllm_package_dir() -> Path | None:
+    """The installed vllm package of that interpreter's environment."""
+    python = vllm_python()
+    if python is None:
+        return None
+    found = sorted(python.parent.parent.glob("lib/python*/site-packages/vllm"))
+    return found[0] if found else None

@@ -10,13 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testenv.helpers import vllm_python
+
 ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_VLLM_PYTHON = Path.home() / ".cache/reward-operator/vllm-0.33.0-venv/bin/python"
-
-
-def vllm_python() -> Path | None:
-    path = Path(os.environ.get("VLLM_PYTHON", DEFAULT_VLLM_PYTHON))
-    return path if path.exists() else None
 
 
 def rendered_args() -> dict[str, list[str]]:

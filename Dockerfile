@@ -1,0 +1,24 @@
+# The reward-operator image (the operator only; the reward gateway has its own).
+#   docker build -t reward-operator:0.1.0 .
+# Runs as UID 65532 with a read-only root filesystem (the chart mounts /tmp).
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator ./operator
+COPY runtimes/gateway/reward_gateway ./runtimes/gateway/reward_gateway
+RUN python -m venv /opt/reward-operator \
+ && /opt/reward-operator/bin/pip install --no-cache-dir --no-compile . \
+ && /opt/reward-operator/bin/python -m compileall -q /opt/reward-operator/lib
+
+FROM ${PYTHON_IMAGE}
+COPY --from=build /opt/reward-operator /opt/reward-operator
+ENV PATH=/opt/reward-operator/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+USER 65532:65532
+# 8080: Prometheus metrics, 8081: liveness (/healthz)
+EXPOSE 8080 8081
+ENTRYPOINT ["reward-operator"]
+CMD ["run", "--standalone", "--all-namespaces"]

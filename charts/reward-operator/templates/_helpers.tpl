@@ -1,0 +1,80 @@
+{{- define "reward-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "reward-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "reward-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "reward-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "reward-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "reward-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: reward-operator
+{{- end -}}
+
+{{- define "reward-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "reward-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "reward-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The permissions of files/rbac.yaml, parsed once. */}}
+{{- define "reward-operator.permissions" -}}
+{{- .Files.Get "files/rbac.yaml" -}}
+{{- end -}}
+
+{{/*
+RBAC rules from files/rbac.yaml. Argument: dict with "root" (the chart context)
+and "cluster" (true: the cluster-scoped rules; false: the namespaced ones, the
+operator's own kinds included).
+*/}}
+{{- define "reward-operator.rules" -}}
+{{- $perms := include "reward-operator.permissions" .root | fromYaml -}}
+{{- if not .cluster }}
+{{- $own := $perms.own }}
+- apiGroups: [{{ $own.group | quote }}]
+  resources: {{ toJson $own.resources }}
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [{{ $own.group | quote }}]
+  resources:
+  {{- range $own.resources }}
+  - {{ . }}/status
+  {{- end }}
+  verbs: [get, patch, update]
+- apiGroups: [{{ $own.group | quote }}]
+  resources:
+  {{- range $own.resources }}
+  - {{ . }}/finalizers
+  {{- end }}
+  verbs: [update]
+{{- end }}
+{{- range $perms.rules }}
+{{- if eq (default false .cluster) $.cluster }}
+- apiGroups: [{{ .group | quote }}]
+  resources: {{ toJson .resources }}
+  verbs: {{ toJson .verbs }}
+{{- end }}
+{{- end }}
+{{- end -}}

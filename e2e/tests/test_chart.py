@@ -1,0 +1,448 @@
+"""The Helm chart, with the real helm against the real API server.
+
+The chart's CRDs live in templates/ (so `helm upgrade` upgrades them) with
+`helm.sh/resource-policy: keep` (so `helm uninstall` keeps them); the other tests
+of a session may have applied the same CRDs and runtimes with kubectl, hence
+`--take-ownership` on install, as a user who pre-installed the CRDs would do.
+
+prometheus-operator's CRDs are not part of the test control plane: the test that
+renders every optional object installs minimal stand-ins (MONITORING_CRDS below,
+schemaless) so the API server accepts ServiceMonitor, PodMonitor and PrometheusRule.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testenv import build
+from testenv.helpers import REPO, get_json, wait_until
+
+CHART = REPO / "charts" / "reward-operator"
+KUBE_VERSION = "1.37.0"  # helm built without version stamps would assume 1.20
+EVERYTHING_ON = [
+    "--set=metrics.serviceMonitor.enabled=true",
+    "--set=metrics.podMonitor.enabled=true",
+    "--set=prometheusRule.enabled=true",
+    "--set=dashboard.enabled=true",
+]
+
+MONITORING_CRDS = "\n---\n".join(
+    yaml.safe_dump(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+            "spec": {
+                "group": "monitoring.coreos.com",
+                "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                ],
+            },
+        }
+    )
+    for kind, plural in (
+        ("ServiceMonitor", "servicemonitors"),
+        ("PodMonitor", "podmonitors"),
+        ("PrometheusRule", "prometheusrules"),
+    )
+)
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    return build.build() / "helm"
+
+
+def run_helm(helm: Path, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(helm), *args], capture_output=True, text=True, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+def template(helm: Path, namespace: str, *args: str, release: str = "reward-operator") -> list[dict]:
+    out = run_helm(helm, "template", release, str(CHART), "-n", namespace, "--kube-version", KUBE_VERSION, *args)
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
+# ---- offline ------------------------------------------------------------------
+
+
+def test_generated_files_are_in_sync(helm):
+    # chart copies of crds/, runtimes/, the dashboard and the rules; README; manifests/base
+    result = subprocess.run(
+        [sys.executable, str(CHART / "hack" / "sync.py"), "--check", "--helm", str(helm)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_chart_crds_are_the_operators():
+    from reward_operator.api.crd import all_crds, to_yaml
+
+    chart_crds = {path.name: path.read_text() for path in (CHART / "files" / "crds").glob("*.yaml")}
+    assert chart_crds == {name: to_yaml(crd) for name, crd in all_crds().items()}
+
+
+def test_readme_documents_every_value():
+    readme = (CHART / "README.md").read_text()
+    for key in (
+        "image.repository",
+        "watch.mode",
+        "watch.namespaces",
+        "metrics.serviceMonitor.enabled",
+        "runtimes.enabled",
+    ):
+        assert f"| `{key}` |" in readme
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["--set=watch.mode=namespaces", "--set=watch.namespaces={team-a,team-b}", *EVERYTHING_ON],
+    ],
+    ids=["defaults", "namespaced-everything-on"],
+)
+def test_helm_lint_is_clean(helm, values):
+    result = run_helm(helm, "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, *values)
+    assert "0 chart(s) failed" in result.stdout
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("watch.mode=namespaced", "at '/watch/mode': value must be one of 'cluster', 'namespaces'"),
+        ("watch.mode=namespaces", "at '/watch/namespaces': minItems: got 0, want 1"),
+        ("watch.namespaces={Team_A}", "at '/watch/namespaces/0'"),
+        ("driftInterval=soon", "at '/driftInterval': got string, want integer"),
+        ("image.repository=reward-operator:0.1.0", "at '/image/repository'"),
+        ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+        ("metrics.port=80", "at '/metrics/port'"),
+        ("metrics.serviceMonitor.interval=often", "at '/metrics/serviceMonitor/interval'"),
+        ("replicas=2", "additional properties 'replicas' not allowed"),
+    ],
+)
+def test_schema_rejects_bad_values(helm, value, message):
+    result = run_helm(helm, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, "--set", value, check=False)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert message in result.stderr
+
+
+def test_deployment_runs_one_standalone_instance(helm):
+    (deployment,) = (doc for doc in template(helm, "ops") if doc["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "reward-operator:0.1.0"
+    assert container["args"][:3] == ["run", "--standalone", "--all-namespaces"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    assert {"name": "healthz", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+
+    namespaced = template(helm, "ops", "--set=watch.mode=namespaces", "--set=watch.namespaces={a,b}")
+    (deployment,) = (doc for doc in namespaced if doc["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=a" in args and "--namespace=b" in args and "--all-namespaces" not in args
+
+
+def test_crds_come_first_for_argocd_and_are_kept(helm):
+    docs = template(helm, "ops")
+    for doc in docs:
+        annotations = doc["metadata"].get("annotations") or {}
+        if doc["kind"] == "CustomResourceDefinition":
+            assert annotations["helm.sh/resource-policy"] == "keep"
+            assert int(annotations["argocd.argoproj.io/sync-wave"]) < 0
+        else:
+            assert int(annotations.get("argocd.argoproj.io/sync-wave", "0")) >= 0
+
+
+# ---- on the API server ----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def monitoring_crds(cluster):
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", input=MONITORING_CRDS)
+    for name in ("servicemonitors", "podmonitors", "prometheusrules"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}.monitoring.coreos.com", "--timeout=60s")
+
+
+def test_template_is_accepted_by_the_api_server(cluster, namespace, helm, monitoring_crds):
+    docs = template(helm, namespace, *EVERYTHING_ON, release=f"dry-{namespace}")
+    # the CRDs themselves first (server-side, as Argo CD and helm would), then a dry run of everything
+    crds = [doc for doc in docs if doc["kind"] == "CustomResourceDefinition"]
+    # (--force-conflicts: another install of the session may own the CRDs' labels)
+    force = ["--server-side", "--force-conflicts", "--field-manager=e2e"]
+    cluster.kubectl("apply", *force, "-f", "-", input=yaml.safe_dump_all(crds))
+    result = cluster.kubectl("apply", "--dry-run=server", *force, "-f", "-", input=yaml.safe_dump_all(docs))
+    kinds = {doc["kind"] for doc in docs}
+    assert kinds >= {
+        "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+        "ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap", "NetworkPolicy", "ClusterServingRuntime", "Pod",
+    }  # fmt: skip
+    assert result.stdout.count("serverside-applied (server dry run)") == len(docs)
+    (dashboard,) = (doc for doc in docs if doc["kind"] == "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["reward-operator.json"])["uid"] == "reward-operator"
+
+
+def _delete_release_cluster_objects(cluster, release: str) -> None:
+    cluster.kubectl(
+        "delete", "clusterrole,clusterrolebinding", "-l", f"app.kubernetes.io/instance={release}", check=False
+    )
+
+
+@pytest.fixture
+def release(cluster, namespace) -> Iterator[str]:
+    name = f"ro-{namespace}"
+    yield name
+    _delete_release_cluster_objects(cluster, name)
+
+
+def test_install_upgrade_uninstall(cluster, namespace, helm, release, tmp_path):
+    env = cluster.env()
+    install = ["-n", namespace, "--take-ownership", "--wait", "--timeout=120s", "--set=driftInterval=60"]
+    run_helm(helm, "install", release, str(CHART), *install, env=env)
+
+    # the operator pod is scheduled on a kwok node and runs there
+    selector = f"app.kubernetes.io/instance={release}"
+    pods = get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"]
+    assert len(pods) == 1
+    node = get_json(cluster, "node", pods[0]["spec"]["nodeName"])
+    assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    assert pods[0]["status"]["phase"] == "Running"
+
+    # upgrade: a changed CRD in the chart reaches the cluster, and so do changed values
+    upgraded = tmp_path / "reward-operator"
+    shutil.copytree(CHART, upgraded)
+    crd_file = upgraded / "files" / "crds" / "serving.rlhf.dev_rewardmodels.yaml"
+    crd = yaml.safe_load(crd_file.read_text())
+    crd["spec"]["versions"][0].setdefault("additionalPrinterColumns", []).append(
+        {"name": "Upgraded", "type": "string", "jsonPath": ".metadata.name", "priority": 1}
+    )
+    crd_file.write_text(yaml.safe_dump(crd))
+    run_helm(helm, "upgrade", release, str(upgraded), "-n", namespace, "--wait", "--timeout=120s",
+             "--set=driftInterval=120", env=env)  # fmt: skip
+    live = get_json(cluster, "crd", "rewardmodels.serving.rlhf.dev")
+    assert "Upgraded" in [c["name"] for c in live["spec"]["versions"][0].get("additionalPrinterColumns", [])]
+    (deployment,) = get_json(cluster, "deployments", "-n", namespace, "-l", selector)["items"]
+    env_vars = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env_vars["REWARD_OPERATOR_DRIFT_INTERVAL"] == "120"
+    assert "2" in run_helm(helm, "history", release, "-n", namespace, env=env).stdout.split()
+
+    # a RewardModel made while installed; uninstall keeps the CRD and so the model
+    sample = (REPO / "manifests" / "samples" / "rewardmodel-sequence-standard.yaml").read_text()
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sample)
+    run_helm(helm, "uninstall", release, "-n", namespace, "--wait", "--timeout=120s", env=env)
+    assert get_json(cluster, "deployments", "-n", namespace, "-l", selector)["items"] == []
+    assert get_json(cluster, "clusterroles", "-l", selector)["items"] == []
+    assert get_json(cluster, "crd", "rewardmodels.serving.rlhf.dev") is not None
+    assert get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace) is not None
+    # restore the CRD this test changed, for the rest of the session
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", str(REPO / "crds"))
+
+
+# ---- least privilege, checked by the API server ----------------------------------
+
+# what reward-operator's code and kopf need (controllers/rewardmodel.py, kube.py)
+NEEDED = [
+    *[(verb, "rewardmodels.serving.rlhf.dev") for verb in ("get", "list", "watch", "patch", "update")],
+    *[(verb, "rewardmodels.serving.rlhf.dev/status") for verb in ("get", "patch", "update")],
+    ("update", "rewardmodels.serving.rlhf.dev/finalizers"),
+    *[(verb, "rlhfpipelines.serving.rlhf.dev") for verb in ("get", "list", "watch", "patch")],
+    ("patch", "rlhfpipelines.serving.rlhf.dev/status"),
+    *[
+        (verb, "inferenceservices.serving.kserve.io")
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete")
+    ],
+    ("create", "inferencegraphs.serving.kserve.io"),
+    ("get", "servingruntimes.serving.kserve.io"),
+    ("get", "secrets"),
+    ("get", "serviceaccounts"),
+    ("get", "deployments.apps"),
+    ("create", "events"),
+    ("patch", "events"),
+]
+NEEDED_CLUSTER_SCOPED = [
+    ("get", "clusterservingruntimes.serving.kserve.io"),
+    ("list", "clusterservingruntimes.serving.kserve.io"),
+    ("create", "localmodelcaches.serving.kserve.io"),
+    ("delete", "localmodelcaches.serving.kserve.io"),
+    ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("list", "namespaces"),
+    ("watch", "namespaces"),
+]
+NOT_NEEDED = [
+    ("create", "rewardmodels.serving.rlhf.dev"),
+    ("delete", "rewardmodels.serving.rlhf.dev"),
+    ("list", "secrets"),
+    ("watch", "secrets"),
+    ("create", "secrets"),
+    ("create", "pods"),
+    ("delete", "pods"),
+    ("get", "configmaps"),
+    ("create", "deployments.apps"),
+    ("update", "deployments.apps"),
+    ("create", "servingruntimes.serving.kserve.io"),
+    ("impersonate", "serviceaccounts"),
+    ("create", "serviceaccounts/token"),
+    ("create", "rolebindings.rbac.authorization.k8s.io"),
+]
+NOT_NEEDED_CLUSTER_SCOPED = [
+    ("create", "clusterservingruntimes.serving.kserve.io"),
+    ("delete", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("delete", "namespaces"),
+    ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+    ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+    ("list", "nodes"),
+]
+
+
+def can_i(cluster, subject: str, verb: str, resource: str, namespace: str | None) -> bool:
+    """`kubectl auth can-i --as=subject`; a SubjectAccessReview for kinds not served yet.
+
+    can-i resolves the resource through discovery, and asks about an empty API group
+    when a kind's CRD is not installed (RLHFPipeline until it lands): those are
+    asked of the API server directly, with the same attributes.
+    """
+    scope = ["-n", namespace] if namespace else []
+    # `can-i get a/b` would ask about the object named b: subresources go in their own flag
+    resource, _, subresource = resource.partition("/")
+    if subresource:
+        scope.append(f"--subresource={subresource}")
+    result = cluster.kubectl("auth", "can-i", verb, resource, f"--as={subject}", *scope, check=False)
+    assert result.stdout.strip() in ("yes", "no"), result.stderr
+    if "doesn't have a resource type" not in result.stderr:
+        return result.stdout.strip() == "yes"
+    plural, _, group = resource.partition(".")
+    groups = ["system:authenticated"]
+    if subject.startswith("system:serviceaccount:"):
+        groups += ["system:serviceaccounts", f"system:serviceaccounts:{subject.split(':')[2]}"]
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": subject,
+            "groups": groups,
+            "resourceAttributes": {
+                "verb": verb,
+                "group": group,
+                "resource": plural,
+                "subresource": subresource,
+                "namespace": namespace or "",
+            },
+        },
+    }
+    answer = cluster.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(review))
+    return bool(json.loads(answer.stdout)["status"].get("allowed"))
+
+
+def apply_rbac(cluster, helm, namespace: str, release: str, *values: str) -> str:
+    docs = template(
+        helm, namespace, "--set=crds.install=false", "--set=runtimes.enabled=false", *values, release=release
+    )
+    rbac = [
+        doc for doc in docs if doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding")
+    ]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
+    (account,) = (doc["metadata"]["name"] for doc in rbac if doc["kind"] == "ServiceAccount")
+    return f"system:serviceaccount:{namespace}:{account}"
+
+
+def check_least_privilege(cluster, subject: str, namespaces: list[str]) -> None:
+    problems = []
+    for ns in namespaces:
+        problems += [f"denied {v} {r} in {ns}" for v, r in NEEDED if not can_i(cluster, subject, v, r, ns)]
+        problems += [f"allowed {v} {r} in {ns}" for v, r in NOT_NEEDED if can_i(cluster, subject, v, r, ns)]
+    problems += [f"denied {v} {r}" for v, r in NEEDED_CLUSTER_SCOPED if not can_i(cluster, subject, v, r, None)]
+    problems += [f"allowed {v} {r}" for v, r in NOT_NEEDED_CLUSTER_SCOPED if can_i(cluster, subject, v, r, None)]
+    assert not problems, "\n".join(problems)
+
+
+def test_rbac_cluster_wide_is_least_privilege(cluster, namespace, helm, release):
+    subject = apply_rbac(cluster, helm, namespace, release)
+    check_least_privilege(cluster, subject, [namespace, "default"])
+
+
+def test_rbac_namespaced_reaches_only_watched_namespaces(cluster, namespace, helm, release):
+    watched = f"{namespace}-w"
+    cluster.kubectl("create", "namespace", watched)
+    try:
+        subject = apply_rbac(
+            cluster, helm, namespace, release, "--set=watch.mode=namespaces", f"--set=watch.namespaces={{{watched}}}"
+        )
+        check_least_privilege(cluster, subject, [watched])
+        for verb, resource in NEEDED:
+            assert not can_i(cluster, subject, verb, resource, "default"), f"{verb} {resource} outside watched"
+    finally:
+        cluster.kubectl("delete", "namespace", watched, "--wait=false", check=False)
+
+
+def test_users_get_rewardmodels_through_view_and_edit(cluster, namespace, helm, release):
+    apply_rbac(cluster, helm, namespace, release)
+    for role in ("view", "edit"):
+        cluster.kubectl("create", "rolebinding", role, f"--clusterrole={role}", f"--user=alice-{role}", "-n", namespace)
+    wait_until(
+        "edit to aggregate rewardmodels",
+        lambda: can_i(cluster, "alice-edit", "create", "rewardmodels.serving.rlhf.dev", namespace),
+    )
+    assert can_i(cluster, "alice-edit", "delete", "rlhfpipelines.serving.rlhf.dev", namespace)
+    wait_until(
+        "view to aggregate rewardmodels", lambda: can_i(cluster, "alice-view", "list", "rewardmodels", namespace)
+    )
+    assert can_i(cluster, "alice-view", "get", "rewardmodels.serving.rlhf.dev/status", namespace)
+    assert not can_i(cluster, "alice-view", "create", "rewardmodels.serving.rlhf.dev", namespace)
+    assert not can_i(cluster, "alice-edit", "create", "rewardmodels.serving.rlhf.dev", "default")
+
+
+# ---- Pod Security ---------------------------------------------------------------
+
+
+def test_operator_pod_passes_restricted_pod_security(cluster, namespace, helm):
+    cluster.kubectl(
+        "label", "namespace", namespace,
+        "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/warn=restricted",
+    )  # fmt: skip
+    docs = template(helm, namespace)
+    (deployment,) = (doc for doc in docs if doc["kind"] == "Deployment")
+    (test_pod,) = (doc for doc in docs if doc["kind"] == "Pod")
+    (account,) = (doc for doc in docs if doc["kind"] == "ServiceAccount")
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(account))
+    # workloads only get warnings; the pods they would create are enforced
+    applied = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(deployment))
+    assert "PodSecurity" not in applied.stderr
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "operator", "namespace": namespace},
+        "spec": deployment["spec"]["template"]["spec"],
+    }
+    cluster.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(pod))
+    cluster.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(test_pod))
+
+    # the namespace really enforces: the same pod without its container securityContext is refused
+    del pod["spec"]["containers"][0]["securityContext"]
+    refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(pod), check=False)
+    assert refused.returncode != 0
+    assert 'violates PodSecurity "restricted:latest"' in refused.stderr

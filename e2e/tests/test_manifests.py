@@ -1,0 +1,99 @@
+"""Installs without Helm: kubectl's kustomize builds of manifests/, accepted by the API server."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import yaml
+
+from testenv.helpers import REPO
+
+MANIFESTS = REPO / "manifests"
+
+# prometheus-operator's kinds, as schemaless stand-ins (see test_chart.py)
+from test_chart import MONITORING_CRDS  # noqa: E402
+
+
+def build(cluster, path: str) -> list[dict]:
+    out = cluster.kubectl("kustomize", str(MANIFESTS / path)).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def server_dry_run(cluster, docs: list[dict], namespace: str | None = None) -> str:
+    """CRDs and Namespaces for real (nothing else could be checked against them), the rest dry-run.
+
+    --force-conflicts: earlier tests of the session may have installed the same CRDs
+    with helm, as a user switching install methods would have.
+    """
+    first = [doc for doc in docs if doc["kind"] in ("CustomResourceDefinition", "Namespace")]
+    if first:
+        cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", "-",
+            input=yaml.safe_dump_all(first),
+        )  # fmt: skip
+    scope = ["-n", namespace] if namespace else []
+    result = cluster.kubectl(
+        "apply", "--dry-run=server", "--server-side", "--force-conflicts", "--field-manager=e2e", *scope, "-f", "-",
+        input=yaml.safe_dump_all(docs),
+    )  # fmt: skip
+    assert result.stdout.count("(server dry run)") == len(docs), result.stdout
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def monitoring_crds(cluster):
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", input=MONITORING_CRDS)
+    for name in ("servicemonitors", "podmonitors", "prometheusrules"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}.monitoring.coreos.com", "--timeout=60s")
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/default", "overlays/monitoring"])
+def test_overlay_is_accepted_by_the_api_server(cluster, overlay, monitoring_crds):
+    docs = build(cluster, overlay)
+    server_dry_run(cluster, docs)
+    kinds = {doc["kind"] for doc in docs}
+    assert {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Deployment"} <= kinds
+    (namespace,) = (doc for doc in docs if doc["kind"] == "Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    if overlay == "overlays/monitoring":
+        assert {"ServiceMonitor", "PrometheusRule", "ConfigMap"} <= kinds
+        (dashboard,) = (doc for doc in docs if doc["kind"] == "ConfigMap")
+        assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert dashboard["data"]["reward-operator.json"] == (MANIFESTS / "grafana" / "reward-operator.json").read_text()
+        for doc in docs:
+            if doc["kind"] in ("ServiceMonitor", "PrometheusRule", "ConfigMap", "Deployment"):
+                assert doc["metadata"]["namespace"] == "reward-operator"
+
+
+def test_base_has_no_helm_leftovers(cluster):
+    for doc in build(cluster, "base"):
+        labels = doc["metadata"].get("labels") or {}
+        annotations = doc["metadata"].get("annotations") or {}
+        assert "helm.sh/chart" not in labels and labels.get("app.kubernetes.io/managed-by") != "Helm"
+        assert not any(key.startswith("helm.sh/") for key in annotations), doc["metadata"]["name"]
+
+
+def test_samples_cover_every_model_kind_and_mode(cluster, namespace):
+    docs = build(cluster, "samples")
+    assert {(doc["spec"]["model"]["kind"], doc["spec"]["serving"]["mode"]) for doc in docs} == set(
+        itertools.product(["sequence", "token", "process"], ["Standard", "Knative"])
+    )
+    # created for real: the CRD's schema and CEL rules accept each of them
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", str(REPO / "crds"))
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
+    names = cluster.kubectl("get", "rewardmodels", "-n", namespace, "-o", "name").stdout.split()
+    assert len(names) == len(docs) == 6
+
+
+def test_argocd_application_orders_operator_before_models():
+    apps = list(yaml.safe_load_all((MANIFESTS / "argocd" / "application.yaml").read_text()))
+    waves = {
+        app["metadata"]["name"]: int(app["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]) for app in apps
+    }
+    operator = next(app for app in apps if app["spec"]["source"]["path"] == "charts/reward-operator")
+    models = next(app for app in apps if app["spec"]["source"]["path"] == "manifests/samples")
+    assert waves[operator["metadata"]["name"]] < waves[models["metadata"]["name"]]
+    assert (REPO / operator["spec"]["source"]["path"] / "Chart.yaml").is_file()
+    assert (REPO / models["spec"]["source"]["path"] / "kustomization.yaml").is_file()
+    assert "ServerSideApply=true" in operator["spec"]["syncPolicy"]["syncOptions"]

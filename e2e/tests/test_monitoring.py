@@ -1,0 +1,244 @@
+"""Alert rules and the Grafana dashboard: checked by the real promtool, and every
+metric they use cross-checked against what the operator, the gateway and the
+pinned vLLM export (manifests/prometheus/metrics-contract.yaml)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testenv import build
+from testenv.helpers import REPO, vllm_package_dir
+
+PROMETHEUS = REPO / "manifests" / "prometheus"
+DASHBOARD = REPO / "manifests" / "grafana" / "reward-operator.json"
+CONTRACT = yaml.safe_load((PROMETHEUS / "metrics-contract.yaml").read_text())
+RULE = yaml.safe_load((PROMETHEUS / "prometheusrule.yaml").read_text())
+
+REQUIRED_ALERTS = {
+    "RewardOperatorDown",
+    "RewardOperatorReconcileErrors",
+    "RewardModelNotReady",
+    "RewardModelGenerationLag",
+    "RewardGateway5xxRatioHigh",
+    "RewardScoreDrift",
+}
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    path = build.build() / "promtool"
+    if not path.is_file():
+        pytest.fail(f"promtool is not in {path.parent}: build e2e/testenv/go/promtool (see its go.mod)")
+    return path
+
+
+@pytest.fixture
+def rules_dir(tmp_path) -> Path:
+    """The PrometheusRule's groups as a plain rule file, next to the promtool unit tests."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": RULE["spec"]["groups"]}, sort_keys=False))
+    for test_file in (PROMETHEUS / "tests").glob("*.yaml"):
+        (tmp_path / test_file.name).write_text(test_file.read_text())
+    return tmp_path
+
+
+def test_promtool_check_rules(promtool, rules_dir):
+    result = subprocess.run([promtool, "check", "rules", rules_dir / "rules.yaml"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {sum(len(g['rules']) for g in RULE['spec']['groups'])} rules found" in result.stdout
+
+
+def test_promtool_unit_tests(promtool, rules_dir):
+    tests = sorted(rules_dir.glob("*.test.yaml"))
+    assert tests
+    result = subprocess.run([promtool, "test", "rules", *tests], capture_output=True, text=True, cwd=rules_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_unit_tests_can_fail(promtool, rules_dir):
+    # the same tests against rules with a threshold moved must fail: they really assert
+    rules = (rules_dir / "rules.yaml").read_text().replace("> 0.05", "> 0.5")
+    (rules_dir / "rules.yaml").write_text(rules)
+    tests = sorted(rules_dir.glob("*.test.yaml"))
+    result = subprocess.run([promtool, "test", "rules", *tests], capture_output=True, text=True, cwd=rules_dir)
+    assert result.returncode != 0
+
+
+def test_every_required_alert_is_defined_and_unit_tested():
+    alerts = {rule["alert"] for group in RULE["spec"]["groups"] for rule in group["rules"] if "alert" in rule}
+    assert alerts >= REQUIRED_ALERTS
+    tested = {
+        case["alertname"]
+        for test_file in (PROMETHEUS / "tests").glob("*.test.yaml")
+        for test in yaml.safe_load(test_file.read_text())["tests"]
+        for case in test.get("alert_rule_test", [])
+    }
+    assert tested >= alerts
+
+
+# ---- metric names ------------------------------------------------------------
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_SELECTOR = re.compile(r"\{[^}]*\}")
+_GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_RANGE = re.compile(r"\[[^\]]*\]")
+_WORD = re.compile(r"(?<![\w:.$])([A-Za-z_:][\w:]*)(?![\w:])")
+_NOT_METRICS = {
+    "sum", "avg", "max", "min", "count", "rate", "irate", "increase", "abs", "absent", "histogram_quantile",
+    "and", "or", "unless", "offset", "bool", "label_values", "clamp_min", "clamp_max", "time", "vector",
+}  # fmt: skip
+
+
+def metrics_in(expr: str) -> set[str]:
+    """The metric names a PromQL expression (or Grafana variable query) names."""
+    expr = _SELECTOR.sub(" ", _STRINGS.sub(" ", expr))
+    expr = _RANGE.sub(" ", _GROUPING.sub(" ", expr))
+    # the label argument of label_values(metric, label)
+    expr = re.sub(r",\s*\w+\s*\)", ")", expr)
+    return {word for word in _WORD.findall(expr) if word not in _NOT_METRICS and not re.fullmatch(r"\d+\w*", word)}
+
+
+def selectors_in(expr: str) -> list[tuple[str, set[str]]]:
+    """(metric, label names it matches on) for each `metric{...}` in an expression."""
+    return [
+        (match[1], set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", match[2])))
+        for match in re.finditer(r"([A-Za-z_:][\w:]*)\{([^}]*)\}", expr)
+    ]
+
+
+def base_name(sample: str) -> str:
+    for suffix in ("_bucket", "_sum", "_count"):
+        name = sample.removesuffix(suffix)
+        if name != sample and CONTRACT["metrics"].get(name, {}).get("type") == "histogram":
+            return name
+    return sample
+
+
+def dashboard_exprs() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    exprs += [var["query"]["query"] for var in dashboard["templating"]["list"] if var["type"] == "query"]
+    return exprs
+
+
+def rule_exprs() -> list[str]:
+    return [rule["expr"] for group in RULE["spec"]["groups"] for rule in group["rules"]]
+
+
+def test_expression_parser_finds_metric_names():
+    expr = (
+        'histogram_quantile(0.99, sum by (le, model) (rate(vllm:e2e_request_latency_seconds_bucket{model_name=~"$m"}'
+        '[$__rate_interval]))) / sum(rate(reward_gateway_score_sum[1d] offset 1h)) and absent(up{job="x"} == 1)'
+    )
+    assert metrics_in(expr) == {"vllm:e2e_request_latency_seconds_bucket", "reward_gateway_score_sum", "up"}
+    assert metrics_in('label_values(reward_gateway_requests_total{namespace=~"$namespace"}, model)') == {
+        "reward_gateway_requests_total"
+    }
+
+
+@pytest.mark.parametrize("where", ["dashboard", "alerts"])
+def test_every_metric_used_is_in_the_contract(where):
+    exprs = dashboard_exprs() if where == "dashboard" else rule_exprs()
+    used = {base_name(name) for expr in exprs for name in metrics_in(expr)}
+    assert used, "no metric found: the parser is broken"
+    unknown = used - set(CONTRACT["metrics"])
+    assert not unknown, f"{where} uses metrics nobody exports: {sorted(unknown)}"
+    for expr in exprs:
+        for metric, labels in selectors_in(expr):
+            allowed = set(CONTRACT["metrics"][base_name(metric)]["labels"]) | set(CONTRACT["target_labels"]) | {"le"}
+            assert labels <= allowed, f"{metric} has no labels {sorted(labels - allowed)} ({expr})"
+
+
+def test_dashboard_covers_operator_gateway_and_vllm():
+    dashboard = json.loads(DASHBOARD.read_text())
+    rows = [panel["title"] for panel in dashboard["panels"] if panel["type"] == "row"]
+    assert rows == ["Operator", "Reward gateway", "vLLM"]
+    assert {var["name"] for var in dashboard["templating"]["list"]} >= {"datasource", "namespace", "model"}
+    used = {base_name(name) for expr in dashboard_exprs() for name in metrics_in(expr)}
+    for source in ("operator", "gateway", "vllm"):
+        listed = {name for name, spec in CONTRACT["metrics"].items() if spec["source"] == source}
+        assert listed <= used, f"dashboard shows no panel for {sorted(listed - used)}"
+    # model-level panels follow the namespace and model filters
+    for expr in dashboard_exprs():
+        if "reward_gateway_" in expr and "label_values" not in expr:
+            assert 'namespace=~"$namespace"' in expr and 'model=~"$model"' in expr, expr
+        if "vllm:" in expr:
+            assert 'namespace=~"$namespace"' in expr and 'model_name=~"$model"' in expr, expr
+
+
+# ---- the contract against the exporters ----------------------------------------
+
+
+def _contract_params(source: str) -> list:
+    params = []
+    for name, spec in CONTRACT["metrics"].items():
+        if spec["source"] != source:
+            continue
+        marks = []
+        if spec.get("proposed"):
+            # strict: once the operator exports it, this fails until `proposed` is dropped
+            marks.append(pytest.mark.xfail(strict=True, reason="proposed to the operator, not exported yet"))
+        params.append(pytest.param(name, spec, id=name, marks=marks))
+    return params
+
+
+@pytest.mark.parametrize(("name", "spec"), _contract_params("operator"))
+def test_operator_exports(name, spec):
+    from prometheus_client import REGISTRY
+
+    from reward_operator import metrics
+
+    # children exist only once used; the declared label names are on the metric objects
+    declared = {
+        metric._name + ("_total" if metric._type == "counter" else ""): (metric._type, set(metric._labelnames))
+        for metric in vars(metrics).values()
+        if hasattr(metric, "_labelnames") and hasattr(metric, "_type")
+    }
+    assert name in declared, f"reward_operator.metrics exports no {name}"
+    assert declared[name] == (spec["type"], set(spec["labels"]))
+    assert name.removesuffix("_total") in {family.name for family in REGISTRY.collect()}
+
+
+@pytest.mark.parametrize(("name", "spec"), _contract_params("gateway"))
+def test_gateway_exports(name, spec):
+    if importlib.util.find_spec("reward_gateway.metrics") is None:
+        pytest.skip("runtimes/gateway/reward_gateway/metrics.py does not exist yet")
+    from prometheus_client import CollectorRegistry
+
+    metrics = importlib.import_module("reward_gateway.metrics").GatewayMetrics(CollectorRegistry())
+    declared = {
+        metric._name + ("_total" if metric._type == "counter" else ""): (metric._type, set(metric._labelnames))
+        for metric in vars(metrics).values()
+        if hasattr(metric, "_labelnames") and hasattr(metric, "_type")
+    }
+    assert name in declared, f"reward_gateway.metrics exports no {name}"
+    assert declared[name] == (spec["type"], set(spec["labels"]))
+
+
+def _vllm_loggers() -> str | None:
+    package = vllm_package_dir()
+    if package is None:
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        package = Path(next(iter(spec.submodule_search_locations)))
+    path = package / "v1" / "metrics" / "loggers.py"
+    return path.read_text() if path.is_file() else None
+
+
+@pytest.mark.parametrize(("name", "spec"), _contract_params("vllm"))
+def test_vllm_exports(name, spec):
+    source = _vllm_loggers()
+    if source is None:
+        pytest.skip("no vLLM 0.33 here: run `make vllm-venv` (the contract pins vLLM 0.33's names)")
+    # loggers.py declares name=..., then the counter class adds _total
+    declared = name.removesuffix("_total") if spec["type"] == "counter" else name
+    found = re.search(rf'_(counter|gauge|histogram)_cls\(\s*name="{re.escape(declared)}"', source)
+    assert found, f"vLLM declares no {declared}"
+    assert found[1] == spec["type"]

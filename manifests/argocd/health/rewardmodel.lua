@@ -1,0 +1,48 @@
+-- Argo CD health check for serving.rlhf.dev/RewardModel.
+-- Healthy:     Ready=True and the operator has observed the current generation.
+-- Degraded:    the operator judged the current spec and it failed (InvalidSpec, *Failed).
+-- Progressing: anything else while the operator and KServe converge.
+local hs = {status = "Progressing", message = "Waiting for reward-operator to reconcile"}
+if obj.status == nil then
+  return hs
+end
+
+local generation = obj.metadata.generation or 0
+local observed = obj.status.observedGeneration or 0
+local ready = nil
+if obj.status.conditions ~= nil then
+  for _, condition in ipairs(obj.status.conditions) do
+    if condition.type == "Ready" then
+      ready = condition
+    end
+  end
+end
+
+if observed < generation then
+  hs.message = "Waiting for reward-operator to observe generation " .. generation .. " (observed " .. observed .. ")"
+  return hs
+end
+if ready == nil then
+  return hs
+end
+-- a condition written for an older spec says nothing about the current one
+if ready.observedGeneration ~= nil and ready.observedGeneration < generation then
+  hs.message = "Ready condition is from generation " .. ready.observedGeneration
+  return hs
+end
+
+local detail = (ready.reason or "") .. ": " .. (ready.message or "")
+if ready.status == "True" then
+  hs.status = "Healthy"
+  hs.message = ready.message or "Ready"
+  if obj.status.url ~= nil then
+    hs.message = "Serving at " .. obj.status.url
+  end
+elseif ready.status == "False" and ready.reason ~= nil
+    and (ready.reason == "InvalidSpec" or string.match(ready.reason, "Failed$") ~= nil) then
+  hs.status = "Degraded"
+  hs.message = detail
+else
+  hs.message = detail
+end
+return hs
