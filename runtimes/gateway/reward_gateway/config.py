@@ -50,6 +50,7 @@ class GatewayConfig:
     truncate_prompt_tokens: int | None = None
     auth_token_file: Path | None = None
     port: int = 8080
+    access_log: bool = False
 
     @property
     def known_bos(self) -> str | None:
@@ -86,6 +87,7 @@ def load_config(env: Mapping[str, str] | None = None) -> GatewayConfig:
         truncate_prompt_tokens=reader.integer("TRUNCATE_PROMPT_TOKENS", 0, minimum=-1) if truncate else None,
         auth_token_file=Path(token_file) if token_file else None,
         port=reader.integer("PORT", 8080, minimum=1, maximum=65535),
+        access_log=reader.choice("ACCESS_LOG", ("true", "false"), "false") == "true",
     )
     if config.model_kind == "process" and not config.step_tag:
         raise ConfigError(f"{PREFIX}STEP_TAG must not be empty for a process reward model")

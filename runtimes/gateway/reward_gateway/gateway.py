@@ -11,8 +11,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from reward_gateway.auth import BearerTokenCheck
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized
@@ -54,11 +52,10 @@ class Gateway:
         self,
         config: GatewayConfig,
         metrics: GatewayMetrics | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
     ):
         self.config = config
         self.metrics = metrics or GatewayMetrics()
-        self.client = VllmClient(config, self.metrics, transport)
+        self.client = VllmClient(config, self.metrics)
         self.scorer = Scorer(config, self.client)
         self.auth = BearerTokenCheck(config.auth_token_file) if config.auth_token_file else None
         self.routes: dict[str, Handler] = {

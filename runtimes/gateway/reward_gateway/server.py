@@ -7,6 +7,8 @@ Prometheus registry (where the gateway's metrics live) and graceful shutdown.
 
 from __future__ import annotations
 
+import logging
+
 import kserve
 from kserve import model_server
 
@@ -23,10 +25,27 @@ class RewardModelEndpoint(kserve.Model):
         self.ready = True
 
 
+class _DropRecords(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
 def serve(config: GatewayConfig) -> None:
     gateway = Gateway(config)
     # Routes included now come before the ones kserve adds when it starts, so
     # the gateway's v1 predict answers /v1/models/<name>:predict.
     model_server.app.include_router(build_router(gateway))
-    server = kserve.ModelServer(http_port=config.port, enable_grpc=False, workers=1, enable_docs_url=False)
+    if not config.access_log:
+        # One line per request costs more than the gateway's own work at training
+        # burst rates; latency and status are in the reward_gateway_* metrics. A
+        # filter survives kserve's logging set-up, which resets levels.
+        logging.getLogger("uvicorn.access").addFilter(_DropRecords())
+    server = kserve.ModelServer(
+        http_port=config.port,
+        enable_grpc=False,
+        workers=1,
+        enable_docs_url=False,
+        # kserve's per-request latency trace lines, for the same reason
+        enable_latency_logging=config.access_log,
+    )
     server.start([RewardModelEndpoint(config.model_name)])
