@@ -1,4 +1,5 @@
-# The reward-operator image (the operator only; the reward gateway has its own).
+# The reward-operator image: the operator, and the reward gateway that it renders as
+# each InferenceService's transformer (`python -m reward_gateway`, same image).
 #   docker build -t reward-operator:0.1.0 .
 # Runs as UID 65532 with a read-only root filesystem (the chart mounts /tmp).
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -9,7 +10,7 @@ COPY pyproject.toml README.md ./
 COPY operator ./operator
 COPY runtimes/gateway/reward_gateway ./runtimes/gateway/reward_gateway
 RUN python -m venv /opt/reward-operator \
- && /opt/reward-operator/bin/pip install --no-cache-dir --no-compile . \
+ && /opt/reward-operator/bin/pip install --no-cache-dir --no-compile ".[gateway]" \
  && /opt/reward-operator/bin/python -m compileall -q /opt/reward-operator/lib
 
 FROM ${PYTHON_IMAGE}

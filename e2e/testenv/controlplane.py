@@ -97,6 +97,18 @@ def _kubeconfig(server: str, keys: pki.Pki) -> dict:
     }
 
 
+def run_kubectl(
+    kubectl: Path, kubeconfig: str, args: tuple[str, ...], input: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    """kubectl against one kubeconfig; with ``check``, a failure raises with kubectl's own message."""
+    result = subprocess.run(
+        [str(kubectl), f"--kubeconfig={kubeconfig}", *args], input=input, capture_output=True, text=True
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+    return result
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -327,15 +339,7 @@ class ControlPlane:
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         assert self.state is not None
-        result = subprocess.run(
-            [str(self.bin / "kubectl"), f"--kubeconfig={self.state.kubeconfig}", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-        )
-        if check and result.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
-        return result
+        return run_kubectl(self.bin / "kubectl", self.state.kubeconfig, args, input=input, check=check)
 
     def _install_crds(self) -> None:
         crd_files = kserve.crd_files()

@@ -29,15 +29,10 @@ class Cluster:
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         """Run the pinned kubectl against this cluster."""
         kubectl = self.bin_dir / "kubectl" if (self.bin_dir / "kubectl").exists() else Path("kubectl")
-        result = subprocess.run(
-            [str(kubectl), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr}")
-        return result
+        try:
+            return controlplane.run_kubectl(kubectl, self.kubeconfig, args, input=input, check=check)
+        except RuntimeError as error:
+            raise AssertionError(str(error)) from None
 
     def env(self) -> dict[str, str]:
         """Environment for subprocesses (operator, helm) that talk to this cluster."""

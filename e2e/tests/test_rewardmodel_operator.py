@@ -27,6 +27,18 @@ def isvc_of(cluster, namespace: str, name: str) -> dict | None:
     return get_json(cluster, "inferenceservice", name, "-n", namespace)
 
 
+def merge_patch(cluster, namespace: str, kind: str, patch: dict, name: str = "skywork-rm") -> None:
+    cluster.kubectl("patch", kind, name, "-n", namespace, "--type=merge", "-p", json.dumps(patch))
+
+
+def wait_for_max_replicas(cluster, namespace: str, expected: int, name: str = "skywork-rm") -> None:
+    wait_until(
+        f"maxReplicas {expected} on the InferenceService",
+        lambda: isvc_of(cluster, namespace, name)["spec"]["predictor"]["maxReplicas"] == expected,
+        timeout=30,
+    )
+
+
 def mark_isvc_ready(cluster, namespace: str, name: str, url: str) -> None:
     """Stand in for KServe's controller, which does not run on the test control plane."""
     status = {
@@ -99,14 +111,8 @@ def test_ready_mirrors_the_inference_service_with_url(cluster, namespace, operat
 def test_spec_update_updates_the_child_and_observed_generation(cluster, namespace, operator):
     apply_reward_model(cluster, namespace)
     wait_until("the InferenceService", lambda: isvc_of(cluster, namespace, "skywork-rm"))
-    cluster.kubectl(
-        "patch", "rewardmodel", "skywork-rm", "-n", namespace, "--type=merge",
-        "-p", json.dumps({"spec": {"serving": {"maxReplicas": 6}}}),
-    )  # fmt: skip
-    wait_until(
-        "maxReplicas 6 on the InferenceService",
-        lambda: isvc_of(cluster, namespace, "skywork-rm")["spec"]["predictor"]["maxReplicas"] == 6,
-    )
+    merge_patch(cluster, namespace, "rewardmodel", {"spec": {"serving": {"maxReplicas": 6}}})
+    wait_for_max_replicas(cluster, namespace, 6)
     obj = wait_until(
         "observedGeneration 2",
         lambda: (
@@ -133,15 +139,8 @@ def test_child_deleted_by_hand_is_restored(cluster, namespace, operator):
 def test_owned_field_edited_by_hand_is_reverted(cluster, namespace, operator):
     apply_reward_model(cluster, namespace)
     wait_until("the InferenceService", lambda: isvc_of(cluster, namespace, "skywork-rm"))
-    cluster.kubectl(
-        "patch", "inferenceservice", "skywork-rm", "-n", namespace, "--type=merge",
-        "-p", json.dumps({"spec": {"predictor": {"maxReplicas": 40}}}),
-    )  # fmt: skip
-    wait_until(
-        "maxReplicas reverted to 4",
-        lambda: isvc_of(cluster, namespace, "skywork-rm")["spec"]["predictor"]["maxReplicas"] == 4,
-        timeout=30,
-    )
+    merge_patch(cluster, namespace, "inferenceservice", {"spec": {"predictor": {"maxReplicas": 40}}})
+    wait_for_max_replicas(cluster, namespace, 4)  # the sample's value, restored
 
 
 def test_deleting_the_reward_model_garbage_collects_the_child(cluster, namespace, operator):

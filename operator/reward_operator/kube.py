@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from .render.metadata import FIELD_MANAGER
+
+T = TypeVar("T")
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -55,24 +58,24 @@ def is_not_found(error: ApiException) -> bool:
     return error.status == 404
 
 
-def get_namespaced(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-    group, version = _group_version(api_version)
+def _or_none(read: Callable[[], T]) -> T | None:
+    """The object ``read`` returns, or None when the API server says it does not exist."""
     try:
-        return custom().get_namespaced_custom_object(group, version, namespace, plural_of(kind), name)
+        return read()
     except ApiException as error:
         if is_not_found(error):
             return None
         raise
+
+
+def get_namespaced(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    group, version = _group_version(api_version)
+    return _or_none(lambda: custom().get_namespaced_custom_object(group, version, namespace, plural_of(kind), name))
 
 
 def get_cluster(api_version: str, kind: str, name: str) -> dict[str, Any] | None:
     group, version = _group_version(api_version)
-    try:
-        return custom().get_cluster_custom_object(group, version, plural_of(kind), name)
-    except ApiException as error:
-        if is_not_found(error):
-            return None
-        raise
+    return _or_none(lambda: custom().get_cluster_custom_object(group, version, plural_of(kind), name))
 
 
 def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
@@ -106,32 +109,20 @@ def patch_status(api_version: str, kind: str, namespace: str, name: str, status:
 
 def secret_keys(namespace: str, name: str) -> set[str] | None:
     """The keys of a Secret (never its values), or None when it does not exist."""
-    try:
-        secret = core().read_namespaced_secret(name, namespace)
-    except ApiException as error:
-        if is_not_found(error):
-            return None
-        raise
+    secret = _or_none(lambda: core().read_namespaced_secret(name, namespace))
+    if secret is None:
+        return None
     return set((secret.data or {}).keys()) | set((secret.string_data or {}).keys())
 
 
 def service_account_exists(namespace: str, name: str) -> bool:
-    try:
-        core().read_namespaced_service_account(name, namespace)
-    except ApiException as error:
-        if is_not_found(error):
-            return False
-        raise
-    return True
+    return _or_none(lambda: core().read_namespaced_service_account(name, namespace)) is not None
 
 
 def ready_replicas(namespace: str, deployment: str) -> int | None:
-    try:
-        found = apps().read_namespaced_deployment(deployment, namespace)
-    except ApiException as error:
-        if is_not_found(error):
-            return None
-        raise
+    found = _or_none(lambda: apps().read_namespaced_deployment(deployment, namespace))
+    if found is None:
+        return None
     return (found.status.ready_replicas or 0) if found.status else 0
 
 

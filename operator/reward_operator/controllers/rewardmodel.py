@@ -94,6 +94,16 @@ def _write_status(
     metrics.record_ready(KIND, metadata["namespace"], metadata["name"], ready.status)
 
 
+def _write_not_ready(
+    reward_model: dict[str, Any],
+    reason: str,
+    message: str,
+    isvc: dict[str, Any] | None,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> None:
+    _write_status(reward_model, status.Condition(status.READY, "False", reason, message), isvc, None, logger)
+
+
 def reconcile(namespace: str, name: str, logger: logging.Logger | logging.LoggerAdapter) -> str:
     """Bring one RewardModel's children and status in line with its spec; returns the result."""
     with _locks[(namespace, name)], metrics.DURATION.labels(kind=KIND).time():
@@ -118,14 +128,9 @@ def _reconcile(namespace: str, name: str, logger: logging.Logger | logging.Logge
 
     problem = _missing_dependencies(reward_model)
     if problem:
+        # the InferenceService stays as it was: nothing already serving is lost
         existing = kube.get_namespaced(ISVC_API_VERSION, "InferenceService", namespace, name)
-        _write_status(
-            reward_model,
-            status.Condition(status.READY, "False", status.INVALID_SPEC, problem),
-            existing,
-            None,
-            logger,
-        )
+        _write_not_ready(reward_model, status.INVALID_SPEC, problem, existing, logger)
         return "invalid"
 
     desired = render_inference_service(reward_model, SETTINGS.gateway_image)
@@ -135,13 +140,7 @@ def _reconcile(namespace: str, name: str, logger: logging.Logger | logging.Logge
         if error.status is None or error.status >= 500 or error.status in (409, 429):
             raise
         message = f"InferenceService {name} rejected: {_apply_error_message(error)}"
-        _write_status(
-            reward_model,
-            status.Condition(status.READY, "False", status.APPLY_FAILED, message),
-            None,
-            None,
-            logger,
-        )
+        _write_not_ready(reward_model, status.APPLY_FAILED, message, None, logger)
         return "apply_failed"
 
     replicas = None
