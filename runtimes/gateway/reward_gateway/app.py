@@ -1,8 +1,8 @@
 """HTTP routes of the gateway, mounted on kserve's app or on a bare FastAPI app.
 
-The v1 predict route is ours rather than kserve's data plane, so it shares the
-item validation, authentication and error answers of the RLHF routes; it is
-registered before kserve's own routes and so takes precedence.
+The scoring routes (the v1 predict route among them, so that it shares the item
+validation, authentication and error answers of the RLHF routes) are served by
+the ASGI front in reward_gateway.asgi, ahead of the framework; the rest is here.
 """
 
 from __future__ import annotations
@@ -10,31 +10,14 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request, Response
-from fastapi.responses import JSONResponse
 from prometheus_client import exposition
 
-from reward_gateway.gateway import Answer, Gateway
-
-
-def _respond(answer: Answer) -> Response:
-    return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
+from reward_gateway.asgi import ScoringFront
+from reward_gateway.gateway import Gateway
 
 
 def build_router(gateway: Gateway) -> APIRouter:
     router = APIRouter()
-    name = gateway.config.model_name
-
-    def route(path: str, label: str) -> None:
-        async def handle(request: Request) -> Response:
-            body = await request.body()
-            return _respond(await gateway.answer(label, body, request.headers.get("authorization")))
-
-        router.add_api_route(path, handle, methods=["POST"], name=label)
-
-    route("/v1/rewards", "rewards")
-    route("/get_reward", "get_reward")
-    route("/classify", "classify")
-    route(f"/v1/models/{name}:predict", "v1_predict")
 
     async def health() -> dict[str, str]:
         # The gateway's own liveness; vLLM's health is its own container's probe.
@@ -44,7 +27,7 @@ def build_router(gateway: Gateway) -> APIRouter:
     return router
 
 
-def build_app(gateway: Gateway) -> FastAPI:
+def build_app(gateway: Gateway) -> ScoringFront:
     """A standalone app: the gateway's routes, readiness and /metrics, without kserve."""
 
     @asynccontextmanager
@@ -65,4 +48,4 @@ def build_app(gateway: Gateway) -> FastAPI:
 
     app.add_api_route(f"/v1/models/{name}", model_ready, methods=["GET"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
-    return app
+    return ScoringFront(gateway, app)

@@ -13,6 +13,7 @@ import kserve
 from kserve import model_server
 
 from reward_gateway.app import build_router
+from reward_gateway.asgi import ScoringFront
 from reward_gateway.config import GatewayConfig
 from reward_gateway.gateway import Gateway
 
@@ -32,9 +33,13 @@ class _DropRecords(logging.Filter):
 
 def serve(config: GatewayConfig) -> None:
     gateway = Gateway(config)
-    # Routes included now come before the ones kserve adds when it starts, so
-    # the gateway's v1 predict answers /v1/models/<name>:predict.
-    model_server.app.include_router(build_router(gateway))
+    app = model_server.app
+    app.include_router(build_router(gateway))
+    # The scoring routes are answered ahead of the whole middleware stack,
+    # kserve's timing middleware included (see reward_gateway.asgi). Starlette
+    # builds that stack on the first request, so the front wraps what it builds.
+    build_stack = app.build_middleware_stack
+    app.build_middleware_stack = lambda: ScoringFront(gateway, build_stack())
     if not config.access_log:
         # One line per request costs more than the gateway's own work at training
         # burst rates; latency and status are in the reward_gateway_* metrics. A
