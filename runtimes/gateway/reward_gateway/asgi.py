@@ -33,10 +33,11 @@ def scoring_routes(gateway: Gateway) -> dict[str, str]:
 
 
 class ScoringFront:
-    def __init__(self, gateway: Gateway, app: Any):
+    def __init__(self, gateway: Gateway, app: Any, max_body_bytes: int = MAX_BODY_BYTES):
         self.gateway = gateway
         self.app = app
         self.routes = scoring_routes(gateway)
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         label = self.routes.get(scope.get("path", "")) if scope["type"] == "http" else None
@@ -46,9 +47,9 @@ class ScoringFront:
         if scope["method"] != "POST":
             await _send_json(send, Answer(405, {"error": f"{scope['path']} takes POST"}, {"Allow": "POST"}))
             return
-        body = await _read_body(receive)
+        body = await _read_body(receive, self.max_body_bytes)
         if body is None:
-            await _send_json(send, Answer(413, {"error": f"request body over {MAX_BODY_BYTES} bytes"}))
+            await _send_json(send, Answer(413, {"error": f"request body over {self.max_body_bytes} bytes"}))
             return
         authorization = None
         for name, value in scope["headers"]:
@@ -62,13 +63,13 @@ class ScoringFront:
         await _send_json(send, answer)
 
 
-async def _read_body(receive: Any) -> bytes | None:
+async def _read_body(receive: Any, limit: int) -> bytes | None:
     chunks, size = [], 0
     while True:
         message = await receive()
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
+        if size > limit:
             return None
         chunks.append(chunk)
         if not message.get("more_body", False):
