@@ -188,18 +188,25 @@ def _contract_params(source: str) -> list:
     return params
 
 
+def _declared_metrics(holder) -> dict[str, tuple[str, set[str]]]:
+    """Exposed name -> (type, label names) of the metric objects an object or module holds.
+
+    Children exist only once used; the declared label names are on the metric objects.
+    """
+    return {
+        metric._name + ("_total" if metric._type == "counter" else ""): (metric._type, set(metric._labelnames))
+        for metric in vars(holder).values()
+        if hasattr(metric, "_labelnames") and hasattr(metric, "_type")
+    }
+
+
 @pytest.mark.parametrize(("name", "spec"), _contract_params("operator"))
 def test_operator_exports(name, spec):
     from prometheus_client import REGISTRY
 
     from reward_operator import metrics
 
-    # children exist only once used; the declared label names are on the metric objects
-    declared = {
-        metric._name + ("_total" if metric._type == "counter" else ""): (metric._type, set(metric._labelnames))
-        for metric in vars(metrics).values()
-        if hasattr(metric, "_labelnames") and hasattr(metric, "_type")
-    }
+    declared = _declared_metrics(metrics)
     assert name in declared, f"reward_operator.metrics exports no {name}"
     assert declared[name] == (spec["type"], set(spec["labels"]))
     assert name.removesuffix("_total") in {family.name for family in REGISTRY.collect()}
@@ -211,12 +218,7 @@ def test_gateway_exports(name, spec):
         pytest.skip("runtimes/gateway/reward_gateway/metrics.py does not exist yet")
     from prometheus_client import CollectorRegistry
 
-    metrics = importlib.import_module("reward_gateway.metrics").GatewayMetrics(CollectorRegistry())
-    declared = {
-        metric._name + ("_total" if metric._type == "counter" else ""): (metric._type, set(metric._labelnames))
-        for metric in vars(metrics).values()
-        if hasattr(metric, "_labelnames") and hasattr(metric, "_type")
-    }
+    declared = _declared_metrics(importlib.import_module("reward_gateway.metrics").GatewayMetrics(CollectorRegistry()))
     assert name in declared, f"reward_gateway.metrics exports no {name}"
     assert declared[name] == (spec["type"], set(spec["labels"]))
 
