@@ -165,6 +165,18 @@ def test_deployment_runs_one_standalone_instance(helm):
     assert "--namespace=a" in args and "--namespace=b" in args and "--all-namespaces" not in args
 
 
+def test_gateway_image_follows_the_operator_image_unless_set(helm):
+    def gateway_image(*args: str) -> str:
+        (deployment,) = (doc for doc in template(helm, "ops", *args) if doc["kind"] == "Deployment")
+        env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+        return env["REWARD_OPERATOR_GATEWAY_IMAGE"]
+
+    assert gateway_image("--set=image.repository=registry.example/team/reward-operator") == (
+        "registry.example/team/reward-operator:0.1.0"
+    )
+    assert gateway_image("--set=gateway.image=gateway:2") == "gateway:2"
+
+
 def test_crds_come_first_for_argocd_and_are_kept(helm):
     docs = template(helm, "ops")
     for doc in docs:

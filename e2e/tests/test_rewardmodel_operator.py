@@ -204,3 +204,40 @@ def test_operator_exports_metrics_and_liveness(cluster, namespace, operator):
         assert name in text
     with urllib.request.urlopen(operator.liveness_url, timeout=5) as response:
         assert response.status == 200
+
+
+PREDICTOR_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: skywork-rm-predictor
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: skywork-rm-predictor}
+  template:
+    metadata:
+      labels: {app: skywork-rm-predictor}
+    spec:
+      containers:
+      - name: kserve-container
+        image: example/vllm:1
+"""
+
+
+def test_replicas_come_from_the_predictor_deployment(cluster, namespace, operator):
+    """In Standard mode KServe runs the predictor as Deployment <name>-predictor; its ready pods are the column."""
+    apply_reward_model(cluster, namespace)
+    wait_until("the InferenceService", lambda: isvc_of(cluster, namespace, "skywork-rm"))
+    # stand in for KServe's controller once more: the Deployment it would create, run by kwok
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=PREDICTOR_DEPLOYMENT)
+    cluster.kubectl("wait", "--for=condition=Available", "deployment/skywork-rm-predictor", "-n", namespace)
+    mark_isvc_ready(cluster, namespace, "skywork-rm", "http://skywork-rm.example")
+    obj = wait_until(
+        "status.replicas 2",
+        lambda: (
+            (o := get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace))["status"].get("replicas") == 2 and o
+        ),
+    )
+    assert "2" in cluster.kubectl("get", "rewardmodel", "skywork-rm", "-n", namespace).stdout.splitlines()[1].split()
+    assert condition(obj)["status"] == "True"
