@@ -10,4 +10,6 @@ bench-gateway: venv ## scores per second through the gateway vs straight to the 
 	$(PY) e2e/bench/gateway_bench.py
 
 vllm-venv: ## cached venv with vLLM 0.33.0, whose parser checks the rendered vLLM args
-	test -x $(VLLM_VENV)/bin/python || { python3 -m venv $(VLLM_VENV) && $(VLLM_VENV)/bin/pip install --quiet vllm==0.33.0; }
+	@# .complete marks a finished install: an interrupted one (disk full, network) is redone, not used half-made
+	test -f $(VLLM_VENV)/.complete || { rm -rf $(VLLM_VENV) && python3 -m venv $(VLLM_VENV) \
+	  && $(VLLM_VENV)/bin/pip install --quiet vllm==0.33.0 && touch $(VLLM_VENV)/.complete; }

@@ -53,8 +53,13 @@ def vllm_python() -> Path | None:
     """The interpreter of the pinned vLLM (VLLM_PYTHON overrides), or None when absent."""
     import os
 
-    path = Path(os.environ.get("VLLM_PYTHON") or DEFAULT_VLLM_VENV / "bin" / "python")
-    return path if path.exists() else None
+    if os.environ.get("VLLM_PYTHON"):
+        path = Path(os.environ["VLLM_PYTHON"])
+        return path if path.exists() else None
+    # `make vllm-venv` marks a finished install; a half-made one is not used
+    if not (DEFAULT_VLLM_VENV / ".complete").exists():
+        return None
+    return DEFAULT_VLLM_VENV / "bin" / "python"
 
 
 def vllm_package_dir() -> Path | None:
