@@ -42,6 +42,7 @@ CLIENT_CPUS = set(CPUS[:-1]) if len(CPUS) >= 2 else set(CPUS)
 
 def start(command: list[str], env: dict[str, str], url: str, probe: str, cpus: set[int]) -> subprocess.Popen:
     # Logs go to a file: an unread pipe fills up under load and stalls the server.
+    # Kept only when start-up fails (the message names it); removed after a run.
     log = tempfile.NamedTemporaryFile(prefix="gateway-bench-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(
         command,
@@ -50,6 +51,7 @@ def start(command: list[str], env: dict[str, str], url: str, probe: str, cpus: s
         stderr=subprocess.STDOUT,
         preexec_fn=lambda: os.sched_setaffinity(0, cpus),
     )
+    process.log_path = Path(log.name)  # type: ignore[attr-defined]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -197,8 +199,10 @@ def run_profile(delay_ms: float, title: str, judge: bool) -> None:
             ),
         )
     finally:
-        gateway.terminate()
-        backend.terminate()
+        for process in (gateway, backend):
+            process.terminate()
+            process.wait(timeout=30)
+            process.log_path.unlink(missing_ok=True)
     report("OpenRLHF/verl style: /get_reward vs /classify", 1, *single, judge=judge)
     report("GRPO group: /v1/rewards vs /classify", GROUP, *grouped, judge=judge)
 
