@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from testenv import controlplane
+from testenv.helpers import condition, mark_inference_service_ready, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "manifests" / "samples" / "rewardmodel-sequence-standard.yaml"
@@ -24,15 +24,6 @@ NAMESPACE = "rlhf-demo"
 
 def step(message: str) -> None:
     print(f"\n==> {message}", flush=True)
-
-
-def wait_for(what: str, predicate, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"timed out waiting for {what}")
 
 
 def main() -> int:
@@ -67,8 +58,8 @@ def main() -> int:
         result = kubectl("get", kind, name, "-n", NAMESPACE, "-o", "json", check=False)
         return json.loads(result.stdout) if result.returncode == 0 else None
 
-    wait_for("the InferenceService", lambda: get("inferenceservice") is not None)
-    wait_for("the RewardModel's status", lambda: (get("rewardmodel") or {}).get("status", {}).get("conditions"))
+    wait_until("the InferenceService", lambda: get("inferenceservice") is not None)
+    wait_until("the RewardModel's status", lambda: (get("rewardmodel") or {}).get("status", {}).get("conditions"))
 
     step("the InferenceService the operator rendered and applied (server-side apply, validated by KServe's schema)")
     print(kubectl("get", "inferenceservice", name, "-n", NAMESPACE, "-o", "yaml", "--show-managed-fields=false").stdout)
@@ -78,32 +69,10 @@ def main() -> int:
 
     step("standing in for KServe's controller: marking the InferenceService Ready with a URL")
     url = f"http://{name}.{NAMESPACE}.svc.cluster.local"
-    isvc_status = {
-        "status": {
-            "url": url,
-            "conditions": [
-                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-                {"type": "PredictorReady", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-            ],
-        }
-    }
-    kubectl(
-        "patch",
-        "inferenceservice",
-        name,
-        "-n",
-        NAMESPACE,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps(isvc_status),
-    )
-    wait_for(
+    mark_inference_service_ready(kubectl, NAMESPACE, name, url)
+    wait_until(
         "Ready=True on the RewardModel",
-        lambda: any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in (get("rewardmodel") or {}).get("status", {}).get("conditions", [])
-        ),
+        lambda: (condition(get("rewardmodel")) or {}).get("status") == "True",
     )
     print(kubectl("get", "rewardmodels", "-n", NAMESPACE, "-o", "wide").stdout)
 

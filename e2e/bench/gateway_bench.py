@@ -131,7 +131,13 @@ def run_profile(delay_ms: float, title: str, judge: bool) -> None:
         f"uvicorn.run(f.FakeVllm(delay_s={delay_ms / 1000}).app, port={backend_port}, log_level='warning')",
     ]
     tests_dir = str(ROOT / "runtimes/gateway/tests")
-    backend = start(backend_cmd, {"PYTHONPATH": tests_dir}, f"http://127.0.0.1:{backend_port}", "/health", CLIENT_CPUS)
+    backend = start(
+        backend_cmd,
+        {"PYTHONPATH": os.pathsep.join([tests_dir, str(ROOT / "e2e")])},
+        f"http://127.0.0.1:{backend_port}",
+        "/health",
+        CLIENT_CPUS,
+    )
     gateway_env = {
         "REWARD_GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{backend_port}",
         "REWARD_GATEWAY_MODEL_NAME": "rm",

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from . import build, kserve, pki
+from .helpers import free_port
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
@@ -39,12 +39,6 @@ COMPONENT_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sc
 
 def log(message: str) -> None:
     print(f"[testenv] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -36,6 +36,18 @@ def get_json(cluster, *args: str) -> dict | None:
     return json.loads(result.stdout) if result.returncode == 0 else None
 
 
+def mark_inference_service_ready(kubectl: Callable[..., Any], namespace: str, name: str, url: str) -> None:
+    """Stand in for KServe's controller, which does not run on the local control plane:
+    report the InferenceService Ready at ``url``, as KServe would. ``kubectl`` is
+    ControlPlane.kubectl or Cluster.kubectl."""
+    ready = {"status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    status = {"status": {"url": url, "conditions": [{"type": t, **ready} for t in ("PredictorReady", "Ready")]}}
+    kubectl(
+        "patch", "inferenceservice", name, "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps(status),
+    )  # fmt: skip
+
+
 def condition(obj: dict | None, type_: str = "Ready") -> dict | None:
     for item in ((obj or {}).get("status") or {}).get("conditions") or []:
         if item.get("type") == type_:

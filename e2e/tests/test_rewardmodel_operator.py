@@ -9,7 +9,7 @@ import urllib.request
 
 import yaml
 
-from testenv.helpers import REPO, condition, get_json, wait_until
+from testenv.helpers import REPO, condition, get_json, mark_inference_service_ready, wait_until
 
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/rewardmodel-sequence-standard.yaml").read_text())
 
@@ -37,20 +37,6 @@ def wait_for_max_replicas(cluster, namespace: str, expected: int, name: str = "s
         lambda: isvc_of(cluster, namespace, name)["spec"]["predictor"]["maxReplicas"] == expected,
         timeout=30,
     )
-
-
-def mark_isvc_ready(cluster, namespace: str, name: str, url: str) -> None:
-    """Stand in for KServe's controller, which does not run on the test control plane."""
-    status = {
-        "status": {
-            "url": url,
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-        }
-    }
-    cluster.kubectl(
-        "patch", "inferenceservice", name, "-n", namespace, "--subresource=status", "--type=merge",
-        "-p", json.dumps(status),
-    )  # fmt: skip
 
 
 def events_for(cluster, namespace: str, name: str) -> list[dict]:
@@ -87,7 +73,7 @@ def test_ready_mirrors_the_inference_service_with_url(cluster, namespace, operat
     apply_reward_model(cluster, namespace)
     wait_until("the InferenceService", lambda: isvc_of(cluster, namespace, "skywork-rm"))
     url = f"http://skywork-rm.{namespace}.example.com"
-    mark_isvc_ready(cluster, namespace, "skywork-rm", url)
+    mark_inference_service_ready(cluster.kubectl, namespace, "skywork-rm", url)
 
     def ready():
         obj = get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace)
@@ -232,7 +218,7 @@ def test_replicas_come_from_the_predictor_deployment(cluster, namespace, operato
     # stand in for KServe's controller once more: the Deployment it would create, run by kwok
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=PREDICTOR_DEPLOYMENT)
     cluster.kubectl("wait", "--for=condition=Available", "deployment/skywork-rm-predictor", "-n", namespace)
-    mark_isvc_ready(cluster, namespace, "skywork-rm", "http://skywork-rm.example")
+    mark_inference_service_ready(cluster.kubectl, namespace, "skywork-rm", "http://skywork-rm.example")
     obj = wait_until(
         "status.replicas 2",
         lambda: (

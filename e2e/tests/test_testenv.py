@@ -49,7 +49,7 @@ def test_kserve_schema_accepts_a_valid_inference_service(cluster, namespace):
     assert stored["spec"]["predictor"]["model"]["modelFormat"]["name"] == "vLLM"
 
 
-def test_kserve_schema_prunes_nothing_it_knows_and_rejects_unknown_fields(cluster, namespace):
+def test_kserve_schema_rejects_unknown_fields_under_strict_validation(cluster, namespace):
     manifest = ISVC.format(name="typo", min_replicas=1).replace("minReplicas", "minReplica")
     result = cluster.kubectl(
         "apply", "--server-side", "--validate=strict", "-n", namespace, "-f", "-", input=manifest, check=False

@@ -41,27 +41,29 @@ GENERATION_LAG = Gauge(
     ["kind", "namespace", "name"],
 )
 
+READY_STATES = ("True", "False", "Unknown")
+# Each object's last Ready status, so a change moves one count from one state to another.
 _ready_by_object: dict[tuple[str, str, str], str] = {}
 _lock = threading.Lock()
 
 
 def record_ready(kind: str, namespace: str, name: str, ready: str | None) -> None:
     """Remember an object's Ready status (None: the object is gone) and refresh the gauge."""
+    key = (kind, namespace, name)
     with _lock:
+        for state in READY_STATES:  # every state has a series, zero included
+            OBJECTS.labels(kind=kind, ready=state)
+        previous = _ready_by_object.pop(key, None)
+        if previous is not None:
+            OBJECTS.labels(kind=kind, ready=previous).dec()
         if ready is None:
-            _ready_by_object.pop((kind, namespace, name), None)
             for gauge in (OBJECT_READY, GENERATION_LAG):
                 with contextlib.suppress(KeyError):
                     gauge.remove(kind, namespace, name)
-        else:
-            _ready_by_object[(kind, namespace, name)] = ready
-            OBJECT_READY.labels(kind=kind, namespace=namespace, name=name).set(1 if ready == "True" else 0)
-        counts = {"True": 0, "False": 0, "Unknown": 0}
-        for (object_kind, _, _), state in _ready_by_object.items():
-            if object_kind == kind:
-                counts[state] = counts.get(state, 0) + 1
-        for state, count in counts.items():
-            OBJECTS.labels(kind=kind, ready=state).set(count)
+            return
+        _ready_by_object[key] = ready
+        OBJECTS.labels(kind=kind, ready=ready).inc()
+        OBJECT_READY.labels(kind=kind, namespace=namespace, name=name).set(1 if ready == "True" else 0)
 
 
 def record_generation_lag(kind: str, namespace: str, name: str, body: dict) -> None:

@@ -7,6 +7,7 @@ edited by hand is restored by the same code path that created it.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -52,8 +53,11 @@ def _missing_dependencies(reward_model: dict[str, Any]) -> str | None:
             references.append((f"spec.env[{item['name']}]", ref["name"], ref["key"]))
     if auth := spec.get("gateway", {}).get("authSecretRef"):
         references.append(("spec.gateway.authSecretRef", auth["name"], auth.get("key", "token")))
+    keys_of: dict[str, set[str] | None] = {}  # one read per Secret, however often it is named
     for field, secret, key in references:
-        keys = kube.secret_keys(namespace, secret)
+        if secret not in keys_of:
+            keys_of[secret] = kube.secret_keys(namespace, secret)
+        keys = keys_of[secret]
         if keys is None:
             return f"{field}: Secret {secret!r} not found in namespace {namespace}"
         if key not in keys:
@@ -65,8 +69,6 @@ def _missing_dependencies(reward_model: dict[str, Any]) -> str | None:
 
 
 def _apply_error_message(error: ApiException) -> str:
-    import json
-
     try:
         return json.loads(error.body).get("message") or str(error.reason)
     except (TypeError, ValueError):
@@ -83,7 +85,7 @@ def _write_status(
     metadata = reward_model["metadata"]
     current = reward_model.get("status") or {}
     desired = status.desired_status(current, metadata["generation"], ready, isvc, replicas, status.now_rfc3339())
-    if desired != {k: v for k, v in current.items() if k in desired} or set(current) - set(desired):
+    if desired != current:
         # a merge patch: fields that should be gone are sent as null
         patch = {**{key: None for key in current if key not in desired}, **desired}
         kube.patch_status(API_VERSION, KIND, metadata["namespace"], metadata["name"], patch)

@@ -27,6 +27,7 @@ from reward_gateway.wire import (
     parse,
     parse_json,
     scoring_items,
+    validate,
 )
 
 
@@ -124,8 +125,8 @@ class Gateway:
                 f"/classify serves sequence reward models; {self.config.model_name!r} is a "
                 f"{self.config.model_kind} reward model: use /v1/rewards"
             )
-        request = parse(ClassifyRequest, body)
         forwarded = parse_json(body)
+        request = validate(ClassifyRequest, forwarded)
         # One model sits behind this gateway, whatever name the trainer was configured with.
         forwarded["model"] = self.config.model_name
         # The raw logit unless the caller asked otherwise: vLLM's default sigmoid

@@ -97,7 +97,10 @@ def parse_json(body: bytes) -> Any:
 
 
 def parse(model: type[RequestT], body: bytes) -> RequestT:
-    data = parse_json(body)
+    return validate(model, parse_json(body))
+
+
+def validate(model: type[RequestT], data: Any) -> RequestT:
     if not isinstance(data, dict):
         raise BadRequest("expected a JSON object")
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import socket
 import threading
 import time
 import zlib
@@ -18,6 +17,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+
+from testenv.helpers import free_port
 
 STEP_TAG = "<extra_0>"
 MAX_CHARS = 4000  # stands in for the model's context length
@@ -110,12 +111,6 @@ class FakeVllm:
         words = text.split(" ")
         values = [[logit(" ".join(words[: i + 1]))] for i in range(len(words))]
         return {"index": index, "object": "pooling", "data": values}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager

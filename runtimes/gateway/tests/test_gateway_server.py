@@ -10,7 +10,9 @@ import time
 
 import httpx
 import pytest
-from gateway_fake_vllm import free_port, logit
+from gateway_fake_vllm import logit
+
+from testenv.helpers import free_port
 
 pytest.importorskip("kserve", reason="the gateway extra (kserve) is not installed: pip install -e '.[gateway]'")
 
