@@ -9,9 +9,10 @@ call :meth:`Gateway.answer` and write JSON. Everything else (health, readiness,
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
+
+import orjson
 
 from reward_gateway.gateway import Answer, Gateway
 
@@ -36,11 +37,16 @@ class ScoringFront:
     def __init__(self, gateway: Gateway, app: Any, max_body_bytes: int = MAX_BODY_BYTES):
         self.gateway = gateway
         self.app = app
-        self.routes = scoring_routes(gateway)
+        self.scoring_paths = scoring_routes(gateway)
         self.max_body_bytes = max_body_bytes
 
+    def __getattr__(self, name: str) -> Any:
+        # Stands in for the wrapped app where it is looked up by name (kserve
+        # registers its routes and middleware on "kserve.model_server:app").
+        return getattr(self.app, name)
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        label = self.routes.get(scope.get("path", "")) if scope["type"] == "http" else None
+        label = self.scoring_paths.get(scope.get("path", "")) if scope["type"] == "http" else None
         if label is None:
             await self.app(scope, receive, send)
             return
@@ -77,7 +83,7 @@ async def _read_body(receive: Any, limit: int) -> bytes | None:
 
 
 async def _send_json(send: Any, answer: Answer) -> None:
-    payload = json.dumps(answer.body, separators=(",", ":")).encode()
+    payload = orjson.dumps(answer.body)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     headers += [(key.lower().encode("latin-1"), value.encode("latin-1")) for key, value in answer.headers.items()]
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})

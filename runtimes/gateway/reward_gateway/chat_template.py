@@ -43,11 +43,21 @@ class ChatTemplateRenderer:
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         self._template = env.from_string(template.source)
-        self._special = {"bos_token": template.bos_token or "", "eos_token": template.eos_token or ""}
+        # What Template.render assembles on every call (its globals, a ChainMap
+        # walked key by key, merged with the variables) is merged once here: a
+        # group of 8 renders 8 times, and that assembly was a third of each render.
+        self._template.globals = dict(self._template.globals)
+        self._variables = {
+            **self._template.globals,
+            "add_generation_prompt": False,
+            "bos_token": template.bos_token or "",
+            "eos_token": template.eos_token or "",
+        }
 
     def render(self, messages: list[dict[str, str]]) -> str:
+        context = self._template.new_context({**self._variables, "messages": messages}, shared=True)
         try:
-            return self._template.render(messages=messages, add_generation_prompt=False, **self._special)
+            return "".join(self._template.root_render_func(context))
         except TemplateRaised as error:
             raise BadRequest(f"the reward model's chat template rejected these messages: {error}") from None
         except TemplateError as error:

@@ -65,6 +65,13 @@ class Gateway:
             "classify": self.classify,
             "v1_predict": self.predict_v1,
         }
+        # Metric children bound once: prometheus-client's labels() validates and
+        # looks its labels up under a lock on every call, several times a request.
+        model = config.model_name
+        self._inflight = self.metrics.inflight.labels(model)
+        self._durations = {route: self.metrics.duration.labels(model, route) for route in self.routes}
+        self._scores = self.metrics.scores.labels(model)
+        self._outcomes: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     async def close(self) -> None:
         await self.client.close()
@@ -74,10 +81,9 @@ class Gateway:
 
     async def answer(self, route: str, body: bytes, authorization: str | None) -> Answer:
         """Run one route and record requests, items, latency and in-flight count."""
-        model = self.config.model_name
         tally = _Tally()
         started = time.perf_counter()
-        self.metrics.inflight.labels(model).inc()
+        self._inflight.inc()
         try:
             if not self.authorized(authorization):
                 raise Unauthorized()
@@ -85,13 +91,25 @@ class Gateway:
         except GatewayError as error:
             answer = Answer(error.status, {"error": error.message}, error.headers)
         finally:
-            self.metrics.inflight.labels(model).dec()
-        self.metrics.duration.labels(model, route).observe(time.perf_counter() - started)
-        self.metrics.requests.labels(model, route, str(answer.status)).inc()
+            self._inflight.dec()
+        self._durations[route].observe(time.perf_counter() - started)
+        requests, items = self._outcome(route, answer.status)
+        requests.inc()
         if tally.items:
-            result = "ok" if answer.status == 200 else "error"
-            self.metrics.items.labels(model, route, result).inc(tally.items)
+            items.inc(tally.items)
         return answer
+
+    def _outcome(self, route: str, status: int) -> tuple[Any, Any]:
+        """The requests and items counters for a route's answer with this status."""
+        key = (route, status)
+        children = self._outcomes.get(key)
+        if children is None:
+            model, result = self.config.model_name, "ok" if status == 200 else "error"
+            children = self._outcomes[key] = (
+                self.metrics.requests.labels(model, route, str(status)),
+                self.metrics.items.labels(model, route, result),
+            )
+        return children
 
     async def rewards(self, body: bytes, tally: _Tally) -> dict[str, Any]:
         request = parse(RewardsRequest, body)
@@ -155,6 +173,5 @@ class Gateway:
         tally.items = count
 
     def _observe(self, scores: list[Score]) -> None:
-        histogram = self.metrics.scores.labels(self.config.model_name)
         for score in scores:
-            histogram.observe(score.reward)
+            self._scores.observe(score.reward)

@@ -49,6 +49,9 @@ class Scorer:
             for position, score in zip(call.positions, scores, strict=True):
                 results[position] = score
 
+        if len(calls) == 1:  # most requests: no task to create, nothing to cancel
+            await run(calls[0])
+            return results  # type: ignore[return-value]
         try:
             # A TaskGroup cancels the other calls as soon as one fails: the
             # request is lost anyway, and vLLM's time is better spent elsewhere.

@@ -7,10 +7,12 @@ Prometheus registry (where the gateway's metrics live) and graceful shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 
 import kserve
+import uvloop
 from kserve import model_server
 
 from reward_gateway.app import build_router
@@ -27,9 +29,15 @@ class RewardModelEndpoint(kserve.Model):
         self.ready = True
 
 
-class _DropRecords(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return False
+def _silence_access_log() -> None:
+    """No access log line per request: at training-burst rates it costs more than
+    the gateway's own work, and latency and status are in the reward_gateway_*
+    metrics. uvicorn logs access only when its logger has handlers, so removing
+    the ones kserve's logging set-up (in ModelServer()) attached skips even
+    building the record, which a filter would not."""
+    access = logging.getLogger("uvicorn.access")
+    access.handlers.clear()
+    access.propagate = False
 
 
 def _calm_garbage_collector() -> None:
@@ -49,25 +57,28 @@ def _calm_garbage_collector() -> None:
 
 def serve(config: GatewayConfig) -> None:
     gateway = Gateway(config)
-    app = model_server.app
-    app.include_router(build_router(gateway))
-    # The scoring routes are answered ahead of the whole middleware stack,
-    # kserve's timing middleware included (see reward_gateway.asgi). Starlette
-    # builds that stack on the first request, so the front wraps what it builds.
-    build_stack = app.build_middleware_stack
-    app.build_middleware_stack = lambda: ScoringFront(gateway, build_stack())
-    if not config.access_log:
-        # One line per request costs more than the gateway's own work at training
-        # burst rates; latency and status are in the reward_gateway_* metrics. A
-        # filter survives kserve's logging set-up, which resets levels.
-        logging.getLogger("uvicorn.access").addFilter(_DropRecords())
+    model_server.app.include_router(build_router(gateway))
+    # The scoring routes are answered ahead of FastAPI and its middleware
+    # (see reward_gateway.asgi). kserve's REST server and uvicorn both load the
+    # app by its import string, "kserve.model_server:app", so the front takes
+    # that place; kserve still registers its routes and middleware on the
+    # FastAPI app behind it, as the front passes attribute lookups through.
+    model_server.app = ScoringFront(gateway, model_server.app)
     server = kserve.ModelServer(
         http_port=config.port,
         enable_grpc=False,
         workers=1,
         enable_docs_url=False,
-        # kserve's per-request latency trace lines, for the same reason
+        # kserve's per-request latency trace lines: see _silence_access_log
         enable_latency_logging=config.access_log,
     )
+    if not config.access_log:
+        _silence_access_log()
     _calm_garbage_collector()
+    # kserve runs its server under asyncio.run; uvloop's C event loop and
+    # transports halve the gateway's CPU per request against asyncio's own.
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    # kserve configures "the current loop" before asyncio.run makes its own; with
+    # a new policy there is none until one is set.
+    asyncio.set_event_loop(asyncio.new_event_loop())
     server.start([RewardModelEndpoint(config.model_name)])

@@ -8,14 +8,14 @@ wait is spent; then the client gets 503 with Retry-After instead of a hang.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
-import aiohttp
+import orjson
 
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import UpstreamError, upstream_unavailable
+from reward_gateway.http_pool import HttpPool
 from reward_gateway.metrics import GatewayMetrics
 
 RETRY_PAUSE_S = 0.5
@@ -23,45 +23,33 @@ RETRY_AFTER_S = 10
 
 
 class VllmClient:
-    """aiohttp rather than httpx: at training-burst rates the client's own CPU cost
-    is most of the gateway's overhead, and aiohttp's is several times lower."""
-
     def __init__(self, config: GatewayConfig, metrics: GatewayMetrics):
         self.config = config
         self.metrics = metrics
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        # Created on first use, inside the server's event loop, as aiohttp requires.
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                # a trailing slash, so vLLM paths join below any prefix of the URL
-                self.config.upstream_url.rstrip("/") + "/",
-                # One connection per concurrent call, kept alive: reconnecting per
-                # call would cost more than the gateway's whole latency budget.
-                connector=aiohttp.TCPConnector(limit=self.config.max_concurrency),
-                timeout=aiohttp.ClientTimeout(
-                    total=self.config.request_timeout_s, connect=min(10.0, self.config.request_timeout_s)
-                ),
-            )
-        return self._session
+        # One connection per concurrent call, kept alive: reconnecting per call
+        # would cost more than the gateway's whole latency budget.
+        self.pool = HttpPool(
+            config.upstream_url,
+            max_idle=config.max_concurrency,
+            connect_timeout_s=min(10.0, config.request_timeout_s),
+        )
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self.pool.close()
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         """POST a JSON body and return vLLM's JSON answer, or raise UpstreamError."""
+        payload = orjson.dumps(body)
         deadline = time.monotonic() + self.config.scale_from_zero_timeout_s
         while True:
             try:
-                async with self._client().post(path.lstrip("/"), json=body) as response:
-                    status, payload = response.status, await response.read()
+                async with asyncio.timeout(self.config.request_timeout_s):
+                    status, answer = await self.pool.post_json(path, payload)
             except TimeoutError:
                 raise self._failed(
                     UpstreamError("timeout", 504, f"vLLM did not answer within {self.config.request_timeout_s:g} s")
                 ) from None
-            except aiohttp.ClientConnectionError as error:
+            except OSError as error:  # refused, reset, closed, unresolvable, TLS
                 if time.monotonic() < deadline:
                     await asyncio.sleep(RETRY_PAUSE_S)
                     continue
@@ -70,7 +58,7 @@ class VllmClient:
             if status == 503 and time.monotonic() < deadline:
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
-            return self._answer(status, payload)
+            return self._answer(status, answer)
 
     def _answer(self, status: int, payload: bytes) -> Any:
         if status == 503:
@@ -84,8 +72,8 @@ class VllmClient:
             # they go back to the client as its own fault, with vLLM's message.
             raise self._failed(UpstreamError("status_4xx", 400, f"vLLM rejected the input: {_message(payload)}"))
         try:
-            return json.loads(payload)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            return orjson.loads(payload)
+        except orjson.JSONDecodeError:
             error = UpstreamError("bad_response", 502, "vLLM answered with a body that is not JSON")
             raise self._failed(error) from None
 
@@ -96,8 +84,8 @@ class VllmClient:
 
 def _message(payload: bytes) -> str:
     try:
-        body = json.loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
         return payload.decode(errors="replace")[:500]
     if isinstance(body, dict):
         error = body.get("error", body.get("message", body))

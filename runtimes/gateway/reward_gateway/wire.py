@@ -6,10 +6,10 @@ changes what gets scored is exactly the bug this gateway exists to prevent.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from reward_gateway.errors import BadRequest
@@ -91,8 +91,8 @@ def parse_json(body: bytes) -> Any:
     if not body:
         raise BadRequest("the request body is empty; expected a JSON object")
     try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:  # invalid UTF-8 included
         raise BadRequest(f"the request body is not valid JSON: {error}") from None
 
 

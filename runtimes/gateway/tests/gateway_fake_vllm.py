@@ -7,16 +7,16 @@ reward they expect for any input. Every request body is recorded.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import threading
 import time
 import zlib
+from collections import deque
 from contextlib import contextmanager
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 
 from testenv.helpers import free_port
 
@@ -42,45 +42,113 @@ def conversation_text(messages: list[dict[str, str]]) -> str:
     return "".join(f"<{m['role']}>{m['content']}" for m in messages)
 
 
+class EngineSteps:
+    """vLLM's scheduling, in time only, for the benchmark.
+
+    vLLM runs a pooling model in steps: each step takes the waiting texts that
+    fit its token budget (max_num_batched_tokens) in arrival order, and all of
+    them finish together when the step ends, so answers leave vLLM in bursts of
+    up to ``tokens_per_step // tokens_per_text`` texts. Texts arriving during a
+    step wait for the next one.
+    """
+
+    def __init__(self, step_s: float, tokens_per_step: int, tokens_per_text: int):
+        self.step_s = step_s
+        self.texts_per_step = max(1, tokens_per_step // tokens_per_text)
+        self.waiting: deque[asyncio.Future] = deque()
+        self.running: asyncio.Task | None = None
+
+    async def run(self, texts: list[str]) -> None:
+        loop = asyncio.get_running_loop()
+        finished = [loop.create_future() for _ in texts]
+        self.waiting.extend(finished)
+        if self.running is None or self.running.done():
+            self.running = loop.create_task(self._steps())
+        await asyncio.gather(*finished)
+
+    async def _steps(self) -> None:
+        while self.waiting:
+            batch = [self.waiting.popleft() for _ in range(min(self.texts_per_step, len(self.waiting)))]
+            await asyncio.sleep(self.step_s)
+            for text in batch:
+                text.set_result(None)
+
+
 class FakeVllm:
-    def __init__(self, delay_s: float = 0.0):
+    """The fake as a plain ASGI app (the object itself; ``.app`` too).
+
+    No web framework: in the benchmark the fake shares a CPU with the load
+    generator, and its own cost per request would blur the latency being measured.
+    A real vLLM's HTTP work runs on its own machine.
+
+    Timing: ``delay_s`` holds each call for a multiple of it chosen by its first
+    text (tests of ordering), or ``engine`` schedules texts in vLLM-like steps
+    (the benchmark). The time each call spent here is kept by its first text in
+    ``residence`` and served (and cleared) at GET /fake/residence, so a benchmark
+    can tell the time spent in the model from the time spent around it.
+    """
+
+    def __init__(self, delay_s: float = 0.0, engine: EngineSteps | None = None):
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.healthy = True
         self.delay_s = delay_s
-        self.app = self._build()
+        self.engine = engine
+        self.residence: dict[str, float] = {}
+        self.scorers = {"/classify": self._classify, "/pooling": self._pooling}
+        self.app = self
 
-    def _build(self) -> FastAPI:
-        app = FastAPI()
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            await receive()  # lifespan.startup
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        path = scope["path"]
+        if path == "/health" and scope["method"] == "GET":
+            status, answer = (200 if self.healthy else 503), {}
+        elif path == "/fake/residence":
+            status, answer, self.residence = 200, self.residence, {}
+        elif path in self.scorers and scope["method"] == "POST":
+            body = b""
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            status, answer = await self._answer(path, json.loads(body), self.scorers[path])
+        else:
+            status, answer = 404, {"error": {"message": f"no route {path}", "code": 404}}
+        payload = json.dumps(answer).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
 
-        @app.get("/health")
-        async def health():
-            return JSONResponse({}, status_code=200 if self.healthy else 503)
-
-        @app.post("/classify")
-        async def classify(request: Request):
-            return await self._answer("/classify", await request.json(), self._classify)
-
-        @app.post("/pooling")
-        async def pooling(request: Request):
-            return await self._answer("/pooling", await request.json(), self._pooling)
-
-        return app
-
-    async def _answer(self, path, body, score):
+    async def _answer(self, path, body, score) -> tuple[int, dict[str, Any]]:
+        arrived = time.perf_counter()
         self.calls.append((path, body))
         if not self.healthy:
-            return JSONResponse({"error": {"message": "loading", "code": 503}}, status_code=503)
+            return 503, {"error": {"message": "loading", "code": 503}}
         texts = self._texts(body)
         if body.get("truncate_prompt_tokens") is None:
             for text in texts:
                 if len(text) > MAX_CHARS:
                     message = f"This model's maximum context length is {MAX_CHARS} tokens; the input has {len(text)}"
-                    return JSONResponse({"error": {"message": message, "code": 400}}, status_code=400)
-        if self.delay_s:
+                    return 400, {"error": {"message": message, "code": 400}}
+        if self.engine is not None:
+            await self.engine.run(texts)
+        elif self.delay_s:
             # Later texts answer sooner, so a gateway that kept arrival order would fail.
             await asyncio.sleep(self.delay_s * (zlib.crc32(texts[0].encode()) % 5))
         data = [score(index, text, body) for index, text in enumerate(texts)]
-        return {"id": "fake", "object": "list", "created": int(time.time()), "model": body.get("model"), "data": data}
+        self.residence[texts[0]] = time.perf_counter() - arrived
+        return 200, {
+            "id": "fake",
+            "object": "list",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "data": data,
+        }
 
     @staticmethod
     def _texts(body: dict[str, Any]) -> list[str]:

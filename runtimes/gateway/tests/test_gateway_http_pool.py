@@ -1,0 +1,251 @@
+"""The gateway's upstream HTTP client against real sockets, including upstreams that misbehave.
+
+Each test runs a small TCP server whose behaviour per request the test decides
+(answer, close without answering, answer chunked, stall), so the cases a kept-
+alive client gets wrong in production are exercised for real: an upstream that
+closes idle connections, says Connection: close, cuts an answer short, or
+answers after the caller gave up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from reward_gateway.http_pool import HttpPool, UpstreamClosed
+
+
+@dataclass
+class Request:
+    target: str
+    headers: dict[str, str]
+    body: bytes
+    connection: int  # which accepted connection it came on, from 1
+    number: int  # its place on that connection, from 1
+
+
+def answer(body: bytes, status: int = 200, extra: str = "") -> bytes:
+    reason = {200: "OK", 503: "Service Unavailable"}.get(status, "Status")
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
+    ).encode() + body
+
+
+# What the server does for one request: bytes to write, or None to close without answering.
+Behaviour = Callable[[Request], Awaitable[bytes | None]]
+
+
+async def echo(request: Request) -> bytes:
+    return answer(request.body)
+
+
+@dataclass
+class Server:
+    behaviour: Behaviour
+    requests: list[Request] = field(default_factory=list)
+    connections: int = 0
+    closed_by_client: int = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        connection, number = self.connections, 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                request_line, *lines = head.decode().split("\r\n")
+                headers = dict(line.split(": ", 1) for line in lines if line)
+                body = await reader.readexactly(int(headers.get("Content-Length", "0")))
+                number += 1
+                request = Request(request_line.split(" ")[1], headers, body, connection, number)
+                self.requests.append(request)
+                data = await self.behaviour(request)
+                if data is None:
+                    break
+                writer.write(data)
+                await writer.drain()
+                if b"Connection: close" in data:
+                    break
+        except asyncio.IncompleteReadError:
+            self.closed_by_client += 1
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+
+def run(behaviour: Behaviour, test: Callable[[Server, str], Awaitable[None]]) -> Server:
+    async def main() -> Server:
+        server = Server(behaviour)
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        port = listening.sockets[0].getsockname()[1]
+        async with listening:
+            await test(server, f"http://127.0.0.1:{port}")
+        return server
+
+    return asyncio.run(main())
+
+
+def test_connections_are_kept_alive_and_reused():
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        for i in range(20):
+            assert await pool.post_json("/classify", b'{"i":%d}' % i) == (200, b'{"i":%d}' % i)
+        assert server.connections == 1
+        answers = await asyncio.gather(*(pool.post_json("/classify", b"[%d]" % i) for i in range(8)))
+        assert answers == [(200, b"[%d]" % i) for i in range(8)]
+        assert server.connections <= 8
+        await pool.close()
+
+    run(echo, test)
+
+
+def test_idle_connections_are_capped():
+    async def slow_echo(request):
+        await asyncio.sleep(0.05)
+        return answer(request.body)
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=2, connect_timeout_s=5)
+        await asyncio.gather(*(pool.post_json("/classify", b"{}") for _ in range(6)))
+        assert server.connections == 6
+        assert len(pool.idle) == 2
+        await pool.close()
+
+    run(slow_echo, test)
+
+
+def test_a_kept_alive_connection_closed_by_the_upstream_is_retried_on_a_new_one():
+    # The upstream's idle timeout closes a connection just as the pool reuses it:
+    # it reads the request and closes without answering. Nothing was answered, so
+    # the call goes again on a fresh connection instead of failing a training step.
+    async def closes_second_request(request):
+        return None if request.number == 2 else answer(request.body)
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        assert await pool.post_json("/classify", b"1") == (200, b"1")
+        assert await pool.post_json("/classify", b"2") == (200, b"2")
+        assert [(r.connection, r.number, r.body) for r in server.requests] == [(1, 1, b"1"), (1, 2, b"2"), (2, 1, b"2")]
+        await pool.close()
+
+    run(closes_second_request, test)
+
+
+def test_connection_close_from_the_upstream_is_honoured():
+    async def closing(request):
+        return answer(request.body, extra="Connection: close\r\n")
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        for i in range(3):
+            assert await pool.post_json("/classify", b"%d" % i) == (200, b"%d" % i)
+        assert server.connections == 3
+        assert not pool.idle
+        await pool.close()
+
+    run(closing, test)
+
+
+def test_a_chunked_answer_is_read_whole():
+    async def chunked(request):
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        return head + b'5\r\n{"a":\r\n3\r\n[1]\r\n1\r\n}\r\n0\r\n\r\n'
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        assert await pool.post_json("/classify", b"{}") == (200, b'{"a":[1]}')
+        assert await pool.post_json("/classify", b"{}") == (200, b'{"a":[1]}')
+        assert server.connections == 1
+        await pool.close()
+
+    run(chunked, test)
+
+
+def test_an_answer_cut_short_fails_and_is_not_sent_again():
+    async def crashes_mid_second_answer(request):
+        if request.body == b"1":
+            return answer(request.body)
+        # Half an answer, then the connection closes (the server closes after
+        # writing anything that says Connection: close).
+        return b'HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 100\r\n\r\n{"partial":'
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        assert await pool.post_json("/classify", b"1") == (200, b"1")
+        with pytest.raises(UpstreamClosed):  # on the kept-alive connection
+            await pool.post_json("/classify", b"2")
+        with pytest.raises(UpstreamClosed):  # on a fresh one
+            await pool.post_json("/classify", b"3")
+        # Each call was sent once: the upstream began answering, so it may have
+        # done the work, and the call is not repeated behind the caller's back.
+        assert [r.body for r in server.requests] == [b"1", b"2", b"3"]
+        await pool.close()
+
+    run(crashes_mid_second_answer, test)
+
+
+def test_a_call_given_up_on_does_not_leak_its_answer_into_the_next():
+    async def slow_first(request):
+        if request.body == b"first":
+            await asyncio.sleep(0.3)
+        return answer(request.body)
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await pool.post_json("/classify", b"first")
+        assert await pool.post_json("/classify", b"second") == (200, b"second")
+        await asyncio.sleep(0.4)  # the late answer to "first" goes out
+        # ...to a connection the pool closed when the call was given up on, so
+        # no later call can read it as its own.
+        assert server.closed_by_client == 1
+        assert await pool.post_json("/classify", b"third") == (200, b"third")
+        await pool.close()
+
+    run(slow_first, test)
+
+
+def test_nothing_listening_raises_connection_refused():
+    async def test(server, url):
+        pool = HttpPool("http://127.0.0.1:9", max_idle=8, connect_timeout_s=5)
+        with pytest.raises(ConnectionRefusedError):
+            await pool.post_json("/classify", b"{}")
+
+    run(echo, test)
+
+
+def test_requests_go_below_the_url_path_with_the_host_and_json_headers():
+    async def test(server, url):
+        pool = HttpPool(url + "/openai/", max_idle=8, connect_timeout_s=5)
+        await pool.post_json("/classify", b"{}")
+        await pool.post_json("pooling", b"{}")
+        first, second = server.requests
+        assert (first.target, second.target) == ("/openai/classify", "/openai/pooling")
+        assert first.headers["Host"] == url.removeprefix("http://")
+        assert first.headers["Content-Type"] == "application/json"
+        assert first.headers["Content-Length"] == "2"
+        await pool.close()
+
+    run(echo, test)
+
+
+def test_statuses_come_back_as_they_are():
+    async def unavailable(request):
+        return answer(b'{"error":"loading"}', status=503)
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        assert await pool.post_json("/classify", b"{}") == (503, b'{"error":"loading"}')
+        await pool.close()
+
+    run(unavailable, test)
+
+
+@pytest.mark.parametrize("url", ["ftp://host/", "http://", "host:8080"])
+def test_only_http_urls_are_accepted(url):
+    with pytest.raises(ValueError, match="not an http"):
+        HttpPool(url, max_idle=1, connect_timeout_s=1)
