@@ -59,3 +59,76 @@ def test_trainer_text_gets_exactly_one_bos(start_gateway, backend, tokenizer_dir
         ids = tokenizer(sent["input"][0], add_special_tokens=sent["add_special_tokens"])["input_ids"]
         assert ids.count(tokenizer.bos_token_id) == 1
         assert ids[0] == tokenizer.bos_token_id
+
+
+# Shapes that real reward models' templates use (written for these tests): system
+# defaults, `| trim`, raise_exception, namespace counters, attribute and item
+# access, loop.first/last, tojson, macros, break/continue.
+TEMPLATE_SHAPES = {
+    "system-default-trim-raise": (
+        "{{- bos_token }}"
+        "{%- if messages[0]['role'] == 'system' %}"
+        "{%- set system = messages[0]['content'] | trim %}{%- set rest = messages[1:] %}"
+        "{%- else %}{%- set system = 'You judge answers.' %}{%- set rest = messages %}{%- endif %}\n"
+        "<|start|>system<|sep|>{{ system }}<|end|>\n"
+        "{%- for message in rest %}\n"
+        "{%- if message['role'] not in ['user', 'assistant'] %}"
+        "{{ raise_exception('only user and assistant turns follow the system turn') }}{%- endif %}\n"
+        "<|start|>{{ message['role'] }}<|sep|>{{ message['content'] | trim }}<|end|>\n"
+        "{%- endfor %}"
+    ),
+    "namespace-attributes-tojson": (
+        "{%- set ns = namespace(turns=0) %}\n"
+        "{%- for message in messages %}\n"
+        "{%- if message.role == 'user' %}{%- set ns.turns = ns.turns + 1 %}{%- endif %}\n"
+        "{%- if loop.first and message.role != 'system' %}<|im_start|>system\nDefault.<|im_end|>\n{% endif %}\n"
+        "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>{% if not loop.last %}\n{% endif %}\n"
+        "{%- endfor %}\n"
+        '<!-- {{ ns.turns }} {{ {"n": messages | length, "first": messages[0].content} | tojson }} -->'
+    ),
+    "macro-loopcontrols": (
+        "{% macro turn(role, text) %}[{{ role | upper }}] {{ text }}{{ eos_token }}{% endmacro %}\n"
+        "{% for m in messages %}\n"
+        "  {% if m.content == '' %}{% continue %}{% endif %}\n"
+        "  {{ turn(m.role, m.content) }}\n"
+        "  {% if loop.index >= 3 %}{% break %}{% endif %}\n"
+        "{% endfor %}"
+    ),
+}
+CONVERSATIONS = [
+    [{"role": "user", "content": "  what is 2+2?  "}, {"role": "assistant", "content": "4\n"}],
+    [
+        {"role": "system", "content": "Be strict.\n"},
+        {"role": "user", "content": 'say "hi" in Å-ish'},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "hi"},
+    ],
+]
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE_SHAPES))
+def test_gateway_renders_real_world_template_shapes_as_transformers_does(tokenizer_dir, name):
+    from reward_gateway.chat_template import ChatTemplateRenderer
+    from reward_gateway.config import ChatTemplate
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    source = TEMPLATE_SHAPES[name]
+    renderer = ChatTemplateRenderer(ChatTemplate(source, tokenizer.bos_token, tokenizer.eos_token))
+    for messages in CONVERSATIONS:
+        expected = tokenizer.apply_chat_template(messages, chat_template=source, tokenize=False)
+        assert renderer.render(messages) == expected
+
+
+def test_a_template_that_refuses_a_conversation_is_a_bad_request(tokenizer_dir):
+    from reward_gateway.chat_template import ChatTemplateRenderer
+    from reward_gateway.config import ChatTemplate
+    from reward_gateway.errors import BadRequest
+
+    source = TEMPLATE_SHAPES["system-default-trim-raise"]
+    messages = [{"role": "user", "content": "hi"}, {"role": "tool", "content": "{}"}]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    with pytest.raises(Exception, match="only user and assistant"):
+        tokenizer.apply_chat_template(messages, chat_template=source, tokenize=False)
+    with pytest.raises(BadRequest, match="rejected these messages: only user and assistant"):
+        ChatTemplateRenderer(ChatTemplate(source, "<s>", "</s>")).render(messages)
