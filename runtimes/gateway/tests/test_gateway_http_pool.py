@@ -10,12 +10,14 @@ answers after the caller gave up.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from reward_gateway.http_pool import HttpPool, UpstreamClosed
+from testenv import pki
 
 
 @dataclass
@@ -76,13 +78,15 @@ class Server:
             writer.close()
 
 
-def run(behaviour: Behaviour, test: Callable[[Server, str], Awaitable[None]]) -> Server:
+def run(
+    behaviour: Behaviour, test: Callable[[Server, str], Awaitable[None]], tls: ssl.SSLContext | None = None
+) -> Server:
     async def main() -> Server:
         server = Server(behaviour)
-        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=tls)
         port = listening.sockets[0].getsockname()[1]
         async with listening:
-            await test(server, f"http://127.0.0.1:{port}")
+            await test(server, f"{'https' if tls else 'http'}://127.0.0.1:{port}")
         return server
 
     return asyncio.run(main())
@@ -249,3 +253,36 @@ def test_statuses_come_back_as_they_are():
 def test_only_http_urls_are_accepted(url):
     with pytest.raises(ValueError, match="not an http"):
         HttpPool(url, max_idle=1, connect_timeout_s=1)
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory):
+    return pki.create(tmp_path_factory.mktemp("pki"))
+
+
+def _serving(certificates) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certificates.serving_cert, certificates.serving_key)
+    return context
+
+
+def test_https_upstream_is_verified_against_the_trusted_cas(certificates, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificates.ca_cert))  # as a mounted CA bundle would be
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        assert await pool.post_json("/classify", b"{}") == (200, b"{}")
+        assert await pool.post_json("/classify", b"[]") == (200, b"[]")
+        assert server.connections == 1
+        await pool.close()
+
+    run(echo, test, tls=_serving(certificates))
+
+
+def test_https_upstream_with_an_unknown_ca_is_refused(certificates):
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        with pytest.raises(ssl.SSLCertVerificationError):  # an OSError: the gateway answers 503
+            await pool.post_json("/classify", b"{}")
+
+    run(echo, test, tls=_serving(certificates))
