@@ -53,6 +53,12 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
 
+    def on_message_begin(self) -> None:
+        if self.answer is None or self.answer.done():
+            # An answer nobody asked for (a second one, or an idle connection's
+            # timeout notice): the connection's state is unknown; not used again.
+            self._fail(UpstreamClosed("the upstream sent an answer to no request"))
+
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
 

@@ -286,3 +286,20 @@ def test_https_upstream_with_an_unknown_ca_is_refused(certificates):
             await pool.post_json("/classify", b"{}")
 
     run(echo, test, tls=_serving(certificates))
+
+
+def test_a_connection_that_speaks_unasked_is_not_reused():
+    # An upstream that writes on an idle connection (a timeout notice, say) has
+    # left it in an unknown state: the next call must not read that as its answer.
+    async def answers_twice(request):
+        return answer(request.body) + answer(b'{"stray":true}')
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        assert await pool.post_json("/classify", b"1") == (200, b"1")
+        await asyncio.sleep(0.05)  # the stray answer arrives on the idle connection
+        assert await pool.post_json("/classify", b"2") == (200, b"2")
+        assert server.connections == 2
+        await pool.close()
+
+    run(answers_twice, test)
