@@ -53,6 +53,9 @@ kubeconfig: venv ## print the local control plane's kubeconfig path
 demo: venv testenv-build ## control plane + operator + sample RewardModel, then show what it made
 	$(PY) e2e/demo.py
 
+crds: venv ## regenerate crds/ from reward_operator.api (then `make chart-sync` copies them into the chart)
+	$(VENV)/bin/reward-operator crds -o crds
+
 # Each area adds its own targets in mk/<area>.mk (gateway, chart, ...).
 -include mk/*.mk
 

@@ -338,7 +338,10 @@ GATEWAY = obj(
         "resources": obj(
             "Compute for each gateway replica.",
             {
-                "cpu": quantity("CPU request and limit, e.g. 2."),
+                "cpu": quantity(
+                    "CPU request and limit (default 1). The gateway is one process: past 1 CPU, more replicas"
+                    " raise its throughput, more CPU does not."
+                ),
                 "memory": quantity("Memory request and limit, e.g. 1Gi."),
             },
         ),
