@@ -151,29 +151,31 @@ async def load(
     # aiohttp, not httpx, drives the load: on two cores httpx's own overhead
     # would cap both runs and hide the gateway's cost.
     latencies: dict[int, float] = {}
+    measured_from: dict[str, float] = {}
     connector = aiohttp.TCPConnector(limit=CONCURRENCY)
     async with aiohttp.ClientSession(url, connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as client:
 
-        async def worker(queue, record: bool):
+        async def worker(queue):
             for i in queue:
+                if i == 0:
+                    measured_from["cpu"] = cpu_seconds(gateway_pid) if gateway_pid else 0.0
+                    measured_from["time"] = time.perf_counter()
                 started = time.perf_counter()
                 async with client.post(path, json=body(i)) as answer:
                     answer.raise_for_status()
                     await answer.read()
-                if record:
+                if i >= 0:
                     latencies[i] = time.perf_counter() - started
 
-        # Warm-up, not measured: the first round opens 64 connections at once in
-        # both processes, a cost trainers pay once per run (they keep connections
-        # alive), which would otherwise be the slowest 1.6% of 4000 requests: the p99.
-        warm_up = iter(range(-WARM_UP_REQUESTS, 0))
-        await asyncio.gather(*(worker(warm_up, record=False) for _ in range(CONCURRENCY)))
-        queue = iter(range(requests))
-        cpu_before = cpu_seconds(gateway_pid) if gateway_pid else 0.0
-        began = time.perf_counter()
-        await asyncio.gather(*(worker(queue, record=True) for _ in range(CONCURRENCY)))
-        rate = requests / (time.perf_counter() - began)
-        gateway_cpu_s = cpu_seconds(gateway_pid) - cpu_before if gateway_pid else 0.0
+        # Requests below 0 warm up and are not measured: the first round opens 64
+        # connections at once in both processes, a cost trainers pay once per run
+        # (they keep connections alive). One queue, not a warm-up phase and then
+        # a measured one: the barrier between them would start the measured phase
+        # with all 64 clients at once, a burst no steady trainer makes.
+        queue = iter(range(-WARM_UP_REQUESTS, requests))
+        await asyncio.gather(*(worker(queue) for _ in range(CONCURRENCY)))
+        rate = requests / (time.perf_counter() - measured_from["time"])
+        gateway_cpu_s = cpu_seconds(gateway_pid) - measured_from["cpu"] if gateway_pid else 0.0
     async with aiohttp.ClientSession() as client, client.get(backend_url + "/fake/residence") as answer:
         residence = await answer.json()
     return Run(rate, sorted(latencies[i] - residence[first_text(i)] for i in latencies), requests, gateway_cpu_s)
