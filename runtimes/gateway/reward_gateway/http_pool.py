@@ -101,7 +101,9 @@ class HttpPool:
         self.ssl = ssl.create_default_context() if url.scheme == "https" else None
         self.prefix = url.path.rstrip("/")
         authority = url.netloc.rsplit("@", 1)[-1]  # never send userinfo as a Host
-        self.host_header = authority.encode("idna" if not authority.isascii() else "ascii")
+        if not authority.isascii():
+            raise ValueError(f"write the upstream host in ASCII (IDNA): {base_url!r}")
+        self.host_header = authority.encode()
         self.max_idle = max_idle
         self.connect_timeout_s = connect_timeout_s
         self.idle: deque[_Connection] = deque()
@@ -112,16 +114,14 @@ class HttpPool:
         the upstream cannot be reached or drops the connection; cancellation (a
         timeout around this call) closes the connection it was using."""
         data = self._head(path) + str(len(body)).encode() + b"\r\n\r\n" + body
-        while self.idle:
-            connection = self.idle.pop()  # the most recently used is the least likely to be closed
-            if not connection.reusable:
-                continue
+        connection = self._idle_connection()
+        if connection is not None:
             try:
                 return await self._exchange(connection, data)
             except UpstreamClosed:
                 # A kept-alive connection the upstream closed as we reused it
                 # (its idle timeout): nothing was answered, so it is safe to send
-                # again on another. A connection that answered part is not retried.
+                # once more, on a new connection. One that answered part is not.
                 if connection.received:
                     raise
         return await self._exchange(await self._connect(), data)
@@ -129,6 +129,13 @@ class HttpPool:
     async def close(self) -> None:
         while self.idle:
             self.idle.pop().close()
+
+    def _idle_connection(self) -> _Connection | None:
+        while self.idle:
+            connection = self.idle.pop()  # the most recently used is the least likely to be closed
+            if connection.reusable:  # not closed by the upstream while idle
+                return connection
+        return None
 
     def _head(self, path: str) -> bytes:
         head = self.heads.get(path)

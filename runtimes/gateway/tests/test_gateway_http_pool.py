@@ -138,6 +138,25 @@ def test_a_kept_alive_connection_closed_by_the_upstream_is_retried_on_a_new_one(
     run(closes_second_request, test)
 
 
+def test_a_call_is_sent_at_most_twice_when_reused_connections_keep_closing():
+    # An upstream that drops every call on a reused connection unanswered (it is
+    # going down): each call is tried on one reused connection and one new one,
+    # not on every idle connection in turn.
+    async def drops_reused(request):
+        return None if request.number > 1 else answer(request.body)
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        await asyncio.gather(*(pool.post_json("/classify", b"warm") for _ in range(4)))
+        assert len(pool.idle) == 4
+        server.requests.clear()
+        assert await pool.post_json("/classify", b"x") == (200, b"x")
+        assert [r.body for r in server.requests] == [b"x", b"x"]
+        await pool.close()
+
+    run(drops_reused, test)
+
+
 def test_connection_close_from_the_upstream_is_honoured():
     async def closing(request):
         return answer(request.body, extra="Connection: close\r\n")
@@ -249,9 +268,9 @@ def test_statuses_come_back_as_they_are():
     run(unavailable, test)
 
 
-@pytest.mark.parametrize("url", ["ftp://host/", "http://", "host:8080"])
-def test_only_http_urls_are_accepted(url):
-    with pytest.raises(ValueError, match="not an http"):
+@pytest.mark.parametrize("url", ["ftp://host/", "http://", "host:8080", "http://bücher.example:80"])
+def test_only_http_urls_with_ascii_hosts_are_accepted(url):
+    with pytest.raises(ValueError, match=r"not an http|ASCII"):
         HttpPool(url, max_idle=1, connect_timeout_s=1)
 
 
