@@ -11,8 +11,8 @@ max_num_batched_tokens and each step's answers leave together, so the gateway
 meets vLLM's real burst pattern. Three backends:
 
 - vLLM's default token budget on H100/H200 (8192) with 512-token samples: bursts
-  of 16. The goal is judged here: >= 90% of the backend's throughput and <= 5 ms
-  added at p99.
+  of 16. The goal is judged here, on the median of BENCH_TRIALS (3) runs: >= 90%
+  of the backend's throughput and <= 5 ms added at p99.
 - every request in one step: bursts of 64 requests, the worst case (no goal).
 - zero latency: the gateway's own ceiling (no goal).
 """
