@@ -43,6 +43,8 @@ class ScoringFront:
     def __getattr__(self, name: str) -> Any:
         # Stands in for the wrapped app where it is looked up by name (kserve
         # registers its routes and middleware on "kserve.model_server:app").
+        if name == "app":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
         return getattr(self.app, name)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -73,3 +73,9 @@ def test_real_server_scores_with_auth_and_exports_metrics(served_gateway):
     assert 'reward_gateway_requests_total{code="200",model="rm",route="get_reward"}' in metrics
     assert "reward_gateway_score_bucket" in metrics
     assert "s3cret-token" not in log.read_text(), "tokens never reach the logs"
+
+    # kserve's own routes still answer behind the scoring front
+    ready = httpx.get(f"{url}/v1/models/rm", timeout=10)
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    # and no access-log line is written per request (REWARD_GATEWAY_ACCESS_LOG is off)
+    assert "POST /get_reward" not in log.read_text()
