@@ -10,7 +10,7 @@ TESTENV := $(PY) -m testenv
 # pytest exits 5 when a selection holds no tests; that is not a failure here.
 PYTEST = $(PY) -m pytest $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests selected"; [ $$rc -eq 5 ]; }
 
-.PHONY: help venv lint unit integration test testenv-build up down status kubeconfig demo demo-down crds clean
+.PHONY: help venv lint unit integration test bench testenv-build up down status kubeconfig demo demo-down crds clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ integration: venv testenv-build ## integration and e2e tests on a fresh local co
 	$(call PYTEST,-m integration)
 
 test: lint unit integration ## everything CI runs
+
+# Each area adds its benchmark as a prerequisite (mk/gateway.mk: bench-gateway).
+bench: ## every benchmark: figures and ratios, printed, never asserted
 
 up: venv testenv-build ## start the local control plane (prints the KUBECONFIG to export)
 	$(TESTENV) up

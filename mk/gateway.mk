@@ -6,6 +6,8 @@ VLLM_VENV ?= $(HOME)/.cache/reward-operator/vllm-0.33.0-venv
 gateway-test: venv ## reward gateway tests (fake vLLM on a real port; vLLM args contract when a vLLM venv exists)
 	$(PY) -m pytest runtimes/gateway/tests -q
 
+bench: bench-gateway
+
 bench-gateway: venv ## scores per second through the gateway vs straight to the backend, concurrency 64
 	$(PY) e2e/bench/gateway_bench.py
 
