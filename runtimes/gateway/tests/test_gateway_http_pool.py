@@ -92,6 +92,19 @@ def run(
     return asyncio.run(main())
 
 
+def answered_on_one_connection(answers: dict[bytes, bytes]) -> Callable[[Server, str], Awaitable[None]]:
+    """A test: each body in turn gets its answer (status 200), all on one kept-alive connection."""
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        for body, expected in answers.items():
+            assert await pool.post_json("/classify", body) == (200, expected)
+        assert server.connections == 1
+        await pool.close()
+
+    return test
+
+
 def test_connections_are_kept_alive_and_reused():
     async def test(server, url):
         pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
@@ -177,14 +190,7 @@ def test_a_chunked_answer_is_read_whole():
         head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
         return head + b'5\r\n{"a":\r\n3\r\n[1]\r\n1\r\n}\r\n0\r\n\r\n'
 
-    async def test(server, url):
-        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
-        assert await pool.post_json("/classify", b"{}") == (200, b'{"a":[1]}')
-        assert await pool.post_json("/classify", b"{}") == (200, b'{"a":[1]}')
-        assert server.connections == 1
-        await pool.close()
-
-    run(chunked, test)
+    run(chunked, answered_on_one_connection({b"{}": b'{"a":[1]}', b"[]": b'{"a":[1]}'}))
 
 
 def test_an_answer_cut_short_fails_and_is_not_sent_again():
@@ -288,14 +294,7 @@ def _serving(certificates) -> ssl.SSLContext:
 def test_https_upstream_is_verified_against_the_trusted_cas(certificates, monkeypatch):
     monkeypatch.setenv("SSL_CERT_FILE", str(certificates.ca_cert))  # as a mounted CA bundle would be
 
-    async def test(server, url):
-        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
-        assert await pool.post_json("/classify", b"{}") == (200, b"{}")
-        assert await pool.post_json("/classify", b"[]") == (200, b"[]")
-        assert server.connections == 1
-        await pool.close()
-
-    run(echo, test, tls=_serving(certificates))
+    run(echo, answered_on_one_connection({b"{}": b"{}", b"[]": b"[]"}), tls=_serving(certificates))
 
 
 def test_https_upstream_with_an_unknown_ca_is_refused(certificates):
