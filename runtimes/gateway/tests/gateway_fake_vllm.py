@@ -57,6 +57,7 @@ class EngineSteps:
         self.texts_per_step = max(1, tokens_per_step // tokens_per_text)
         self.waiting: deque[asyncio.Future] = deque()
         self.running: asyncio.Task | None = None
+        self.steps_done = 0
 
     async def run(self, texts: list[str]) -> None:
         loop = asyncio.get_running_loop()
@@ -70,6 +71,7 @@ class EngineSteps:
         while self.waiting:
             batch = [self.waiting.popleft() for _ in range(min(self.texts_per_step, len(self.waiting)))]
             await asyncio.sleep(self.step_s)
+            self.steps_done += 1
             for text in batch:
                 text.set_result(None)
 
