@@ -16,7 +16,7 @@ from reward_gateway.asgi import ScoringFront
 from reward_gateway.gateway import Gateway
 
 
-def build_router(gateway: Gateway) -> APIRouter:
+def build_router() -> APIRouter:
     router = APIRouter()
 
     async def health() -> dict[str, str]:
@@ -36,7 +36,7 @@ def build_app(gateway: Gateway) -> ScoringFront:
         await gateway.close()
 
     app = FastAPI(title="reward-gateway", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    app.include_router(build_router(gateway))
+    app.include_router(build_router())
     name = gateway.config.model_name
 
     async def model_ready() -> dict[str, object]:

@@ -23,21 +23,11 @@ logger = logging.getLogger("reward_gateway")
 MAX_BODY_BYTES = 256 * 1024 * 1024
 
 
-def scoring_routes(gateway: Gateway) -> dict[str, str]:
-    """Path -> the gateway's route label."""
-    return {
-        "/v1/rewards": "rewards",
-        "/get_reward": "get_reward",
-        "/classify": "classify",
-        f"/v1/models/{gateway.config.model_name}:predict": "v1_predict",
-    }
-
-
 class ScoringFront:
     def __init__(self, gateway: Gateway, app: Any, max_body_bytes: int = MAX_BODY_BYTES):
         self.gateway = gateway
         self.app = app
-        self.scoring_paths = scoring_routes(gateway)
+        self.scoring_paths = gateway.paths
         self.max_body_bytes = max_body_bytes
 
     def __getattr__(self, name: str) -> Any:

@@ -42,7 +42,7 @@ class UpstreamError(GatewayError):
         self.status = status
 
 
-def upstream_unavailable(message: str, retry_after_s: int) -> UpstreamError:
+def upstream_unavailable(message: str, retry_after_s: int, reason: str = "connect") -> UpstreamError:
     # 503 + Retry-After tells trainers' retry loops to back off and come back,
     # which is right while a scaled-to-zero model is starting.
-    return UpstreamError("connect", 503, message, {"Retry-After": str(retry_after_s)})
+    return UpstreamError(reason, 503, message, {"Retry-After": str(retry_after_s)})

@@ -65,6 +65,13 @@ class Gateway:
             "classify": self.classify,
             "v1_predict": self.predict_v1,
         }
+        # The paths the scoring routes answer on (reward_gateway.asgi serves them).
+        self.paths = {
+            "/v1/rewards": "rewards",
+            "/get_reward": "get_reward",
+            "/classify": "classify",
+            f"/v1/models/{config.model_name}:predict": "v1_predict",
+        }
         # Metric children bound once: prometheus-client's labels() validates and
         # looks its labels up under a lock on every call, several times a request.
         model = config.model_name
@@ -154,8 +161,7 @@ class Gateway:
         self._admit(count, tally)
         if count == 0:
             raise BadRequest("input is empty")
-        async with self.scorer.limit:
-            response = await self.client.post("/classify", forwarded)
+        response = await self.client.post("/classify", forwarded)
         self._observe(sequence_scores(response, count))
         return response
 

@@ -2,7 +2,7 @@
 
 Items of one group go to vLLM in one call, so completions that share a prompt
 are scheduled together and vLLM's prefix cache can hit; other items go one per
-call. Calls run concurrently under one limit shared by all requests, and the
+call. Calls run concurrently (the upstream client bounds how many), and the
 scores come back in the order of the items.
 """
 
@@ -34,7 +34,6 @@ class Scorer:
     def __init__(self, config: GatewayConfig, client: VllmClient):
         self.config = config
         self.client = client
-        self.limit = asyncio.Semaphore(config.max_concurrency)
         self.renderer = None
         if config.template_mode == "gateway" and config.chat_template is not None:
             self.renderer = ChatTemplateRenderer(config.chat_template)
@@ -44,8 +43,7 @@ class Scorer:
         results: list[Score | None] = [None] * len(items)
 
         async def run(call: _Call) -> None:
-            async with self.limit:
-                scores = await self._send(call)
+            scores = await self._send(call)
             for position, score in zip(call.positions, scores, strict=True):
                 results[position] = score
 

@@ -57,7 +57,7 @@ def _calm_garbage_collector() -> None:
 
 def serve(config: GatewayConfig) -> None:
     gateway = Gateway(config)
-    model_server.app.include_router(build_router(gateway))
+    model_server.app.include_router(build_router())
     # The scoring routes are answered ahead of FastAPI and its middleware
     # (see reward_gateway.asgi). kserve's REST server and uvicorn both load the
     # app by its import string, "kserve.model_server:app", so the front takes

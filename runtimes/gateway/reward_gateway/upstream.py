@@ -16,7 +16,7 @@ import orjson
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import UpstreamError, upstream_unavailable
 from reward_gateway.http_pool import HttpPool
-from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
 
 RETRY_PAUSE_S = 0.5
 RETRY_AFTER_S = 10
@@ -33,13 +33,24 @@ class VllmClient:
             max_idle=config.max_concurrency,
             connect_timeout_s=min(10.0, config.request_timeout_s),
         )
+        self.limit = asyncio.Semaphore(config.max_concurrency)
+        # Every reason's series exists from the start at 0, so rate() and the
+        # error-ratio alerts see the first error as an increase, not a new series.
+        for reason in UPSTREAM_ERROR_REASONS:
+            metrics.upstream_errors.labels(config.model_name, reason)
 
     async def close(self) -> None:
         await self.pool.close()
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
-        """POST a JSON body and return vLLM's JSON answer, or raise UpstreamError."""
-        payload = orjson.dumps(body)
+        """POST a JSON body and return vLLM's JSON answer, or raise UpstreamError.
+
+        At most REWARD_GATEWAY_MAX_CONCURRENCY calls are in flight, whichever
+        route made them; the rest wait here."""
+        async with self.limit:
+            return await self._post(path, orjson.dumps(body))
+
+    async def _post(self, path: str, payload: bytes) -> Any:
         deadline = time.monotonic() + self.config.scale_from_zero_timeout_s
         while True:
             try:
@@ -62,9 +73,7 @@ class VllmClient:
 
     def _answer(self, status: int, payload: bytes) -> Any:
         if status == 503:
-            raise self._failed(
-                UpstreamError("status_5xx", 503, "vLLM is not ready yet", {"Retry-After": str(RETRY_AFTER_S)})
-            )
+            raise self._failed(upstream_unavailable("vLLM is not ready yet", RETRY_AFTER_S, reason="status_5xx"))
         if status >= 500:
             raise self._failed(UpstreamError("status_5xx", 502, f"vLLM failed with {status}: {_message(payload)}"))
         if status >= 400:

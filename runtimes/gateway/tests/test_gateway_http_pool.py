@@ -18,6 +18,7 @@ import pytest
 
 from reward_gateway.http_pool import HttpPool, UpstreamClosed
 from testenv import pki
+from testenv.helpers import free_port
 
 
 @dataclass
@@ -239,12 +240,12 @@ def test_a_call_given_up_on_does_not_leak_its_answer_into_the_next():
 
 
 def test_nothing_listening_raises_connection_refused():
-    async def test(server, url):
-        pool = HttpPool("http://127.0.0.1:9", max_idle=8, connect_timeout_s=5)
+    async def main():
+        pool = HttpPool(f"http://127.0.0.1:{free_port()}", max_idle=8, connect_timeout_s=5)
         with pytest.raises(ConnectionRefusedError):
             await pool.post_json("/classify", b"{}")
 
-    run(echo, test)
+    asyncio.run(main())
 
 
 def test_requests_go_below_the_url_path_with_the_host_and_json_headers():
