@@ -9,8 +9,6 @@ from typing import Any
 
 import yaml
 
-from .settings import SETTINGS
-
 
 def _load_documents(path: str) -> list[dict[str, Any]]:
     text = sys.stdin.read() if path == "-" else Path(path).read_text()
@@ -20,6 +18,9 @@ def _load_documents(path: str) -> list[dict[str, Any]]:
 def render_command(args: argparse.Namespace) -> int:
     from .api import API_VERSION, REWARD_MODEL_KIND
     from .render import render_reward_model
+    from .settings import SETTINGS  # read here: `crds` must not fail on the run command's settings
+
+    gateway_image = args.gateway_image or SETTINGS.gateway_image
 
     children: list[dict[str, Any]] = []
     for path in args.filename:
@@ -28,7 +29,7 @@ def render_command(args: argparse.Namespace) -> int:
                 print(f"{path}: skipping {document.get('kind')} {document.get('apiVersion')}", file=sys.stderr)
                 continue
             document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
-            children += render_reward_model(document, args.gateway_image)
+            children += render_reward_model(document, gateway_image)
     sys.stdout.write(yaml.safe_dump_all(children, sort_keys=False, width=120))
     return 0
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument("-f", "--filename", action="append", required=True, help="RewardModel YAML ('-' for stdin)")
     render.add_argument("--namespace", default="default", help="namespace for objects that name none")
     render.add_argument(
-        "--gateway-image", default=SETTINGS.gateway_image, help="reward gateway image (REWARD_OPERATOR_GATEWAY_IMAGE)"
+        "--gateway-image", help="reward gateway image (default: REWARD_OPERATOR_GATEWAY_IMAGE, else the operator's)"
     )
     render.set_defaults(func=render_command)
 

@@ -35,5 +35,6 @@ def test_render_skips_other_kinds_and_says_so(tmp_path, capsys):
 def test_crds_writes_the_committed_files(tmp_path):
     assert main(["crds", "-o", str(tmp_path)]) == 0
     committed = Path(__file__).resolve().parents[2] / "crds"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in committed.glob("*.yaml"))
     for path in tmp_path.iterdir():
         assert path.read_text() == (committed / path.name).read_text()

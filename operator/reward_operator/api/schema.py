@@ -68,6 +68,16 @@ def obj(description: str, properties: dict[str, Schema], **extra: Any) -> Schema
     return {"type": "object", "description": description, "properties": properties, **extra}
 
 
+def defaulted_obj(description: str, properties: dict[str, Schema], **extra: Any) -> Schema:
+    """An object whose own default holds its fields' defaults.
+
+    The API server checks a default against the CEL rules as it stands, without
+    the nested defaults filled in, so an omitted object must default to them whole;
+    taking them from the fields keeps the two from drifting apart."""
+    defaults = {name: field["default"] for name, field in properties.items() if "default" in field}
+    return obj(description, properties, default=defaults, **extra)
+
+
 def array(description: str, items: Schema, **extra: Any) -> Schema:
     return {"type": "array", "description": description, "items": items, **extra}
 
@@ -169,7 +179,7 @@ MODEL = obj(
     },
 )
 
-RESOURCES = obj(
+RESOURCES = defaulted_obj(
     "Compute for each replica.",
     {
         "gpus": integer(
@@ -181,9 +191,6 @@ RESOURCES = obj(
         "cpu": quantity("CPU request and limit per replica, e.g. 8 or 7500m."),
         "memory": quantity("Memory request and limit per replica, e.g. 64Gi."),
     },
-    # The API server checks a default against the CEL rules as it stands, without
-    # the nested defaults filled in, so defaults of objects are spelled out whole.
-    default={"gpus": 1},
 )
 
 TOLERATION = obj(
@@ -253,7 +260,7 @@ CREDENTIALS = obj(
     },
 )
 
-SERVING = obj(
+SERVING = defaulted_obj(
     "How KServe deploys and scales the reward model.",
     {
         "mode": string(
@@ -275,7 +282,6 @@ SERVING = obj(
         ),
         "timeoutSeconds": integer("Request timeout at the predictor, in seconds.", minimum=1, maximum=3600),
     },
-    default={"mode": "Standard", "minReplicas": 1, "maxReplicas": 1},
     **{
         "x-kubernetes-validations": [
             rule(
@@ -295,7 +301,7 @@ SERVING = obj(
     },
 )
 
-GATEWAY = obj(
+GATEWAY = defaulted_obj(
     "The reward gateway, deployed as the InferenceService's transformer: trainers' wire formats "
     "(OpenRLHF /get_reward, verl /classify, /v1/rewards, KServe v1 predict), the model's chat template "
     "applied exactly once, and the right scalar per model kind.",
@@ -346,7 +352,6 @@ GATEWAY = obj(
             },
         ),
     },
-    default={"enabled": True, "chatTemplateMode": "upstream"},
 )
 
 

@@ -47,12 +47,12 @@ def _missing_dependencies(reward_model: dict[str, Any]) -> str | None:
     credentials = spec.get("credentials", {})
     references = []
     if token := credentials.get("huggingFaceToken"):
-        references.append(("spec.credentials.huggingFaceToken", token["name"], token.get("key", "HF_TOKEN")))
+        references.append(("spec.credentials.huggingFaceToken", token["name"], token["key"]))
     for item in spec.get("env", []):
         if ref := item.get("valueFrom", {}).get("secretKeyRef"):
             references.append((f"spec.env[{item['name']}]", ref["name"], ref["key"]))
     if auth := spec.get("gateway", {}).get("authSecretRef"):
-        references.append(("spec.gateway.authSecretRef", auth["name"], auth.get("key", "token")))
+        references.append(("spec.gateway.authSecretRef", auth["name"], auth["key"]))
     keys_of: dict[str, set[str] | None] = {}  # one read per Secret, however often it is named
     for field, secret, key in references:
         if secret not in keys_of:
@@ -178,7 +178,10 @@ def drift_backstop(namespace: str, name: str, logger: logging.Logger, **_: Any) 
 @kopf.on.event(GROUP, VERSION, REWARD_MODEL_PLURAL)
 def reward_model_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
     if event.get("type") == "DELETED":
-        metrics.record_ready(KIND, namespace, name, None)
+        # Under the object's lock: a reconcile that read it just before deletion
+        # finishes (and records) first, so its series cannot outlive this removal.
+        with _locks[(namespace, name)]:
+            metrics.record_ready(KIND, namespace, name, None)
     else:
         metrics.record_generation_lag(KIND, namespace, name, dict(body))
 

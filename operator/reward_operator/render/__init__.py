@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import __version__
 from ..api.defaults import apply_defaults
 from .inferenceservice import render_inference_service
 
-DEFAULT_GATEWAY_IMAGE = "reward-operator:0.1.0"
+# The operator's own image carries the gateway; it moves with the version.
+DEFAULT_GATEWAY_IMAGE = f"reward-operator:{__version__}"
 
 
 def render_reward_model(

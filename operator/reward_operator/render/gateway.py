@@ -79,7 +79,7 @@ def render_transformer(reward_model: dict[str, Any], served_name: str, image: st
         volumes.append(
             {
                 "name": "gateway-auth",
-                "secret": {"secretName": auth["name"], "items": [{"key": auth.get("key", "token"), "path": "token"}]},
+                "secret": {"secretName": auth["name"], "items": [{"key": auth["key"], "path": "token"}]},
             }
         )
     # The gateway scales with the predictor: at zero together between bursts.

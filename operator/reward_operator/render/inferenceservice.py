@@ -45,7 +45,7 @@ def _env(spec: dict[str, Any]) -> list[dict[str, Any]]:
         env.append(
             {
                 "name": "HF_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": token["name"], "key": token.get("key", "HF_TOKEN")}},
+                "valueFrom": {"secretKeyRef": {"name": token["name"], "key": token["key"]}},
             }
         )
     return env
