@@ -112,3 +112,32 @@ def test_rendered_gateway_environment_is_one_the_gateway_accepts(tmp_path):
         assert config.model_name == isvc["metadata"]["name"]
         assert config.model_kind == CASES[case]["spec"]["model"].get("kind", "sequence")
         assert config.upstream_url.startswith(f"http://{isvc['metadata']['name']}-predictor.")
+
+
+def test_every_optional_gateway_setting_reaches_the_gateway():
+    """Each spec.gateway field lands in the gateway's config under the name the gateway reads:
+    an unknown REWARD_GATEWAY_* name would be ignored there and fall back to a default."""
+    import copy
+
+    from reward_gateway.config import load_config
+    from reward_operator.render.gateway import _OPTIONAL_ENV
+
+    reward_model = copy.deepcopy(CASES["process-knative"])
+    settings = {
+        "bosToken": "<s>",
+        "stepTag": "<step>",
+        "stepAggregate": "last",
+        "maxConcurrency": 7,
+        "requestTimeoutSeconds": 11,
+        "scaleFromZeroTimeoutSeconds": 13,
+        "maxItems": 17,
+        "truncatePromptTokens": 19,
+    }
+    assert set(settings) == {field for field, _ in _OPTIONAL_ENV}, "a new optional setting needs a case here"
+    reward_model["spec"].setdefault("gateway", {}).update(settings)
+    (isvc,) = render_reward_model(reward_model)
+    env = {e["name"]: e["value"] for e in isvc["spec"]["transformer"]["containers"][0]["env"]}
+    config = load_config(env)
+    assert (config.bos_token, config.step_tag, config.step_aggregate) == ("<s>", "<step>", "last")
+    assert (config.max_concurrency, config.request_timeout_s, config.scale_from_zero_timeout_s) == (7, 11, 13)
+    assert (config.max_items, config.truncate_prompt_tokens) == (17, 19)
