@@ -27,7 +27,7 @@ lint: venv ## ruff
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-unit: venv ## unit tests (no cluster)
+unit: venv testenv-build ## unit tests (no cluster; the chart and rule tests use the built helm and promtool)
 	$(call PYTEST,-m "not integration")
 
 testenv-build: venv ## build the control-plane binaries into the cache (no-op when cached)

@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 from testenv import controlplane
-from testenv.helpers import condition, mark_inference_service_ready, wait_until
+from testenv.helpers import REPO, condition, mark_inference_service_ready, wait_until
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "manifests" / "samples" / "rewardmodel-sequence-standard.yaml"
 NAMESPACE = "rlhf-demo"
 

@@ -37,9 +37,8 @@ import httpx
 import jinja2
 import uvloop
 
-from testenv.helpers import free_port
+from testenv.helpers import REPO, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 CONCURRENCY = 64
 GROUP = 8  # GRPO-style: completions of one prompt scored together
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "4000"))
@@ -108,7 +107,7 @@ def start(command: list[str], env: dict[str, str], url: str, probe: str, cpus: s
     )
     process.log_path = Path(log.name)  # type: ignore[attr-defined]
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and process.poll() is None:  # a crash at start-up ends the wait
         try:
             if httpx.get(url + probe, timeout=1).status_code == 200:
                 return process
@@ -116,6 +115,12 @@ def start(command: list[str], env: dict[str, str], url: str, probe: str, cpus: s
             time.sleep(0.2)
     process.kill()
     raise SystemExit(f"{command} did not start; see {log.name}:\n{Path(log.name).read_text()[-2000:]}")
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    process.wait(timeout=30)
+    process.log_path.unlink(missing_ok=True)  # type: ignore[attr-defined]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -253,11 +258,11 @@ def run_backend(profile: Backend) -> None:
         "import gc, uvicorn, gateway_fake_vllm as f; gc.disable(); "
         f"uvicorn.run(f.FakeVllm(engine={profile.engine}).app, port={backend_port}, log_level='warning')",
     ]
-    tests_dir = str(ROOT / "runtimes/gateway/tests")
+    tests_dir = str(REPO / "runtimes/gateway/tests")
     backend_url, gateway_url = f"http://127.0.0.1:{backend_port}", f"http://127.0.0.1:{gateway_port}"
     backend = start(
         backend_cmd,
-        {"PYTHONPATH": os.pathsep.join([tests_dir, str(ROOT / "e2e")])},
+        {"PYTHONPATH": os.pathsep.join([tests_dir, str(REPO / "e2e")])},
         backend_url,
         "/health",
         CLIENT_CPUS,
@@ -270,7 +275,11 @@ def run_backend(profile: Backend) -> None:
         "REWARD_GATEWAY_CHAT_TEMPLATE_MODE": "gateway",
         "REWARD_GATEWAY_CHAT_TEMPLATE": TEMPLATE,
     }
-    gateway = start([sys.executable, "-m", "reward_gateway"], gateway_env, gateway_url, "/health", GATEWAY_CPUS)
+    try:
+        gateway = start([sys.executable, "-m", "reward_gateway"], gateway_env, gateway_url, "/health", GATEWAY_CPUS)
+    except BaseException:
+        stop(backend)  # not left running, pinned, without garbage collection
+        raise
     print(f"\n{profile.title}")
 
     template = jinja2.Template(TEMPLATE)
@@ -333,9 +342,7 @@ def run_backend(profile: Backend) -> None:
         results = [(route, [trial(route) for _ in range(trials)]) for route in routes]
     finally:
         for process in (gateway, backend):
-            process.terminate()
-            process.wait(timeout=30)
-            process.log_path.unlink(missing_ok=True)
+            stop(process)
     for route, route_trials in results:
         report(route, route_trials, judge=profile.judge)
 

@@ -161,8 +161,8 @@ def build(force: bool = False) -> Path:
     """Build whatever is missing from the cache and return the binary folder."""
     target = bin_dir()
     if os.environ.get("TESTENV_BIN_DIR"):
-        if missing_binaries():
-            raise FileNotFoundError(f"TESTENV_BIN_DIR={target} lacks {', '.join(missing_binaries())}")
+        if missing := missing_binaries():
+            raise FileNotFoundError(f"TESTENV_BIN_DIR={target} lacks {', '.join(missing)}")
         return target
     started = time.monotonic()
     target.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from . import build, kserve, pki
-from .helpers import free_port
+from .helpers import condition, free_port, wait_until
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
@@ -345,21 +345,12 @@ class ControlPlane:
         for path in ours:
             args += ["-f", str(path)]
         self.kubectl(*args)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def established() -> bool:
             listed = json.loads(self.kubectl("get", "crd", "-o", "json").stdout)["items"]
-            pending = [
-                crd["metadata"]["name"]
-                for crd in listed
-                if not any(
-                    c["type"] == "Established" and c["status"] == "True"
-                    for c in (crd.get("status") or {}).get("conditions") or []
-                )
-            ]
-            if not pending:
-                return
-            time.sleep(0.2)
-        raise TimeoutError(f"CRDs not Established: {', '.join(pending)}")
+            return all((condition(crd, "Established") or {}).get("status") == "True" for crd in listed)
+
+        wait_until("CRDs Established", established, timeout=60, interval=0.2)
 
     def _add_fake_nodes(self, deadline: float) -> None:
         log("registering fake GPU nodes (kwok)")

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -81,3 +83,24 @@ def vllm_package_dir() -> Path | None:
         return None
     found = sorted(python.parent.parent.glob("lib/python*/site-packages/vllm"))
     return found[0] if found else None
+
+
+def server_dry_run(cluster, docs: list[dict], namespace: str | None = None) -> str:
+    """CRDs and Namespaces for real (nothing else could be checked against them), the rest dry-run.
+
+    --force-conflicts: earlier tests of the session may have installed the same CRDs
+    with helm, as a user switching install methods would have.
+    """
+    first = [doc for doc in docs if doc["kind"] in ("CustomResourceDefinition", "Namespace")]
+    if first:
+        cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", "-",
+            input=yaml.safe_dump_all(first),
+        )  # fmt: skip
+    scope = ["-n", namespace] if namespace else []
+    result = cluster.kubectl(
+        "apply", "--dry-run=server", "--server-side", "--force-conflicts", "--field-manager=e2e", *scope, "-f", "-",
+        input=yaml.safe_dump_all(docs),
+    )  # fmt: skip
+    assert result.stdout.count("(server dry run)") == len(docs), result.stdout
+    return result.stdout

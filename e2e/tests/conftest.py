@@ -1,4 +1,4 @@
-"""Fixtures for tests that run the operator for real against the cluster."""
+"""Fixtures shared by the e2e tests: the operator run for real, prometheus-operator's kinds, dry runs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,47 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from testenv.helpers import REPO, free_port, wait_until
+
+# prometheus-operator's CRDs are not part of the test control plane (its root Go
+# module, which holds them, does not download here): these stand-ins are schemaless,
+# so the API server accepts ServiceMonitor, PodMonitor and PrometheusRule by kind.
+MONITORING_CRDS = "\n---\n".join(
+    yaml.safe_dump(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+            "spec": {
+                "group": "monitoring.coreos.com",
+                "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                ],
+            },
+        }
+    )
+    for kind, plural in (
+        ("ServiceMonitor", "servicemonitors"),
+        ("PodMonitor", "podmonitors"),
+        ("PrometheusRule", "prometheusrules"),
+    )
+)
+
+
+@pytest.fixture(scope="session")
+def monitoring_crds(cluster):
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", input=MONITORING_CRDS)
+    for name in ("servicemonitors", "podmonitors", "prometheusrules"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}.monitoring.coreos.com", "--timeout=60s")
 
 
 @dataclass

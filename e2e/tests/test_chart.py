@@ -6,8 +6,7 @@ of a session may have applied the same CRDs and runtimes with kubectl, hence
 `--take-ownership` on install, as a user who pre-installed the CRDs would do.
 
 prometheus-operator's CRDs are not part of the test control plane: the test that
-renders every optional object installs minimal stand-ins (MONITORING_CRDS below,
-schemaless) so the API server accepts ServiceMonitor, PodMonitor and PrometheusRule.
+renders every optional object installs schemaless stand-ins (conftest.MONITORING_CRDS).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import pytest
 import yaml
 
 from testenv import build
-from testenv.helpers import REPO, get_json, wait_until
+from testenv.helpers import REPO, get_json, server_dry_run, wait_until
 
 CHART = REPO / "charts" / "reward-operator"
 KUBE_VERSION = "1.37.0"  # helm built without version stamps would assume 1.20
@@ -33,34 +32,6 @@ EVERYTHING_ON = [
     "--set=prometheusRule.enabled=true",
     "--set=dashboard.enabled=true",
 ]
-
-MONITORING_CRDS = "\n---\n".join(
-    yaml.safe_dump(
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-            "spec": {
-                "group": "monitoring.coreos.com",
-                "scope": "Namespaced",
-                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    }
-                ],
-            },
-        }
-    )
-    for kind, plural in (
-        ("ServiceMonitor", "servicemonitors"),
-        ("PodMonitor", "podmonitors"),
-        ("PrometheusRule", "prometheusrules"),
-    )
-)
 
 
 @pytest.fixture(scope="session")
@@ -137,6 +108,8 @@ def test_helm_lint_is_clean(helm, values):
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
         ("metrics.port=80", "at '/metrics/port'"),
         ("metrics.serviceMonitor.interval=often", "at '/metrics/serviceMonitor/interval'"),
+        # the ServiceMonitor scrapes the operator's own Service: a namespace list would be ignored
+        ("metrics.serviceMonitor.namespaces={a}", "additional properties 'namespaces' not allowed"),
         ("replicas=2", "additional properties 'replicas' not allowed"),
     ],
 )
@@ -191,27 +164,14 @@ def test_crds_come_first_for_argocd_and_are_kept(helm):
 # ---- on the API server ----------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def monitoring_crds(cluster):
-    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", input=MONITORING_CRDS)
-    for name in ("servicemonitors", "podmonitors", "prometheusrules"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}.monitoring.coreos.com", "--timeout=60s")
-
-
 def test_template_is_accepted_by_the_api_server(cluster, namespace, helm, monitoring_crds):
     docs = template(helm, namespace, *EVERYTHING_ON, release=f"dry-{namespace}")
-    # the CRDs themselves first (server-side, as Argo CD and helm would), then a dry run of everything
-    crds = [doc for doc in docs if doc["kind"] == "CustomResourceDefinition"]
-    # (--force-conflicts: another install of the session may own the CRDs' labels)
-    force = ["--server-side", "--force-conflicts", "--field-manager=e2e"]
-    cluster.kubectl("apply", *force, "-f", "-", input=yaml.safe_dump_all(crds))
-    result = cluster.kubectl("apply", "--dry-run=server", *force, "-f", "-", input=yaml.safe_dump_all(docs))
+    server_dry_run(cluster, docs)  # the CRDs for real first, as Argo CD and helm would apply them
     kinds = {doc["kind"] for doc in docs}
     assert kinds >= {
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
         "ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap", "NetworkPolicy", "ClusterServingRuntime", "Pod",
     }  # fmt: skip
-    assert result.stdout.count("serverside-applied (server dry run)") == len(docs)
     (dashboard,) = (doc for doc in docs if doc["kind"] == "ConfigMap")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(dashboard["data"]["reward-operator.json"])["uid"] == "reward-operator"

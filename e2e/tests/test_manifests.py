@@ -7,45 +7,14 @@ import itertools
 import pytest
 import yaml
 
-from testenv.helpers import REPO
+from testenv.helpers import REPO, server_dry_run
 
 MANIFESTS = REPO / "manifests"
-
-# prometheus-operator's kinds, as schemaless stand-ins (see test_chart.py)
-from test_chart import MONITORING_CRDS  # noqa: E402
 
 
 def build(cluster, path: str) -> list[dict]:
     out = cluster.kubectl("kustomize", str(MANIFESTS / path)).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
-
-
-def server_dry_run(cluster, docs: list[dict], namespace: str | None = None) -> str:
-    """CRDs and Namespaces for real (nothing else could be checked against them), the rest dry-run.
-
-    --force-conflicts: earlier tests of the session may have installed the same CRDs
-    with helm, as a user switching install methods would have.
-    """
-    first = [doc for doc in docs if doc["kind"] in ("CustomResourceDefinition", "Namespace")]
-    if first:
-        cluster.kubectl(
-            "apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", "-",
-            input=yaml.safe_dump_all(first),
-        )  # fmt: skip
-    scope = ["-n", namespace] if namespace else []
-    result = cluster.kubectl(
-        "apply", "--dry-run=server", "--server-side", "--force-conflicts", "--field-manager=e2e", *scope, "-f", "-",
-        input=yaml.safe_dump_all(docs),
-    )  # fmt: skip
-    assert result.stdout.count("(server dry run)") == len(docs), result.stdout
-    return result.stdout
-
-
-@pytest.fixture(scope="module")
-def monitoring_crds(cluster):
-    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", input=MONITORING_CRDS)
-    for name in ("servicemonitors", "podmonitors", "prometheusrules"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}.monitoring.coreos.com", "--timeout=60s")
 
 
 @pytest.mark.parametrize("overlay", ["base", "overlays/default", "overlays/monitoring"])

@@ -40,7 +40,7 @@ app.kubernetes.io/part-of: reward-operator
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* The permissions of files/rbac.yaml, parsed once. */}}
+{{/* The text of files/rbac.yaml, the one list of permissions (callers parse it with fromYaml). */}}
 {{- define "reward-operator.permissions" -}}
 {{- .Files.Get "files/rbac.yaml" -}}
 {{- end -}}
