@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-export PYTHONPATH := $(CURDIR)/e2e
+export PYTHONPATH := $(CURDIR)/e2e:$(CURDIR)/testing
 TESTENV := $(PY) -m testenv
 # pytest exits 5 when a selection holds no tests; that is not a failure here.
 PYTEST = $(PY) -m pytest $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests selected"; [ $$rc -eq 5 ]; }

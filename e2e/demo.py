@@ -14,8 +14,10 @@ import os
 import sys
 from pathlib import Path
 
+from reward_testing.paths import REPO
+from reward_testing.waiting import wait_until
 from testenv import controlplane
-from testenv.helpers import REPO, condition, mark_inference_service_ready, wait_until
+from testenv.helpers import condition, mark_inference_service_ready
 
 SAMPLE = REPO / "manifests" / "samples" / "rewardmodel-sequence-standard.yaml"
 NAMESPACE = "rlhf-demo"

@@ -37,7 +37,8 @@ import httpx
 import jinja2
 import uvloop
 
-from testenv.helpers import REPO, free_port
+from reward_testing.paths import REPO
+from reward_testing.ports import free_port
 
 CONCURRENCY = 64
 GROUP = 8  # GRPO-style: completions of one prompt scored together
@@ -255,14 +256,13 @@ def run_backend(profile: Backend) -> None:
         "-c",
         # Neither the fake nor the load generator collects garbage during a run:
         # their pauses (20-30 ms on this machine) would land in both runs' p99.
-        "import gc, uvicorn, gateway_fake_vllm as f; gc.disable(); "
+        "import gc, uvicorn, reward_testing.fake_vllm as f; gc.disable(); "
         f"uvicorn.run(f.FakeVllm(engine={profile.engine}).app, port={backend_port}, log_level='warning')",
     ]
-    tests_dir = str(REPO / "runtimes/gateway/tests")
     backend_url, gateway_url = f"http://127.0.0.1:{backend_port}", f"http://127.0.0.1:{gateway_port}"
     backend = start(
         backend_cmd,
-        {"PYTHONPATH": os.pathsep.join([tests_dir, str(REPO / "e2e")])},
+        {"PYTHONPATH": str(REPO / "testing")},
         backend_url,
         "/health",
         CLIENT_CPUS,

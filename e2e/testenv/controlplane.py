@@ -24,8 +24,12 @@ from pathlib import Path
 
 import yaml
 
-from . import build, kserve, pki
-from .helpers import condition, free_port, wait_until
+from reward_testing import pki
+from reward_testing.ports import free_port
+from reward_testing.waiting import wait_until
+
+from . import build, kserve
+from .helpers import condition
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent

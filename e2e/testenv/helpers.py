@@ -3,33 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(what: str, predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.3) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` otherwise."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def get_json(cluster, *args: str) -> dict | None:
@@ -55,34 +32,6 @@ def condition(obj: dict | None, type_: str = "Ready") -> dict | None:
         if item.get("type") == type_:
             return item
     return None
-
-
-# The cached virtual environment with the pinned vLLM (`make vllm-venv`): its
-# parser and metric names are the contract the operator and dashboards follow.
-VLLM_VERSION = "0.33.0"
-DEFAULT_VLLM_VENV = Path.home() / ".cache" / "reward-operator" / f"vllm-{VLLM_VERSION}-venv"
-
-
-def vllm_python() -> Path | None:
-    """The interpreter of the pinned vLLM (VLLM_PYTHON overrides), or None when absent."""
-    import os
-
-    if os.environ.get("VLLM_PYTHON"):
-        path = Path(os.environ["VLLM_PYTHON"])
-        return path if path.exists() else None
-    # `make vllm-venv` marks a finished install; a half-made one is not used
-    if not (DEFAULT_VLLM_VENV / ".complete").exists():
-        return None
-    return DEFAULT_VLLM_VENV / "bin" / "python"
-
-
-def vllm_package_dir() -> Path | None:
-    """The installed vllm package of that interpreter's environment."""
-    python = vllm_python()
-    if python is None:
-        return None
-    found = sorted(python.parent.parent.glob("lib/python*/site-packages/vllm"))
-    return found[0] if found else None
 
 
 def server_dry_run(cluster, docs: list[dict], namespace: str | None = None) -> str:

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testenv.helpers import REPO, free_port, wait_until
+from reward_testing.paths import REPO
+from reward_testing.ports import free_port
+from reward_testing.waiting import wait_until
 
 # prometheus-operator's CRDs are not part of the test control plane (its root Go
 # module, which holds them, does not download here): these stand-ins are schemaless,

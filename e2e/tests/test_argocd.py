@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testenv.helpers import REPO
+from reward_testing.paths import REPO
 
 HEALTH = REPO / "manifests" / "argocd" / "health"
 SCRIPT = (HEALTH / "rewardmodel.lua").read_text()

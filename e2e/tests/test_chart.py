@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reward_testing.paths import REPO
+from reward_testing.waiting import wait_until
 from testenv import build
-from testenv.helpers import REPO, get_json, server_dry_run, wait_until
+from testenv.helpers import get_json, server_dry_run
 
 CHART = REPO / "charts" / "reward-operator"
 KUBE_VERSION = "1.37.0"  # helm built without version stamps would assume 1.20

@@ -7,7 +7,8 @@ import itertools
 import pytest
 import yaml
 
-from testenv.helpers import REPO, server_dry_run
+from reward_testing.paths import REPO
+from testenv.helpers import server_dry_run
 
 MANIFESTS = REPO / "manifests"
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reward_testing.paths import REPO
+from reward_testing.vllm import missing_vllm, vllm_package_dir
 from testenv import build
-from testenv.helpers import REPO, vllm_package_dir
 
 PROMETHEUS = REPO / "manifests" / "prometheus"
 DASHBOARD = REPO / "manifests" / "grafana" / "reward-operator.json"
@@ -229,7 +230,7 @@ def _vllm_loggers() -> str | None:
 def test_vllm_exports(name, spec):
     source = _vllm_loggers()
     if source is None:
-        pytest.skip("no vLLM 0.33 here: run `make vllm-venv` (the contract pins vLLM 0.33's names)")
+        missing_vllm()
     # loggers.py declares name=..., then the counter class adds _total
     declared = name.removesuffix("_total") if spec["type"] == "counter" else name
     found = re.search(rf'_(counter|gauge|histogram)_cls\(\s*name="{re.escape(declared)}"', source)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from reward_operator.render import render_reward_model
-from testenv.helpers import REPO
+from reward_testing.paths import REPO
 
 SAMPLE = REPO / "manifests" / "samples" / "rewardmodel-sequence-standard.yaml"
 

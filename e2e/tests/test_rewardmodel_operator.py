@@ -9,7 +9,9 @@ import urllib.request
 
 import yaml
 
-from testenv.helpers import REPO, condition, get_json, mark_inference_service_ready, wait_until
+from reward_testing.paths import REPO
+from reward_testing.waiting import wait_until
+from testenv.helpers import condition, get_json, mark_inference_service_ready
 
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/rewardmodel-sequence-standard.yaml").read_text())
 

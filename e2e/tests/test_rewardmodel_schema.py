@@ -9,9 +9,7 @@ import pytest
 import yaml
 
 from reward_operator.render import render_reward_model
-from testenv.helpers import REPO
-
-GOLDEN_INPUTS = REPO / "operator" / "tests" / "golden" / "inputs"
+from reward_testing.paths import GOLDEN, REPO
 
 
 def base() -> dict:
@@ -138,7 +136,7 @@ def test_kubectl_explain_teaches_the_api(cluster):
 
 
 def test_every_rendered_inference_service_passes_kserves_schema(cluster, namespace):
-    inputs = sorted(GOLDEN_INPUTS.glob("*.yaml")) + sorted((REPO / "manifests" / "samples").glob("rewardmodel-*"))
+    inputs = sorted((GOLDEN / "inputs").glob("*.yaml")) + sorted((REPO / "manifests" / "samples").glob("rewardmodel-*"))
     assert len(inputs) >= 6
     for path in inputs:
         case = path.name

@@ -6,19 +6,15 @@ Regenerate after an intended change with UPDATE_GOLDEN=1 and review the diff.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import yaml
 
 from reward_operator.render import render_reward_model
 from reward_operator.render.vllm_args import vllm_args
+from reward_testing.paths import GOLDEN, golden_cases, golden_input
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
-
-
-INPUTS = GOLDEN / "inputs"
-CASES = {path.stem: yaml.safe_load(path.read_text()) for path in sorted(INPUTS.glob("*.yaml"))}
+CASES = {case: golden_input(case) for case in golden_cases()}
 
 
 def test_every_kind_and_mode_has_a_case():

@@ -6,13 +6,13 @@ from contextlib import ExitStack
 
 import httpx
 import pytest
-from gateway_fake_vllm import FakeVllm, serve_in_thread
 from prometheus_client import CollectorRegistry
 
 from reward_gateway.app import build_app
 from reward_gateway.config import load_config
 from reward_gateway.gateway import Gateway
 from reward_gateway.metrics import GatewayMetrics
+from reward_testing.fake_vllm import FakeVllm, serve_in_thread
 
 
 @pytest.fixture(scope="session")

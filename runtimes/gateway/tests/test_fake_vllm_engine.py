@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway_fake_vllm import EngineSteps
+from reward_testing.fake_vllm import EngineSteps
 
 
 def test_texts_run_in_steps_of_the_token_budget_in_arrival_order():

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from gateway_fake_vllm import MAX_CHARS
 
-from testenv.helpers import free_port
+from reward_testing.fake_vllm import MAX_CHARS
+from reward_testing.ports import free_port
 
 BAD_REWARDS_BODIES = [
     (b"", "empty"),

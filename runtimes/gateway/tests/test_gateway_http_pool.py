@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from reward_gateway.http_pool import HttpPool, UpstreamClosed
-from testenv import pki
-from testenv.helpers import free_port
+from reward_testing import pki
+from reward_testing.ports import free_port
 
 
 @dataclass

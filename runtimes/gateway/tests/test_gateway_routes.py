@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from gateway_fake_vllm import STEP_TAG, conversation_text, logit, sigmoid, step_probability
+
+from reward_testing.fake_vllm import STEP_TAG, conversation_text, logit, sigmoid, step_probability
 
 
 def pair(prompt: str, response: str) -> str:

@@ -10,9 +10,9 @@ import time
 
 import httpx
 import pytest
-from gateway_fake_vllm import logit
 
-from testenv.helpers import free_port
+from reward_testing.fake_vllm import logit
+from reward_testing.ports import free_port
 
 pytest.importorskip("kserve", reason="the gateway extra (kserve) is not installed: pip install -e '.[gateway]'")
 

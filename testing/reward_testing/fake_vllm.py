@@ -18,7 +18,7 @@ from typing import Any
 
 import uvicorn
 
-from testenv.helpers import free_port
+from reward_testing.ports import free_port
 
 STEP_TAG = "<extra_0>"
 MAX_CHARS = 4000  # stands in for the model's context length

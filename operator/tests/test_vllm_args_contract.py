@@ -7,30 +7,28 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
-from testenv.helpers import vllm_python
-
-ROOT = Path(__file__).resolve().parents[3]
+from reward_testing.paths import REPO, golden_cases, golden_children
+from reward_testing.vllm import require_vllm
 
 
 def rendered_args() -> dict[str, list[str]]:
-    runtime = yaml.safe_load((ROOT / "runtimes/vllm-reward.yaml").read_text())
+    runtime = yaml.safe_load((REPO / "runtimes/vllm-reward.yaml").read_text())
     runtime_args = [arg.replace("/mnt/models", "/tmp/model") for arg in runtime["spec"]["containers"][0]["args"]]
     cases = {}
-    for golden in sorted((ROOT / "operator/tests/golden").glob("*.yaml")):
-        isvc = yaml.safe_load(golden.read_text())
-        cases[golden.stem] = runtime_args + isvc["spec"]["predictor"]["model"]["args"]
+    for case in golden_cases():
+        (isvc,) = golden_children(case)
+        cases[case] = runtime_args + isvc["spec"]["predictor"]["model"]["args"]
     return cases
 
 
-@pytest.mark.skipif(vllm_python() is None, reason="no vLLM 0.33.0 interpreter: run `make vllm-venv` or set VLLM_PYTHON")
 def test_every_rendered_arg_is_accepted_by_vllms_parser():
+    python = require_vllm()
     cases = rendered_args()
     assert cases, "no golden InferenceServices found"
     run = subprocess.run(
-        [str(vllm_python()), str(Path(__file__).with_name("vllm_parse_args.py"))],
+        [str(python), str(Path(__file__).with_name("vllm_parse_args.py"))],
         input=json.dumps(cases),
         capture_output=True,
         text=True,
