@@ -32,7 +32,11 @@ def ordered_data(response: Any, expected: int) -> list[dict[str, Any]]:
         raise bad_response("an entry in data has no index") from None
 
 
-def sequence_scores(response: Any, expected: int) -> list[Score]:
+# Every extractor takes the step aggregate, so reward_gateway.kinds can hold any
+# of them; only process models have steps to aggregate.
+
+
+def sequence_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
     """/classify with use_activation false: probs holds the raw logits; the last is the reward (verl's rule)."""
     scores = []
     for entry in ordered_data(response, expected):
@@ -43,7 +47,7 @@ def sequence_scores(response: Any, expected: int) -> list[Score]:
     return scores
 
 
-def token_scores(response: Any, expected: int) -> list[Score]:
+def token_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
     """/pooling with ALL pooling: one value (or one row of labels) per token; the reward is the last token's."""
     scores = []
     for entry in ordered_data(response, expected):

@@ -14,7 +14,8 @@ from typing import Any
 from reward_gateway.auth import BearerTokenCheck
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized
-from reward_gateway.extract import Score, sequence_scores
+from reward_gateway.extract import Score
+from reward_gateway.kinds import CLASSIFY_KINDS, CLASSIFY_PATH
 from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.scorer import Scorer
 from reward_gateway.upstream import VllmClient
@@ -145,24 +146,26 @@ class Gateway:
         return {"rewards": rewards, "scores": rewards, "extra_logs": {}}
 
     async def classify(self, body: bytes, tally: _Tally) -> dict[str, Any]:
-        if self.config.model_kind != "sequence":
+        kind = self.scorer.kind
+        if kind.path != CLASSIFY_PATH:
             raise NotFound(
-                f"/classify serves sequence reward models; {self.config.model_name!r} is a "
-                f"{self.config.model_kind} reward model: use /v1/rewards"
+                f"/classify serves {' and '.join(CLASSIFY_KINDS)} reward models; {self.config.model_name!r} is a "
+                f"{kind.name} reward model: use /v1/rewards"
             )
         forwarded = parse_json(body)
         request = validate(ClassifyRequest, forwarded)
         # One model sits behind this gateway, whatever name the trainer was configured with.
         forwarded["model"] = self.config.model_name
-        # The raw logit unless the caller asked otherwise: vLLM's default sigmoid
-        # would squash rewards silently.
-        forwarded.setdefault("use_activation", False)
+        # The kind's own settings unless the caller chose otherwise: the raw
+        # logit, as vLLM's default sigmoid would squash rewards silently.
+        for name, value in kind.request_fields().items():
+            forwarded.setdefault(name, value)
         count = 1 if isinstance(request.input, str) else len(request.input)
         self._admit(count, tally)
         if count == 0:
             raise BadRequest("input is empty")
-        response = await self.client.post("/classify", forwarded)
-        self._observe(sequence_scores(response, count))
+        response = await self.client.post(kind.path, forwarded)
+        self._observe(kind.extract(response, count, self.config.step_aggregate))
         return response
 
     async def _score(self, items: list[ScoringItem], tally: _Tally) -> list[Score]:

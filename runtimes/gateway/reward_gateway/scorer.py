@@ -15,7 +15,8 @@ from typing import Any
 from reward_gateway.chat_template import ChatTemplateRenderer
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest
-from reward_gateway.extract import Score, process_scores, sequence_scores, token_scores
+from reward_gateway.extract import Score
+from reward_gateway.kinds import KINDS
 from reward_gateway.upstream import VllmClient
 from reward_gateway.wire import ScoringItem
 
@@ -34,6 +35,8 @@ class Scorer:
     def __init__(self, config: GatewayConfig, client: VllmClient):
         self.config = config
         self.client = client
+        self.kind = KINDS[config.model_kind]
+        self._fields = self.kind.request_fields()
         self.renderer = None
         if config.template_mode == "gateway" and config.chat_template is not None:
             self.renderer = ChatTemplateRenderer(config.chat_template)
@@ -117,14 +120,6 @@ class Scorer:
             body["add_special_tokens"] = call.add_special_tokens
         if self.config.truncate_prompt_tokens is not None:
             body["truncate_prompt_tokens"] = self.config.truncate_prompt_tokens
-        count = len(call.positions)
-        kind = self.config.model_kind
-        if kind == "sequence":
-            # Without this vLLM returns sigmoid(logit) for one-label heads.
-            body["use_activation"] = False
-            return sequence_scores(await self.client.post("/classify", body), count)
-        body["task"] = "token_classify"
-        if kind == "token":
-            body["use_activation"] = False
-            return token_scores(await self.client.post("/pooling", body), count)
-        return process_scores(await self.client.post("/pooling", body), count, self.config.step_aggregate)
+        body.update(self._fields)
+        response = await self.client.post(self.kind.path, body)
+        return self.kind.extract(response, len(call.positions), self.config.step_aggregate)

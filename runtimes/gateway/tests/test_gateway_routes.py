@@ -58,6 +58,10 @@ def test_process_model_returns_one_score_per_step(start_gateway, backend):
     body = answer.json()
     assert body["step_scores"] == [pytest.approx(expected_steps)]
     assert body["rewards"] == pytest.approx([min(expected_steps)])
+    # step probabilities: vLLM's default activation, so use_activation is not sent
+    assert [(path, call["task"], "use_activation" in call) for path, call in backend.calls] == [
+        ("/pooling", "token_classify", False)
+    ]
 
 
 def test_process_model_rejects_items_without_step_tags(start_gateway, backend):
