@@ -23,9 +23,10 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test,gateway]'
 	touch $@
 
-lint: venv ## ruff
+lint: venv ## ruff, and the import contracts between layers (pyproject.toml, [tool.importlinter])
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 unit: venv testenv-build ## unit tests (no cluster; the chart and rule tests use the built helm and promtool)
 	$(call PYTEST,-m "not integration")

@@ -51,6 +51,25 @@ def test_healthy_flips_to_progressing_when_the_spec_changes():
     assert run_health_check("lua51", obj)["status"] == "Progressing"
 
 
+def _every_reason() -> list[str]:
+    from reward_operator.api import conditions
+
+    declared = vars(conditions).items()
+    return sorted(value for name, value in declared if name.isupper() and isinstance(value, str) and name != "READY")
+
+
+@pytest.mark.parametrize("reason", _every_reason())
+def test_degraded_exactly_for_the_reasons_the_api_declares(reason):
+    """api/conditions.py's DEGRADED_REASONS (and *Failed) is what the Lua check calls Degraded."""
+    from reward_operator.api import conditions
+
+    obj = yaml.safe_load((HEALTH / "testdata" / "invalid-spec.yaml").read_text())
+    ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+    ready.update(status="False", reason=reason)
+    degraded = reason in conditions.DEGRADED_REASONS or reason.endswith(conditions.DEGRADED_SUFFIX)
+    assert run_health_check("lua51", obj)["status"] == ("Degraded" if degraded else "Progressing")
+
+
 def test_argocd_cm_component_carries_the_script(cluster, tmp_path):
     # an Argo CD install's kustomization that takes the component, as a user would
     (tmp_path / "argocd-cm.yaml").write_text(

@@ -18,9 +18,13 @@ def _load_documents(path: str) -> list[dict[str, Any]]:
 def render_command(args: argparse.Namespace) -> int:
     from .api import API_VERSION, REWARD_MODEL_KIND
     from .render import render_reward_model
-    from .settings import SETTINGS  # read here: `crds` must not fail on the run command's settings
+    from .settings import Settings, SettingsError
 
-    gateway_image = args.gateway_image or SETTINGS.gateway_image
+    try:
+        gateway_image = args.gateway_image or Settings.from_env().gateway_image
+    except SettingsError as error:
+        print(f"reward-operator: {error}", file=sys.stderr)
+        return 2
 
     children: list[dict[str, Any]] = []
     for path in args.filename:
@@ -52,16 +56,23 @@ def crds_command(args: argparse.Namespace) -> int:
 def run_command(args: argparse.Namespace) -> int:
     import kopf
 
-    from . import controllers  # noqa: F401  (registers the handlers)
+    from .controllers import build_registry
+    from .settings import Settings, SettingsError
 
     if args.namespace and args.all_namespaces:
         print("--namespace and --all-namespaces exclude each other", file=sys.stderr)
+        return 2
+    try:
+        settings = Settings.from_env()
+    except SettingsError as error:
+        print(f"reward-operator: {error}", file=sys.stderr)
         return 2
     kopf.configure(
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
     )
     kopf.run(
+        registry=build_registry(settings),
         standalone=args.standalone,
         peering_name=args.peering,
         priority=args.priority,

@@ -1,77 +1,113 @@
-"""The operator's Prometheus metrics (prefix reward_operator_)."""
+"""The operator's Prometheus metrics (prefix reward_operator_).
+
+Counters and the reconcile histogram are plain prometheus-client metrics.
+Per-object state (Ready, generation lag, counts by Ready status) is computed at
+scrape time from :class:`ObjectStates`, the operator's own record of what it
+manages: an object forgotten there has no series left, so no stale series can
+keep an alert firing.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
-
-RECONCILES = Counter(
-    "reward_operator_reconcile_total",
-    "Reconciles, by kind and result (ready, progressing, invalid, apply_failed, error).",
-    ["kind", "result"],
-)
-ERRORS = Counter(
-    "reward_operator_reconcile_errors_total",
-    "Reconciles that failed on an API error and will be retried.",
-    ["kind"],
-)
-DURATION = Histogram(
-    "reward_operator_reconcile_duration_seconds",
-    "Time one reconcile takes, API calls included.",
-    ["kind"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-)
-OBJECTS = Gauge(
-    "reward_operator_objects",
-    "Objects the operator manages, by kind and Ready status (True, False, Unknown).",
-    ["kind", "ready"],
-)
-
-OBJECT_READY = Gauge(
-    "reward_operator_object_ready",
-    "1 while an object's Ready condition is True, else 0; alerts on objects not Ready for long.",
-    ["kind", "namespace", "name"],
-)
-GENERATION_LAG = Gauge(
-    "reward_operator_object_generation_lag",
-    "metadata.generation minus status.observedGeneration, as last seen on the watch: above 0 for long "
-    "means spec changes are not being acted on.",
-    ["kind", "namespace", "name"],
-)
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 READY_STATES = ("True", "False", "Unknown")
-# Each object's last Ready status, so a change moves one count from one state to another.
-_ready_by_object: dict[tuple[str, str, str], str] = {}
-_lock = threading.Lock()
 
 
-def record_ready(kind: str, namespace: str, name: str, ready: str | None) -> None:
-    """Remember an object's Ready status (None: the object is gone) and refresh the gauge."""
-    key = (kind, namespace, name)
-    with _lock:
-        for state in READY_STATES:  # every state has a series, zero included
-            OBJECTS.labels(kind=kind, ready=state)
-        previous = _ready_by_object.pop(key, None)
-        if previous is not None:
-            OBJECTS.labels(kind=kind, ready=previous).dec()
-        if ready is None:
-            for gauge in (OBJECT_READY, GENERATION_LAG):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(kind, namespace, name)
-            return
-        _ready_by_object[key] = ready
-        OBJECTS.labels(kind=kind, ready=ready).inc()
-        OBJECT_READY.labels(kind=kind, namespace=namespace, name=name).set(1 if ready == "True" else 0)
+@dataclass
+class _ObjectState:
+    ready: str | None = None  # None until the first reconcile decides it
+    generation_lag: int | None = None  # None until the first watch event
 
 
-def record_generation_lag(kind: str, namespace: str, name: str, body: dict) -> None:
-    generation = body.get("metadata", {}).get("generation") or 0
-    observed = (body.get("status") or {}).get("observedGeneration") or 0
-    GENERATION_LAG.labels(kind=kind, namespace=namespace, name=name).set(max(0, generation - observed))
+class ObjectStates(Collector):
+    """What the operator knows of each object it manages, exported when scraped."""
+
+    def __init__(self, kinds: Iterable[str]):
+        self.kinds = tuple(kinds)  # every kind has a count per Ready state, zero included
+        self._states: dict[tuple[str, str, str], _ObjectState] = {}
+        self._lock = threading.Lock()
+
+    def record_ready(self, kind: str, namespace: str, name: str, ready: str) -> None:
+        with self._lock:
+            self._states.setdefault((kind, namespace, name), _ObjectState()).ready = ready
+
+    def record_generation_lag(self, kind: str, namespace: str, name: str, generation: int, observed: int) -> None:
+        with self._lock:
+            self._states.setdefault((kind, namespace, name), _ObjectState()).generation_lag = max(
+                0, generation - observed
+            )
+
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        with self._lock:
+            self._states.pop((kind, namespace, name), None)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            states = dict(self._states)
+        objects = GaugeMetricFamily(
+            "reward_operator_objects",
+            "Objects the operator manages, by kind and Ready status (True, False, Unknown).",
+            labels=["kind", "ready"],
+        )
+        counts = {(kind, ready): 0 for kind in self.kinds for ready in READY_STATES}
+        for (kind, _, _), state in states.items():
+            if state.ready is not None:
+                counts[(kind, state.ready)] = counts.get((kind, state.ready), 0) + 1
+        for (kind, ready), count in sorted(counts.items()):
+            objects.add_metric([kind, ready], count)
+        ready = GaugeMetricFamily(
+            "reward_operator_object_ready",
+            "1 while an object's Ready condition is True, else 0; alerts on objects not Ready for long.",
+            labels=["kind", "namespace", "name"],
+        )
+        lag = GaugeMetricFamily(
+            "reward_operator_object_generation_lag",
+            "metadata.generation minus status.observedGeneration, as last seen on the watch: above 0 for long "
+            "means spec changes are not being acted on.",
+            labels=["kind", "namespace", "name"],
+        )
+        for key, state in sorted(states.items()):
+            if state.ready is not None:
+                ready.add_metric(list(key), 1 if state.ready == "True" else 0)
+            if state.generation_lag is not None:
+                lag.add_metric(list(key), state.generation_lag)
+        yield from (objects, ready, lag)
 
 
-def serve(port: int) -> None:
+class OperatorMetrics:
+    """Every metric the operator exports, registered on one registry."""
+
+    def __init__(self, kinds: Iterable[str], registry: CollectorRegistry = REGISTRY):
+        self.reconciles = Counter(
+            "reward_operator_reconcile_total",
+            "Reconciles, by kind and result (ready, progressing, invalid, apply_failed, error).",
+            ["kind", "result"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "reward_operator_reconcile_errors_total",
+            "Reconciles that failed on an API error and will be retried.",
+            ["kind"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "reward_operator_reconcile_duration_seconds",
+            "Time one reconcile takes, API calls included.",
+            ["kind"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=registry,
+        )
+        self.objects = ObjectStates(kinds)
+        registry.register(self.objects)
+
+
+def serve(port: int, registry: CollectorRegistry = REGISTRY) -> None:
     if port:
-        start_http_server(port)
+        start_http_server(port, registry=registry)

@@ -1,32 +1,45 @@
-"""Operator settings, read once from the environment (the chart sets them)."""
+"""Operator settings, built once from the environment by the `run` command (the chart sets them)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .render import DEFAULT_GATEWAY_IMAGE
+from .api.names import DEFAULT_GATEWAY_IMAGE
 
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
+class SettingsError(ValueError):
+    """A variable holds a value the operator cannot use; the message names it."""
+
+
+def _int(environ: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError as error:
-        raise SystemExit(f"{name} must be an integer, got {raw!r}") from error
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from error
+    if value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}, got {value}")
+    return value
 
 
 @dataclass(frozen=True)
 class Settings:
     # Seconds between level-based reconciles of every object: a backstop for
     # missed watch events, and how soon an InvalidSpec clears once fixed.
-    drift_interval: int = _int("REWARD_OPERATOR_DRIFT_INTERVAL", 60)
+    drift_interval: int = 60
     # Prometheus metrics port; 0 turns the endpoint off.
-    metrics_port: int = _int("REWARD_OPERATOR_METRICS_PORT", 8080)
+    metrics_port: int = 8080
     # Image of the reward gateway (the operator's own image carries it).
-    gateway_image: str = os.environ.get("REWARD_OPERATOR_GATEWAY_IMAGE") or DEFAULT_GATEWAY_IMAGE
+    gateway_image: str = DEFAULT_GATEWAY_IMAGE
 
-
-SETTINGS = Settings()
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
+        return cls(
+            drift_interval=_int(environ, "REWARD_OPERATOR_DRIFT_INTERVAL", cls.drift_interval, minimum=1),
+            metrics_port=_int(environ, "REWARD_OPERATOR_METRICS_PORT", cls.metrics_port),
+            gateway_image=environ.get("REWARD_OPERATOR_GATEWAY_IMAGE") or cls.gateway_image,
+        )

@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from . import API_VERSION, CATEGORY, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION, schema
+from . import API_VERSION, CATEGORY, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION
+from .schema import REWARD_MODEL, Schema
 
 READY = '.status.conditions[?(@.type=="Ready")]'
 
@@ -23,12 +24,15 @@ def _column(name: str, json_path: str, type_: str = "string", priority: int = 0,
     return column
 
 
-def reward_model_crd() -> dict[str, Any]:
+def namespaced_crd(
+    kind: str, plural: str, short_names: list[str], columns: list[dict[str, Any]], schema: Schema
+) -> dict[str, Any]:
+    """One served and stored version with a status subresource, in the ``rlhf`` category."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{REWARD_MODEL_PLURAL}.{GROUP}",
+            "name": f"{plural}.{GROUP}",
             "labels": {
                 "app.kubernetes.io/name": "reward-operator",
                 "app.kubernetes.io/part-of": "reward-operator",
@@ -38,11 +42,11 @@ def reward_model_crd() -> dict[str, Any]:
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": REWARD_MODEL_KIND,
-                "listKind": f"{REWARD_MODEL_KIND}List",
-                "plural": REWARD_MODEL_PLURAL,
-                "singular": REWARD_MODEL_KIND.lower(),
-                "shortNames": ["rwm"],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
                 "categories": [CATEGORY],
             },
             "versions": [
@@ -51,20 +55,25 @@ def reward_model_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        _column("Ready", f"{READY}.status", description="Whether the reward model serves"),
-                        _column("Mode", ".spec.serving.mode", description="KServe deployment mode"),
-                        _column("Replicas", ".status.replicas", "integer", description="Ready predictor replicas"),
-                        _column("URL", ".status.url", description="Where clients reach the model"),
-                        _column("Age", ".metadata.creationTimestamp", "date"),
-                        _column("Reason", f"{READY}.reason", priority=1),
-                        _column("Message", f"{READY}.message", priority=1),
-                    ],
-                    "schema": {"openAPIV3Schema": schema.REWARD_MODEL},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
     }
+
+
+def reward_model_crd() -> dict[str, Any]:
+    columns = [
+        _column("Ready", f"{READY}.status", description="Whether the reward model serves"),
+        _column("Mode", ".spec.serving.mode", description="KServe deployment mode"),
+        _column("Replicas", ".status.replicas", "integer", description="Ready predictor replicas"),
+        _column("URL", ".status.url", description="Where clients reach the model"),
+        _column("Age", ".metadata.creationTimestamp", "date"),
+        _column("Reason", f"{READY}.reason", priority=1),
+        _column("Message", f"{READY}.message", priority=1),
+    ]
+    return namespaced_crd(REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, ["rwm"], columns, REWARD_MODEL)
 
 
 def all_crds() -> dict[str, dict[str, Any]]:

@@ -1,36 +1,44 @@
-"""kopf handlers, one module per kind; importing this package registers them."""
+"""kopf handlers, one module per kind, on one registry built from the run's settings."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import kopf
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from .. import metrics
-from ..api import GROUP
-from ..settings import SETTINGS
-from . import rewardmodel  # noqa: F401  (registers the RewardModel handlers)
-
-FINALIZER = f"{GROUP}/reward-operator"
-
-
-@kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    # kopf's finalizer (present because of the drift timer) carries our name, so
-    # `kubectl get -o yaml` says who holds the object; see the README's uninstall order.
-    settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
-    )
-    # Events are ours to post, on transitions only; kopf's per-handler chatter stays in logs.
-    settings.posting.enabled = False
-    # kopf's default watch inactivity timeout (with bookmarks) already guards
-    # against silently frozen watches; server_timeout bounds each watch request.
-    settings.watching.server_timeout = 300
-    metrics.serve(SETTINGS.metrics_port)
+from ..api import REWARD_MODEL_KIND
+from ..api.names import FINALIZER, KOPF_ANNOTATION_PREFIX
+from ..settings import Settings
+from . import rewardmodel
 
 
-@kopf.on.probe(id="ready")
-def ready(**_: Any) -> bool:
-    return True
+def build_registry(settings: Settings, metrics_registry: CollectorRegistry = REGISTRY) -> kopf.OperatorRegistry:
+    """Every handler of the operator, configured by ``settings``."""
+    registry = kopf.OperatorRegistry()
+    operator_metrics = metrics.OperatorMetrics(kinds=(REWARD_MODEL_KIND,), registry=metrics_registry)
+    metrics_port = settings.metrics_port
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # kopf's finalizer (present because of the drift timer) carries our name;
+        # see the README's uninstall order.
+        settings.persistence.finalizer = FINALIZER
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_ANNOTATION_PREFIX)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
+        )
+        # Events are ours to post, on transitions only; kopf's per-handler chatter stays in logs.
+        settings.posting.enabled = False
+        # kopf's default watch inactivity timeout (with bookmarks) already guards
+        # against silently frozen watches; server_timeout bounds each watch request.
+        settings.watching.server_timeout = 300
+        metrics.serve(metrics_port, metrics_registry)
+
+    @kopf.on.probe(id="ready", registry=registry)
+    def ready(**_: Any) -> bool:
+        return True
+
+    rewardmodel.register(registry, settings, operator_metrics)
+    return registry

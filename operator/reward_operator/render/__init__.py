@@ -1,19 +1,20 @@
-"""Pure functions from a (defaulted) spec to the child manifests. No I/O here."""
+"""Pure functions from a custom resource to the children it should have. No I/O here.
+
+One entry per kind returns every child, in apply order; the controller and the
+offline ``reward-operator render`` both call it, so what is tested is what ships.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import __version__
 from ..api.defaults import apply_defaults
-from .inferenceservice import render_inference_service
-
-# The operator's own image carries the gateway; it moves with the version.
-DEFAULT_GATEWAY_IMAGE = f"reward-operator:{__version__}"
+from ..api.names import DEFAULT_GATEWAY_IMAGE
+from .rewardmodel import reward_model_inference_service
 
 
 def render_reward_model(
     reward_model: dict[str, Any], gateway_image: str = DEFAULT_GATEWAY_IMAGE
 ) -> list[dict[str, Any]]:
-    """Every child of a RewardModel, in apply order."""
-    return [render_inference_service(apply_defaults(reward_model), gateway_image)]
+    """Every child of a RewardModel, in apply order (defaults applied first, as the API server would)."""
+    return [reward_model_inference_service(apply_defaults(reward_model), gateway_image)]

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..api.kserve import CONTAINER_NAME, cluster_local_url, predictor_name
+from ..api.types import GatewaySpec, ModelSpec, ServingSpec
+
 GATEWAY_PORT = 8080
 AUTH_MOUNT = "/var/run/secrets/reward-gateway"
 DEFAULT_GATEWAY_RESOURCES = {"cpu": "1", "memory": "1Gi"}
@@ -34,16 +37,9 @@ RESTRICTED_CONTAINER_SECURITY = {
 }
 
 
-def predictor_url(name: str, namespace: str) -> str:
-    """The predictor Service KServe creates, in either deployment mode."""
-    return f"http://{name}-predictor.{namespace}.svc.cluster.local"
-
-
-def _env(reward_model: dict[str, Any], served_name: str) -> list[dict[str, Any]]:
-    metadata, spec = reward_model["metadata"], reward_model["spec"]
-    gateway, model = spec["gateway"], spec["model"]
+def _env(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_name: str) -> list[dict[str, Any]]:
     env = {
-        "UPSTREAM_URL": predictor_url(metadata["name"], metadata.get("namespace", "default")),
+        "UPSTREAM_URL": upstream_url,
         "MODEL_NAME": served_name,
         "MODEL_KIND": model["kind"],
         "CHAT_TEMPLATE_MODE": gateway["chatTemplateMode"],
@@ -59,15 +55,23 @@ def _env(reward_model: dict[str, Any], served_name: str) -> list[dict[str, Any]]
     return [{"name": f"REWARD_GATEWAY_{key}", "value": value} for key, value in env.items()]
 
 
-def render_transformer(reward_model: dict[str, Any], served_name: str, image: str) -> dict[str, Any]:
-    spec = reward_model["spec"]
-    gateway, serving = spec["gateway"], spec["serving"]
+def transformer(
+    isvc: str,
+    namespace: str,
+    model: ModelSpec,
+    gateway: GatewaySpec,
+    serving: ServingSpec,
+    served_name: str,
+    image: str,
+) -> dict[str, Any]:
+    """The gateway in front of the predictor KServe creates for InferenceService ``isvc``."""
+    upstream_url = cluster_local_url(predictor_name(isvc), namespace)
     wanted = {**DEFAULT_GATEWAY_RESOURCES, **{k: str(v) for k, v in gateway.get("resources", {}).items()}}
     container: dict[str, Any] = {
-        "name": "kserve-container",
+        "name": CONTAINER_NAME,
         "image": image,
         "command": ["python", "-m", "reward_gateway"],
-        "env": _env(reward_model, served_name),
+        "env": _env(upstream_url, model, gateway, served_name),
         "ports": [{"containerPort": GATEWAY_PORT, "protocol": "TCP"}],
         "resources": {"requests": dict(wanted), "limits": dict(wanted)},
         "securityContext": RESTRICTED_CONTAINER_SECURITY,

@@ -1,25 +1,18 @@
-"""Names, labels and owner references shared by every rendered child."""
+"""Labels, owner references and metadata shared by every rendered child."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..api import API_VERSION, GROUP
-
-FIELD_MANAGER = "reward-operator"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "reward-operator"}
-
-
-def owner_label(kind: str) -> str:
-    """``serving.rlhf.dev/rewardmodel`` for a RewardModel, and so on per kind."""
-    return f"{GROUP}/{kind.lower()}"
+from ..api import API_VERSION
+from ..api.names import COMPONENT_LABEL, MANAGED_BY, PART_OF, owner_label
 
 
 def child_labels(owner: dict[str, Any], component: str) -> dict[str, str]:
     return {
         **MANAGED_BY,
-        "app.kubernetes.io/part-of": "reward-operator",
-        "app.kubernetes.io/component": component,
+        **PART_OF,
+        COMPONENT_LABEL: component,
         owner_label(owner["kind"]): owner["metadata"]["name"],
     }
 
@@ -37,3 +30,17 @@ def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
     if owner["metadata"].get("uid"):
         reference["uid"] = owner["metadata"]["uid"]
     return reference
+
+
+def child_metadata(
+    owner: dict[str, Any], name: str, component: str, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A namespaced child's metadata: same namespace, our labels, owned by ``owner``."""
+    metadata: dict[str, Any] = {"name": name}
+    if owner["metadata"].get("namespace"):
+        metadata["namespace"] = owner["metadata"]["namespace"]
+    metadata["labels"] = child_labels(owner, component)
+    if annotations:
+        metadata["annotations"] = annotations
+    metadata["ownerReferences"] = [owner_reference(owner)]
+    return metadata

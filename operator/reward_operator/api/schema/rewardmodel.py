@@ -1,4 +1,4 @@
-"""The RewardModel schema: the one source of its CRD, defaults and validation.
+"""The RewardModel schema: the one source of its CRD, defaults, validation and typed view.
 
 Everything a user can get wrong without the operator's help is caught here, at
 the API server: structural types, enums, bounds, and CEL rules for the
@@ -7,16 +7,18 @@ cross-field checks, each with a message that says what to fix.
 
 from __future__ import annotations
 
-from typing import Any
-
-Schema = dict[str, Any]
-
-# Kubernetes' own quantity syntax ("500m", "16Gi", "2").
-QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+from .common import (
+    CONDITION,
+    DNS_SUBDOMAIN_PATTERN,
+    array,
+    defaulted_obj,
+    integer,
+    key_ref,
+    obj,
+    quantity,
+    rule,
+    string,
 )
-DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 MODEL_KINDS = ("sequence", "token", "process")
 DEPLOYMENT_MODES = ("Standard", "Knative")
@@ -41,56 +43,6 @@ OWNED_VLLM_FLAGS = (
     "max-num-batched-tokens",
     "chat-template",
 )
-
-
-def rule(expression: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"rule": expression, "message": message, **extra}
-
-
-def string(description: str, **extra: Any) -> Schema:
-    return {"type": "string", "description": description, **extra}
-
-
-def integer(description: str, **extra: Any) -> Schema:
-    return {"type": "integer", "format": "int32", "description": description, **extra}
-
-
-def quantity(description: str) -> Schema:
-    return {
-        "description": description,
-        "anyOf": [{"type": "integer"}, {"type": "string"}],
-        "x-kubernetes-int-or-string": True,
-        "pattern": QUANTITY_PATTERN,
-    }
-
-
-def obj(description: str, properties: dict[str, Schema], **extra: Any) -> Schema:
-    return {"type": "object", "description": description, "properties": properties, **extra}
-
-
-def defaulted_obj(description: str, properties: dict[str, Schema], **extra: Any) -> Schema:
-    """An object whose own default holds its fields' defaults.
-
-    The API server checks a default against the CEL rules as it stands, without
-    the nested defaults filled in, so an omitted object must default to them whole;
-    taking them from the fields keeps the two from drifting apart."""
-    defaults = {name: field["default"] for name, field in properties.items() if "default" in field}
-    return obj(description, properties, default=defaults, **extra)
-
-
-def array(description: str, items: Schema, **extra: Any) -> Schema:
-    return {"type": "array", "description": description, "items": items, **extra}
-
-
-def _key_ref(description: str) -> Schema:
-    return obj(
-        description,
-        {
-            "name": string("Name of the object in the RewardModel's namespace.", maxLength=253),
-            "key": string("Key within the object.", maxLength=253),
-        },
-        required=["name", "key"],
-    )
 
 
 MODEL = obj(
@@ -218,8 +170,8 @@ ENV_VAR = obj(
         "valueFrom": obj(
             "Read the value from a Secret or ConfigMap key in the RewardModel's namespace.",
             {
-                "secretKeyRef": _key_ref("A key of a Secret."),
-                "configMapKeyRef": _key_ref("A key of a ConfigMap."),
+                "secretKeyRef": key_ref("A key of a Secret."),
+                "configMapKeyRef": key_ref("A key of a ConfigMap."),
             },
             **{
                 "x-kubernetes-validations": [
@@ -402,24 +354,6 @@ SPEC = obj(
             ),
         ]
     },
-)
-
-CONDITION = obj(
-    "A condition in the KEP-1623 shape.",
-    {
-        "type": string("Condition type, e.g. Ready.", maxLength=316),
-        "status": string("True, False or Unknown.", enum=["True", "False", "Unknown"]),
-        "reason": string("CamelCase reason for the last transition.", maxLength=1024),
-        "message": string("Human-readable detail.", maxLength=32768),
-        "lastTransitionTime": string("When status last changed.", format="date-time"),
-        "observedGeneration": {
-            "type": "integer",
-            "format": "int64",
-            "minimum": 0,
-            "description": "Generation the condition was computed from.",
-        },
-    },
-    required=["type", "status", "lastTransitionTime"],
 )
 
 STATUS = obj(

@@ -1,0 +1,38 @@
+"""KServe v0.20's vocabulary as the operator uses it: group/versions, kinds,
+annotations, and the names KServe derives for what it creates.
+
+Spelled once here; render, policy and cluster read them from this module.
+"""
+
+from __future__ import annotations
+
+GROUP = "serving.kserve.io"
+INFERENCE_SERVICE_API_VERSION = f"{GROUP}/v1beta1"
+INFERENCE_SERVICE_KIND = "InferenceService"
+INFERENCE_SERVICE_PLURAL = "inferenceservices"
+RUNTIME_API_VERSION = f"{GROUP}/v1alpha1"
+CLUSTER_SERVING_RUNTIME_KIND = "ClusterServingRuntime"
+SERVING_RUNTIME_KIND = "ServingRuntime"
+
+# ---- annotations ---------------------------------------------------------------
+
+DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"  # Standard | Knative; always set explicitly
+AUTOSCALER_CLASS = "serving.kserve.io/autoscalerClass"  # hpa | keda | external | none (Standard mode)
+
+# ---- the predictor and transformer -----------------------------------------------
+
+# The format our vLLM pooling runtimes declare in supportedModelFormats.
+MODEL_FORMAT = "vLLM"
+# KServe forces this container name on the predictor and the transformer.
+CONTAINER_NAME = "kserve-container"
+GPU_RESOURCE = "nvidia.com/gpu"
+CLUSTER_DOMAIN = "svc.cluster.local"
+
+
+def predictor_name(isvc: str) -> str:
+    """The predictor's Service (both modes) and Deployment (Standard mode)."""
+    return f"{isvc}-predictor"
+
+
+def cluster_local_url(service: str, namespace: str) -> str:
+    return f"http://{service}.{namespace}.{CLUSTER_DOMAIN}"

@@ -1,0 +1,26 @@
+"""Names that must not drift: field manager, labels, finalizer, default images."""
+
+from __future__ import annotations
+
+from .. import __version__
+from . import GROUP
+
+# Server-side apply field manager: every field the operator writes is owned by it.
+FIELD_MANAGER = "reward-operator"
+# kopf's finalizer (present because of the drift timer) carries the project's
+# name, so `kubectl get -o yaml` says who holds the object.
+FINALIZER = f"{GROUP}/reward-operator"
+# Prefix of kopf's progress and diff-base annotations on our objects.
+KOPF_ANNOTATION_PREFIX = GROUP
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "reward-operator"}
+PART_OF = {"app.kubernetes.io/part-of": "reward-operator"}
+COMPONENT_LABEL = "app.kubernetes.io/component"
+
+# The operator's own image carries the gateway; it moves with the version.
+DEFAULT_GATEWAY_IMAGE = f"reward-operator:{__version__}"
+
+
+def owner_label(kind: str) -> str:
+    """``serving.rlhf.dev/rewardmodel`` for a RewardModel, and so on per kind."""
+    return f"{GROUP}/{kind.lower()}"

@@ -1,0 +1,126 @@
+"""Typed views of the custom resources, as the API server hands them over (defaults filled in).
+
+They are plain dicts at run time; the types say which keys exist and what they
+hold, so render and policy code reads ``spec["serving"]["mode"]`` with a checker
+and a reader knowing it is there. Keys marked ``NotRequired`` are optional in
+the schema and have no default. A unit test checks every view's keys against
+the schema (api/schema), so the two cannot drift apart. (No `from __future__
+import annotations` here: TypedDict must see NotRequired at class creation.)
+"""
+
+from typing import Any, NotRequired, TypedDict
+
+
+class KeyRef(TypedDict):
+    name: str
+    key: str
+
+
+class EnvSource(TypedDict, total=False):
+    secretKeyRef: KeyRef
+    configMapKeyRef: KeyRef
+
+
+class EnvVar(TypedDict):
+    name: str
+    value: NotRequired[str]
+    valueFrom: NotRequired[EnvSource]
+
+
+class Toleration(TypedDict, total=False):
+    key: str
+    operator: str
+    value: str
+    effect: str
+    tolerationSeconds: int
+
+
+class ModelSpec(TypedDict):
+    uri: str
+    kind: str  # sequence | token | process (defaulted)
+    tensorParallelSize: int  # defaulted
+    servedName: NotRequired[str]
+    chatTemplate: NotRequired[str]
+    stepTagId: NotRequired[int]
+    returnedTokenIds: NotRequired[list[int]]
+    maxModelLen: NotRequired[int]
+    dtype: NotRequired[str]
+    quantization: NotRequired[str]
+    maxNumBatchedTokens: NotRequired[int]
+    extraArgs: NotRequired[list[str]]
+
+
+class ResourcesSpec(TypedDict):
+    gpus: int  # defaulted
+    cpu: NotRequired[int | str]
+    memory: NotRequired[int | str]
+
+
+class CredentialsSpec(TypedDict, total=False):
+    serviceAccountName: str
+    huggingFaceToken: KeyRef
+
+
+class ServingSpec(TypedDict):
+    mode: str  # Standard | Knative (defaulted)
+    minReplicas: int  # defaulted
+    maxReplicas: int  # defaulted
+    targetConcurrency: NotRequired[int]
+    timeoutSeconds: NotRequired[int]
+
+
+class GatewayResources(TypedDict, total=False):
+    cpu: int | str
+    memory: int | str
+
+
+class GatewaySpec(TypedDict):
+    enabled: bool  # defaulted
+    chatTemplateMode: str  # upstream | gateway (defaulted)
+    bosToken: NotRequired[str]
+    stepTag: NotRequired[str]
+    stepAggregate: NotRequired[str]
+    maxConcurrency: NotRequired[int]
+    requestTimeoutSeconds: NotRequired[int]
+    scaleFromZeroTimeoutSeconds: NotRequired[int]
+    maxItems: NotRequired[int]
+    truncatePromptTokens: NotRequired[int]
+    authSecretRef: NotRequired[KeyRef]
+    resources: NotRequired[GatewayResources]
+
+
+class RewardModelSpec(TypedDict):
+    model: ModelSpec
+    runtime: str  # defaulted
+    resources: ResourcesSpec
+    serving: ServingSpec
+    gateway: GatewaySpec
+    nodeSelector: NotRequired[dict[str, str]]
+    tolerations: NotRequired[list[Toleration]]
+    env: NotRequired[list[EnvVar]]
+    credentials: NotRequired[CredentialsSpec]
+
+
+class Condition(TypedDict):
+    type: str
+    status: str
+    reason: NotRequired[str]
+    message: NotRequired[str]
+    lastTransitionTime: str
+    observedGeneration: NotRequired[int]
+
+
+class RewardModelStatus(TypedDict, total=False):
+    observedGeneration: int
+    conditions: list[Condition]
+    url: str
+    inferenceService: str
+    replicas: int
+
+
+class RewardModel(TypedDict):
+    apiVersion: str
+    kind: str
+    metadata: dict[str, Any]
+    spec: RewardModelSpec
+    status: NotRequired[RewardModelStatus]

@@ -1,0 +1,87 @@
+"""Conditions and the status that carries them (KEP-1623).
+
+``lastTransitionTime`` moves only when a condition's status flips; a status is
+written only when it differs from the one stored; an event is worth posting
+only when Ready's status or reason changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ..api import conditions
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def not_ready(reason: str, message: str) -> Condition:
+    return Condition(conditions.READY, "False", reason, message)
+
+
+def merge_condition(existing: list[dict[str, Any]], new: Condition, generation: int, now: str) -> list[dict[str, Any]]:
+    """Replace the condition of ``new.type``; lastTransitionTime moves only when status flips."""
+    merged = []
+    previous = next((c for c in existing if c.get("type") == new.type), None)
+    transition = now
+    if previous is not None and previous.get("status") == new.status and previous.get("lastTransitionTime"):
+        transition = previous["lastTransitionTime"]
+    for condition in existing:
+        if condition.get("type") != new.type:
+            merged.append(condition)
+    merged.append(
+        {
+            "type": new.type,
+            "status": new.status,
+            "reason": new.reason,
+            "message": new.message,
+            "lastTransitionTime": transition,
+            "observedGeneration": generation,
+        }
+    )
+    return sorted(merged, key=lambda c: c["type"])
+
+
+def desired_status(
+    current: dict[str, Any], generation: int, ready: Condition, fields: dict[str, Any], now: str
+) -> dict[str, Any]:
+    """The whole status an object should have; compare with ``current`` to decide on a write.
+
+    ``fields`` are the kind's own status fields (url, replicas, ...); any stored
+    field missing from them is dropped (see :func:`status_patch`).
+    """
+    return {
+        "observedGeneration": generation,
+        "conditions": merge_condition(current.get("conditions", []) or [], ready, generation, now),
+        **fields,
+    }
+
+
+def status_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch from ``current`` to ``desired``: fields that should be gone are sent as null."""
+    return {**{key: None for key in current if key not in desired}, **desired}
+
+
+def ready_transition(current: dict[str, Any], ready: Condition) -> bool:
+    """True when Ready's status or reason differs from what the status says now (worth one event)."""
+    previous = next((c for c in current.get("conditions", []) or [] if c.get("type") == conditions.READY), None)
+    return previous is None or (previous.get("status"), previous.get("reason")) != (
+        ready.status,
+        ready.reason,
+    )
+
+
+def event_type(ready: Condition) -> str:
+    """Normal for Ready and for plain waiting; Warning for anything that needs a person."""
+    return "Normal" if ready.status == "True" or ready.reason in conditions.NORMAL_REASONS else "Warning"

@@ -1,0 +1,87 @@
+"""The InferenceService predictor, built from parts of a spec.
+
+Each builder takes only the part it needs (model, resources, serving, ...), not
+a whole custom resource, so every kind that runs a model on KServe (a
+RewardModel today; a pipeline's actor, reference and critic next) renders its
+predictor with the same code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.kserve import GPU_RESOURCE, MODEL_FORMAT
+from ..api.types import CredentialsSpec, EnvVar, ResourcesSpec, ServingSpec, Toleration
+
+
+def resources(wanted_resources: ResourcesSpec) -> dict[str, Any]:
+    wanted: dict[str, Any] = {}
+    for field in ("cpu", "memory"):
+        if field in wanted_resources:
+            wanted[field] = str(wanted_resources[field])  # type: ignore[literal-required]
+    if wanted_resources.get("gpus", 0) > 0:
+        wanted[GPU_RESOURCE] = str(wanted_resources["gpus"])
+    # requests == limits: a reward model's footprint is known up front, and
+    # Guaranteed QoS keeps it from being evicted mid-burst.
+    return {"requests": dict(wanted), "limits": dict(wanted)} if wanted else {}
+
+
+def model_env(env: list[EnvVar], credentials: CredentialsSpec) -> list[dict[str, Any]]:
+    """The model container's environment: the spec's own, plus HF_TOKEN from its Secret reference."""
+    rendered: list[dict[str, Any]] = [dict(item) for item in env]
+    token = credentials.get("huggingFaceToken")
+    if token and not any(item["name"] == "HF_TOKEN" for item in rendered):
+        rendered.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": token["name"], "key": token["key"]}},
+            }
+        )
+    return rendered
+
+
+def model(
+    uri: str,
+    runtime: str,
+    args: list[str],
+    env: list[dict[str, Any]],
+    compute: dict[str, Any],
+) -> dict[str, Any]:
+    """``predictor.model``: our named runtime, the storage URI, and what runs on top of the runtime."""
+    spec: dict[str, Any] = {
+        "modelFormat": {"name": MODEL_FORMAT},
+        "runtime": runtime,
+        "storageUri": uri,
+        "args": args,
+    }
+    if env:
+        spec["env"] = env
+    if compute:
+        spec["resources"] = compute
+    return spec
+
+
+def predictor(
+    model_spec: dict[str, Any],
+    serving: ServingSpec,
+    credentials: CredentialsSpec,
+    node_selector: dict[str, str],
+    tolerations: list[Toleration],
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "minReplicas": serving["minReplicas"],
+        "maxReplicas": serving["maxReplicas"],
+    }
+    if "targetConcurrency" in serving:
+        spec["scaleMetric"] = "concurrency"
+        spec["scaleTarget"] = serving["targetConcurrency"]
+    if "timeoutSeconds" in serving:
+        spec["timeout"] = serving["timeoutSeconds"]
+    if account := credentials.get("serviceAccountName"):
+        spec["serviceAccountName"] = account
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    spec["model"] = model_spec
+    return spec

@@ -1,0 +1,101 @@
+"""Status policy: Ready mirrors KServe, lastTransitionTime moves only on a flip,
+a status is rewritten only when it changed, an event only on a transition."""
+
+from __future__ import annotations
+
+import pytest
+
+from reward_operator.api import conditions as api_conditions
+from reward_operator.policy import conditions as status
+from reward_operator.policy import readiness
+
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
+
+
+def isvc(conditions=None, url=None) -> dict:
+    body = {"metadata": {"name": "rm"}, "status": {}}
+    if conditions is not None:
+        body["status"]["conditions"] = conditions
+    if url:
+        body["status"]["url"] = url
+    return body
+
+
+def test_ready_true_when_kserve_says_ready():
+    ready = readiness.ready_from_inference_service(isvc([{"type": "Ready", "status": "True"}]))
+    assert (ready.status, ready.reason) == ("True", api_conditions.INFERENCE_SERVICE_READY)
+
+
+def test_not_ready_keeps_kserves_reason_and_message():
+    ready = readiness.ready_from_inference_service(
+        isvc([{"type": "Ready", "status": "False", "reason": "ContainerCrashLoop", "message": "oom"}])
+    )
+    assert (ready.status, ready.reason, ready.message) == ("False", "ContainerCrashLoop", "oom")
+
+
+def test_unknown_until_kserve_reports():
+    ready = readiness.ready_from_inference_service(isvc())
+    assert (ready.status, ready.reason) == ("Unknown", api_conditions.AWAITING_KSERVE)
+
+
+def test_transition_time_moves_only_when_status_flips():
+    first = status.merge_condition([], status.Condition("Ready", "False", "A", "a"), 1, T0)
+    same_status = status.merge_condition(first, status.Condition("Ready", "False", "B", "b"), 2, T1)
+    assert same_status[0]["lastTransitionTime"] == T0
+    assert same_status[0]["reason"] == "B" and same_status[0]["observedGeneration"] == 2
+    flipped = status.merge_condition(same_status, status.Condition("Ready", "True", "C", "c"), 2, T1)
+    assert flipped[0]["lastTransitionTime"] == T1
+
+
+def test_other_conditions_are_kept():
+    existing = [{"type": "ModelCached", "status": "True", "lastTransitionTime": T0}]
+    merged = status.merge_condition(existing, status.Condition("Ready", "True", "R", "m"), 1, T1)
+    assert [c["type"] for c in merged] == ["ModelCached", "Ready"]
+
+
+def test_desired_status_carries_url_generation_and_replicas():
+    ready = status.Condition("Ready", "True", api_conditions.INFERENCE_SERVICE_READY, "ok")
+    fields = {**readiness.inference_service_fields(isvc([], url="http://rm.rlhf.example")), "replicas": 2}
+    desired = status.desired_status({}, 3, ready, fields, T0)
+    assert desired["observedGeneration"] == 3
+    assert desired["url"] == "http://rm.rlhf.example"
+    assert desired["replicas"] == 2
+    assert desired["inferenceService"] == "rm"
+    assert desired["conditions"][0]["observedGeneration"] == 3
+
+
+def test_unchanged_inputs_give_an_identical_status():
+    ready = status.Condition("Ready", "True", api_conditions.INFERENCE_SERVICE_READY, "ok")
+    fields = readiness.inference_service_fields(isvc([], url="http://x"))
+    first = status.desired_status({}, 1, ready, fields, T0)
+    again = status.desired_status(first, 1, ready, dict(fields), T1)
+    assert again == first, "no status write (and no event) when nothing changed"
+
+
+def test_events_only_on_transitions():
+    ready = status.Condition("Ready", "False", api_conditions.INVALID_SPEC, "missing runtime")
+    assert status.ready_transition({}, ready)
+    current = {"conditions": status.merge_condition([], ready, 1, T0)}
+    assert not status.ready_transition(current, ready)
+    assert status.ready_transition(current, status.Condition("Ready", "True", "R", "ok"))
+
+
+def test_a_cleared_field_is_sent_as_null():
+    current = {"url": "http://old", "observedGeneration": 1, "conditions": []}
+    desired = {"observedGeneration": 2, "conditions": []}
+    assert status.status_patch(current, desired) == {"url": None, "observedGeneration": 2, "conditions": []}
+
+
+@pytest.mark.parametrize(
+    ("ready", "expected"),
+    [
+        (status.Condition("Ready", "True", api_conditions.INFERENCE_SERVICE_READY, ""), "Normal"),
+        (status.Condition("Ready", "Unknown", api_conditions.AWAITING_KSERVE, ""), "Normal"),
+        (status.Condition("Ready", "False", api_conditions.AWAITING_KSERVE, ""), "Normal"),
+        (status.Condition("Ready", "False", api_conditions.INVALID_SPEC, ""), "Warning"),
+        (status.Condition("Ready", "False", api_conditions.APPLY_FAILED, ""), "Warning"),
+        (status.Condition("Ready", "False", "ContainerCrashLoop", ""), "Warning"),
+    ],
+)
+def test_event_type_per_reason(ready, expected):
+    assert status.event_type(ready) == expected

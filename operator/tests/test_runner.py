@@ -1,0 +1,147 @@
+"""The shared controller runner with the cluster layer replaced (unit level; the
+real thing runs in e2e/tests/test_rewardmodel_operator.py)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import kopf
+import pytest
+from prometheus_client import CollectorRegistry
+
+from reward_operator.api import API_VERSION, REWARD_MODEL_KIND, conditions
+from reward_operator.cluster import ClusterError, objects
+from reward_operator.controllers import runner as runner_module
+from reward_operator.controllers.runner import Outcome, Runner
+from reward_operator.metrics import OperatorMetrics
+from reward_operator.policy.conditions import Condition, not_ready
+
+LOG = logging.getLogger("test")
+INVALID = not_ready(conditions.INVALID_SPEC, "runtime missing")
+
+
+class FakeCluster:
+    """One stored object; status writes and events recorded."""
+
+    def __init__(self, obj: dict | None):
+        self.obj = obj
+        self.writes: list[dict] = []
+        self.events: list[tuple[str, str]] = []
+
+    def get(self, api_version, kind, name, namespace=None):
+        return self.obj
+
+    def patch_status(self, api_version, kind, namespace, name, patch):
+        self.writes.append(patch)
+        self.obj["status"] = {k: v for k, v in {**self.obj.get("status", {}), **patch}.items() if v is not None}
+
+    def post_event(self, owner, event_type, reason, message):
+        self.events.append((event_type, reason))
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    fake = FakeCluster(
+        {
+            "apiVersion": API_VERSION,
+            "kind": REWARD_MODEL_KIND,
+            "metadata": {"name": "rm", "namespace": "ns", "generation": 1},
+        }
+    )
+    monkeypatch.setattr(objects, "get", fake.get)
+    monkeypatch.setattr(objects, "patch_status", fake.patch_status)
+    monkeypatch.setattr(runner_module.events, "post_event", fake.post_event)
+    return fake
+
+
+def make_runner(sync, registry=None) -> tuple[Runner, OperatorMetrics, CollectorRegistry]:
+    registry = registry or CollectorRegistry()
+    metrics = OperatorMetrics([REWARD_MODEL_KIND], registry)
+    return Runner(API_VERSION, REWARD_MODEL_KIND, sync, lambda obj: obj, metrics), metrics, registry
+
+
+def sample(registry: CollectorRegistry, metric: str, **labels: str) -> float | None:
+    return registry.get_sample_value(metric, labels)
+
+
+def test_status_written_once_and_event_only_on_transition(cluster):
+    runner, _, registry = make_runner(lambda obj, logger: Outcome(INVALID, {}, "invalid"))
+    assert runner.reconcile("ns", "rm", LOG) == "invalid"
+    assert len(cluster.writes) == 1 and cluster.events == [("Warning", "InvalidSpec")]
+    assert runner.reconcile("ns", "rm", LOG) == "invalid"
+    assert len(cluster.writes) == 1, "an unchanged status is not written again"
+    assert len(cluster.events) == 1, "no second event without a transition"
+    assert sample(registry, "reward_operator_reconcile_total", kind=REWARD_MODEL_KIND, result="invalid") == 2
+
+
+def test_stale_status_fields_are_cleared(cluster):
+    cluster.obj["status"] = {"url": "http://old", "observedGeneration": 1, "conditions": []}
+    runner, _, _ = make_runner(lambda obj, logger: Outcome(INVALID, {}, "invalid"))
+    runner.reconcile("ns", "rm", LOG)
+    assert cluster.writes[0]["url"] is None
+
+
+def test_a_gone_object_is_not_synced(cluster):
+    cluster.obj = None
+    runner, _, _ = make_runner(lambda obj, logger: pytest.fail("synced a deleted object"))
+    assert runner.reconcile("ns", "rm", LOG) == "deleted"
+
+
+def test_api_errors_become_a_calm_retry(cluster):
+    def sync(obj, logger):
+        raise ClusterError(503, "Service Unavailable", "etcd leader changed")
+
+    runner, _, registry = make_runner(sync)
+    with pytest.raises(kopf.TemporaryError) as raised:
+        runner.reconcile("ns", "rm", LOG)
+    assert raised.value.delay == runner_module.RETRY_DELAY
+    assert sample(registry, "reward_operator_reconcile_errors_total", kind=REWARD_MODEL_KIND) == 1
+    assert cluster.writes == [], "no status written from a failed reconcile"
+
+
+def test_metrics_follow_the_object_and_leave_with_it(cluster):
+    ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "ok")
+    runner, _, registry = make_runner(lambda obj, logger: Outcome(ready, {}, "ready"))
+    object_labels = {"kind": REWARD_MODEL_KIND, "namespace": "ns", "name": "rm"}
+    runner.observe("ns", "rm", {"metadata": {"generation": 3}, "status": {"observedGeneration": 2}})
+    assert sample(registry, "reward_operator_object_generation_lag", **object_labels) == 1
+    assert sample(registry, "reward_operator_object_ready", **object_labels) is None, "not decided yet"
+
+    runner.reconcile("ns", "rm", LOG)
+    assert sample(registry, "reward_operator_object_ready", **object_labels) == 1
+    counts = {
+        state: sample(registry, "reward_operator_objects", kind=REWARD_MODEL_KIND, ready=state)
+        for state in ("True", "False", "Unknown")
+    }
+    assert counts == {"True": 1, "False": 0, "Unknown": 0}
+
+    runner.forget("ns", "rm")
+    runner.forget("ns", "rm")  # a second DELETED event changes nothing
+    assert sample(registry, "reward_operator_object_ready", **object_labels) is None
+    assert sample(registry, "reward_operator_object_generation_lag", **object_labels) is None
+    assert sample(registry, "reward_operator_objects", kind=REWARD_MODEL_KIND, ready="True") == 0
+    assert runner._locks == {}, "the object's lock goes with it"
+
+
+def test_forget_waits_for_a_reconcile_in_flight(cluster):
+    """A reconcile that read the object just before its deletion records first; forget removes after."""
+    entered, release = threading.Event(), threading.Event()
+    ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "ok")
+
+    def slow_sync(obj, logger):
+        entered.set()
+        release.wait(10)
+        return Outcome(ready, {}, "ready")
+
+    runner, _, registry = make_runner(slow_sync)
+    reconcile = threading.Thread(target=runner.reconcile, args=("ns", "rm", LOG))
+    reconcile.start()
+    assert entered.wait(10)
+    forget = threading.Thread(target=runner.forget, args=("ns", "rm"))
+    forget.start()
+    release.set()
+    reconcile.join(10)
+    forget.join(10)
+    labels = {"kind": REWARD_MODEL_KIND, "namespace": "ns", "name": "rm"}
+    assert sample(registry, "reward_operator_object_ready", **labels) is None
