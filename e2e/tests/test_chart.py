@@ -192,7 +192,16 @@ def release(cluster, namespace) -> Iterator[str]:
     _delete_release_cluster_objects(cluster, name)
 
 
-def test_install_upgrade_uninstall(cluster, namespace, helm, release, tmp_path):
+@pytest.fixture
+def crds_restored(cluster):
+    """The test changes the cluster-wide RewardModel CRD: put the committed one back, pass or fail."""
+    try:
+        yield
+    finally:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", str(REPO / "crds"))
+
+
+def test_install_upgrade_uninstall(cluster, namespace, helm, release, tmp_path, crds_restored):
     env = cluster.env()
     install = ["-n", namespace, "--take-ownership", "--wait", "--timeout=120s", "--set=driftInterval=60"]
     run_helm(helm, "install", release, str(CHART), *install, env=env)
@@ -231,13 +240,11 @@ def test_install_upgrade_uninstall(cluster, namespace, helm, release, tmp_path):
     assert get_json(cluster, "clusterroles", "-l", selector)["items"] == []
     assert get_json(cluster, "crd", "rewardmodels.serving.rlhf.dev") is not None
     assert get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace) is not None
-    # restore the CRD this test changed, for the rest of the session
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", str(REPO / "crds"))
 
 
 # ---- least privilege, checked by the API server ----------------------------------
 
-# what reward-operator's code and kopf need (controllers/rewardmodel.py, kube.py)
+# what reward-operator's code and kopf need (controllers/, cluster/)
 NEEDED = [
     *[(verb, "rewardmodels.serving.rlhf.dev") for verb in ("get", "list", "watch", "patch", "update")],
     *[(verb, "rewardmodels.serving.rlhf.dev/status") for verb in ("get", "patch", "update")],
