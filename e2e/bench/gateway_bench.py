@@ -1,8 +1,9 @@
 """Scores per second through the reward gateway vs straight to the backend, at concurrency 64.
 
-Starts the fake vLLM (runtimes/gateway/tests) and the gateway (`python -m
-reward_gateway`, on kserve's model server) as processes, sends requests from 64
-concurrent clients straight to the fake and through the gateway, and prints
+Starts the fake vLLM (reward_testing.fake_vllm) and the gateway (`python -m
+reward_gateway` with the operator's environment and KServe's arguments, as the
+transformer container runs it) as processes, sends requests from 64 concurrent
+clients straight to the fake and through the gateway, and prints
 throughput, the time each request spent outside the model (p50/p99) and the
 ratios, for one item per request (OpenRLHF, verl) and for GRPO groups of 8.
 
@@ -275,8 +276,11 @@ def run_backend(profile: Backend) -> None:
         "REWARD_GATEWAY_CHAT_TEMPLATE_MODE": "gateway",
         "REWARD_GATEWAY_CHAT_TEMPLATE": TEMPLATE,
     }
+    # What KServe appends to the transformer's command (the environment wins where both say).
+    kserve_args = f"--model_name rm --predictor_host 127.0.0.1:{backend_port} --http_port {gateway_port}".split()
     try:
-        gateway = start([sys.executable, "-m", "reward_gateway"], gateway_env, gateway_url, "/health", GATEWAY_CPUS)
+        command = [sys.executable, "-m", "reward_gateway", *kserve_args]
+        gateway = start(command, gateway_env, gateway_url, "/v1/models/rm", GATEWAY_CPUS)
     except BaseException:
         stop(backend)  # not left running, pinned, without garbage collection
         raise

@@ -1,10 +1,10 @@
 """The scoring routes as a plain ASGI front, ahead of any framework.
 
 At training-burst rates the gateway's cost per request is what it adds to every
-reward; FastAPI's routing and middleware (and kserve's timing middleware) were
-about half of it. The scoring POST routes need none of that: they read bytes,
-call :meth:`Gateway.answer` and write JSON. Everything else (health, readiness,
-/metrics, kserve's own routes) passes through to the wrapped app.
+reward; a framework's routing and middleware were about half of it. The scoring
+POST routes need none of that: they read bytes, call :meth:`Gateway.answer` and
+write JSON. Everything else (liveness, readiness, /metrics) passes through to
+the wrapped app.
 """
 
 from __future__ import annotations
@@ -29,13 +29,6 @@ class ScoringFront:
         self.app = app
         self.scoring_paths = gateway.paths
         self.max_body_bytes = max_body_bytes
-
-    def __getattr__(self, name: str) -> Any:
-        # Stands in for the wrapped app where it is looked up by name (kserve
-        # registers its routes and middleware on "kserve.model_server:app").
-        if name == "app":  # not set yet (a copy being made): no recursion
-            raise AttributeError(name)
-        return getattr(self.app, name)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         label = self.scoring_paths.get(scope.get("path", "")) if scope["type"] == "http" else None

@@ -3,11 +3,13 @@
 The operator renders these into the transformer container; every name, meaning
 and default is listed in runtimes/gateway/README.md. Bad values stop the process
 at start with a message naming the variable, instead of surfacing later as wrong
-rewards.
+rewards. The arguments KServe appends to a transformer's command fill in what
+the environment leaves unset (see KServeArgs).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Mapping
@@ -34,6 +36,33 @@ class ChatTemplate:
 
 
 @dataclass(frozen=True)
+class KServeArgs:
+    """What KServe appends to a transformer container's args: --model_name <isvc
+    name> --predictor_host <isvc>-predictor.<namespace> --http_port 8080.
+
+    They stand in for REWARD_GATEWAY_MODEL_NAME, _UPSTREAM_URL and _PORT where
+    those are unset; where both are given, the environment wins.
+    """
+
+    model_name: str | None = None
+    predictor_host: str | None = None
+    http_port: int | None = None
+    workers: int | None = None  # set with containerConcurrency; the gateway is one process regardless
+
+
+def parse_kserve_args(argv: list[str]) -> tuple[KServeArgs, list[str]]:
+    """KServe's transformer arguments, and the arguments the gateway does not take."""
+    # No abbreviations: an unknown --model must not be read as --model_name.
+    parser = argparse.ArgumentParser(prog="python -m reward_gateway", allow_abbrev=False)
+    parser.add_argument("--model_name", help="the InferenceService's name (REWARD_GATEWAY_MODEL_NAME wins)")
+    parser.add_argument("--predictor_host", help="the predictor's host (REWARD_GATEWAY_UPSTREAM_URL wins)")
+    parser.add_argument("--http_port", type=int, help="listen port (REWARD_GATEWAY_PORT wins)")
+    parser.add_argument("--workers", type=int, help="ignored: one process; scale with replicas")
+    known, unknown = parser.parse_known_args(argv)
+    return KServeArgs(known.model_name, known.predictor_host, known.http_port, known.workers), unknown
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     upstream_url: str
     model_name: str
@@ -51,6 +80,15 @@ class GatewayConfig:
     auth_token_file: Path | None = None
     port: int = 8080
     access_log: bool = False
+    # KServe's name for the model (--model_name, the InferenceService's name)
+    # where it differs from model_name: the v1 routes answer to it as well,
+    # as KServe's InferenceGraph calls /v1/models/<isvc name>:predict.
+    isvc_name: str | None = None
+
+    @property
+    def v1_names(self) -> tuple[str, ...]:
+        """The names the KServe v1 routes (readiness, listing, predict) answer to."""
+        return (self.model_name, self.isvc_name) if self.isvc_name else (self.model_name,)
 
     @property
     def known_bos(self) -> str | None:
@@ -60,8 +98,9 @@ class GatewayConfig:
         return self.chat_template.bos_token if self.chat_template else None
 
 
-def load_config(env: Mapping[str, str] | None = None) -> GatewayConfig:
+def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None = None) -> GatewayConfig:
     env = os.environ if env is None else env
+    kserve = kserve or KServeArgs()
     reader = _Reader(env)
     mode = reader.choice("CHAT_TEMPLATE_MODE", TEMPLATE_MODES, "upstream")
     template = _load_template(reader)
@@ -71,9 +110,10 @@ def load_config(env: Mapping[str, str] | None = None) -> GatewayConfig:
         )
     token_file = reader.text("AUTH_TOKEN_FILE", "")
     truncate = reader.text("TRUNCATE_PROMPT_TOKENS", "")
+    model_name = reader.required("MODEL_NAME", kserve.model_name, "--model_name")
     config = GatewayConfig(
-        upstream_url=reader.url("UPSTREAM_URL"),
-        model_name=reader.required("MODEL_NAME"),
+        upstream_url=reader.url("UPSTREAM_URL", kserve.predictor_host, "--predictor_host"),
+        model_name=model_name,
         model_kind=reader.choice("MODEL_KIND", MODEL_KINDS, "sequence"),
         step_tag=reader.text("STEP_TAG", "<extra_0>"),
         step_aggregate=reader.choice("STEP_AGGREGATE", STEP_AGGREGATES, "min"),
@@ -86,8 +126,9 @@ def load_config(env: Mapping[str, str] | None = None) -> GatewayConfig:
         max_items=reader.integer("MAX_ITEMS", 8192, minimum=1),
         truncate_prompt_tokens=reader.integer("TRUNCATE_PROMPT_TOKENS", 0, minimum=-1) if truncate else None,
         auth_token_file=Path(token_file) if token_file else None,
-        port=reader.integer("PORT", 8080, minimum=1, maximum=65535),
+        port=reader.integer("PORT", kserve.http_port or 8080, minimum=1, maximum=65535),
         access_log=reader.choice("ACCESS_LOG", ("true", "false"), "false") == "true",
+        isvc_name=kserve.model_name if kserve.model_name and kserve.model_name != model_name else None,
     )
     if config.model_kind == "process" and not config.step_tag:
         raise ConfigError(f"{PREFIX}STEP_TAG must not be empty for a process reward model")
@@ -146,19 +187,20 @@ class _Reader:
     def text(self, name: str, default: str) -> str:
         return self.env.get(PREFIX + name, default).strip()
 
-    def required(self, name: str) -> str:
-        value = self.text(name, "")
+    def required(self, name: str, fallback: str | None = None, fallback_arg: str = "") -> str:
+        value = self.text(name, "") or (fallback or "").strip()
         if not value:
-            raise ConfigError(f"{PREFIX}{name} is required")
+            raise ConfigError(f"{PREFIX}{name} is required" + (f" (or {fallback_arg})" if fallback_arg else ""))
         return value
 
-    def url(self, name: str) -> str:
-        value = self.required(name).rstrip("/")
+    def url(self, name: str, fallback_host: str | None = None, fallback_arg: str = "") -> str:
+        source = f"{PREFIX}{name}" if self.text(name, "") else fallback_arg
+        value = self.required(name, fallback_host, fallback_arg).rstrip("/")
         if "://" not in value:
-            # KServe hands transformers a bare host:port for the predictor.
+            # KServe hands transformers a bare host (or host:port) for the predictor.
             value = "http://" + value
         if not value.startswith(("http://", "https://")):
-            raise ConfigError(f"{PREFIX}{name}={value!r}: expected an http:// or https:// URL")
+            raise ConfigError(f"{source}={value!r}: expected an http:// or https:// URL")
         return value
 
     def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:

@@ -1,7 +1,7 @@
 """The gateway's routes as plain async functions from request bytes to answers.
 
-Kept free of the web framework so the same code serves kserve's model server
-and the standalone app; `answer` does the bookkeeping every route shares.
+Kept free of the web framework (reward_gateway.asgi calls them ahead of it);
+`answer` does the bookkeeping every route shares.
 """
 
 from __future__ import annotations
@@ -67,12 +67,9 @@ class Gateway:
             "v1_predict": self.predict_v1,
         }
         # The paths the scoring routes answer on (reward_gateway.asgi serves them).
-        self.paths = {
-            "/v1/rewards": "rewards",
-            "/get_reward": "get_reward",
-            "/classify": "classify",
-            f"/v1/models/{config.model_name}:predict": "v1_predict",
-        }
+        self.paths = {"/v1/rewards": "rewards", "/get_reward": "get_reward", "/classify": "classify"}
+        for name in config.v1_names:
+            self.paths[f"/v1/models/{name}:predict"] = "v1_predict"
         # Metric children bound once: prometheus-client's labels() validates and
         # looks its labels up under a lock on every call, several times a request.
         model = config.model_name

@@ -39,9 +39,10 @@ def start_gateway(backend):
             env = {"REWARD_GATEWAY_UPSTREAM_URL": upstream or backend.url, "REWARD_GATEWAY_MODEL_NAME": "rm"}
             env.update({f"REWARD_GATEWAY_{key.upper()}": value for key, value in overrides.items()})
             gateway = Gateway(load_config(env), GatewayMetrics(CollectorRegistry()))
-            url = stack.enter_context(serve_in_thread(build_app(gateway)))
+            app = build_app(gateway)
+            url = stack.enter_context(serve_in_thread(app))
             client = stack.enter_context(httpx.Client(base_url=url, timeout=30))
-            client.gateway = gateway
+            client.gateway, client.app = gateway, app
             return client
 
         yield start

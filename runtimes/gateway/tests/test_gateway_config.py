@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reward_gateway.config import ConfigError, load_config
+from reward_gateway.config import ConfigError, KServeArgs, load_config, parse_kserve_args
 
 BASE = {"REWARD_GATEWAY_UPSTREAM_URL": "rm-predictor.ns", "REWARD_GATEWAY_MODEL_NAME": "rm"}
 
@@ -36,3 +36,35 @@ def test_defaults_and_bare_predictor_host():
 def test_bad_values_are_refused_with_the_variable_named(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config({**BASE, **override})
+
+
+KSERVE_ARGS = ["--model_name", "rm", "--predictor_host", "rm-predictor.ns", "--http_port", "8080"]
+
+
+def test_kserve_transformer_args_are_read_and_others_ignored():
+    args, ignored = parse_kserve_args([*KSERVE_ARGS, "--workers", "4", "--protocol", "v1", "--model", "x"])
+    assert args == KServeArgs(model_name="rm", predictor_host="rm-predictor.ns", http_port=8080, workers=4)
+    assert ignored == ["--protocol", "v1", "--model", "x"]  # --model is not taken for --model_name
+
+
+def test_kserve_args_stand_in_for_unset_variables():
+    args, _ = parse_kserve_args(KSERVE_ARGS)
+    config = load_config({}, args)
+    assert (config.upstream_url, config.model_name, config.port) == ("http://rm-predictor.ns", "rm", 8080)
+    assert config.v1_names == ("rm",)
+
+
+def test_variables_win_over_kserve_args_and_v1_routes_answer_both_names():
+    args, _ = parse_kserve_args([*KSERVE_ARGS[:-1], "9000"])
+    env = {**BASE, "REWARD_GATEWAY_MODEL_NAME": "served-rm", "REWARD_GATEWAY_UPSTREAM_URL": "http://vllm:8000"}
+    config = load_config({**env, "REWARD_GATEWAY_PORT": "8081"}, args)
+    assert (config.upstream_url, config.model_name, config.port) == ("http://vllm:8000", "served-rm", 8081)
+    assert config.v1_names == ("served-rm", "rm")
+    assert load_config(env, args).port == 9000  # --http_port where the variable is unset
+
+
+def test_without_variable_or_arg_the_message_names_both():
+    with pytest.raises(ConfigError, match=r"REWARD_GATEWAY_UPSTREAM_URL is required \(or --predictor_host\)"):
+        load_config({"REWARD_GATEWAY_MODEL_NAME": "rm"})
+    with pytest.raises(ConfigError, match=r"--predictor_host='ftp://x': expected an http"):
+        load_config({}, KServeArgs(model_name="rm", predictor_host="ftp://x"))

@@ -1,81 +1,107 @@
-"""`python -m reward_gateway` as the transformer container runs it: kserve's model
-server in its own process, configured only through the environment."""
+"""`python -m reward_gateway` as KServe runs the transformer container: its own
+process, with the arguments KServe appends to the container's command."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
+from contextlib import ExitStack
 
 import httpx
 import pytest
 
 from reward_testing.fake_vllm import logit
 from reward_testing.ports import free_port
+from reward_testing.waiting import wait_until
 
-pytest.importorskip("kserve", reason="the gateway extra (kserve) is not installed: pip install -e '.[gateway]'")
+
+def kserve_args(isvc: str, predictor_host: str, http_port: int) -> list[str]:
+    """What KServe appends to a transformer container's args (and --workers with containerConcurrency)."""
+    return ["--model_name", isvc, "--predictor_host", predictor_host, "--http_port", str(http_port)]
 
 
 @pytest.fixture
-def served_gateway(backend, tmp_path):
+def run_gateway(tmp_path):
+    """Start the gateway process; returns its URL and log file once /v1/models/<ready_name> answers."""
+    with ExitStack() as stack:
+
+        def run(args: list[str], env: dict[str, str], port: int, ready_name: str):
+            clean = {key: value for key, value in os.environ.items() if not key.startswith("REWARD_GATEWAY_")}
+            log = tmp_path / f"gateway-{port}.log"
+            with open(log, "wb") as out:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "reward_gateway", *args], env={**clean, **env}, stdout=out, stderr=out
+                )
+            stack.callback(process.wait, timeout=20)
+            stack.callback(process.terminate)
+            url = f"http://127.0.0.1:{port}"
+
+            def ready() -> bool:
+                assert process.poll() is None, log.read_text()
+                try:
+                    return httpx.get(f"{url}/v1/models/{ready_name}", timeout=1).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            wait_until("the gateway's readiness route", ready, timeout=60, interval=0.1)
+            return url, log
+
+        yield run
+
+
+def test_kserves_args_alone_configure_the_gateway(run_gateway, backend):
     port = free_port()
+    # The fake vLLM stands in for the predictor's Service (<isvc>-predictor.<namespace>).
+    predictor_host = backend.url.removeprefix("http://")
+    args = [*kserve_args("rm", predictor_host, port), "--workers", "4", "--protocol", "v1"]
+    url, log = run_gateway(args, {}, port, "rm")
+
+    assert httpx.get(f"{url}/v1/models/rm").json() == {"name": "rm", "ready": True}
+    assert httpx.get(f"{url}/v1/models").json() == {"models": ["rm"]}
+    assert httpx.get(f"{url}/").json() == {"status": "alive"}
+    answer = httpx.post(f"{url}/get_reward", json={"query": ["a", "bb"]}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["rewards"] == pytest.approx([logit("a"), logit("bb")])
+    assert [body["model"] for _, body in backend.calls] == ["rm", "rm"]
+
+    lines = log.read_text().splitlines()
+    assert sum("ignoring arguments the gateway does not take: --protocol v1" in line for line in lines) == 1
+    assert any("--workers 4 ignored" in line for line in lines)
+
+
+def test_the_environment_wins_and_the_v1_routes_answer_both_names(run_gateway, backend, tmp_path):
+    port, unused_port = free_port(), free_port()
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
     env = {
-        **os.environ,
         "REWARD_GATEWAY_UPSTREAM_URL": backend.url,
-        "REWARD_GATEWAY_MODEL_NAME": "rm",
+        "REWARD_GATEWAY_MODEL_NAME": "served-rm",
         "REWARD_GATEWAY_PORT": str(port),
         "REWARD_GATEWAY_AUTH_TOKEN_FILE": str(token),
     }
-    log = tmp_path / "gateway.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "reward_gateway"], env=env, stdout=out, stderr=out)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, log.read_text()
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.2)
-    else:
-        process.kill()
-        pytest.fail(f"gateway did not come up:\n{log.read_text()}")
-    yield url, log
-    process.terminate()
-    process.wait(timeout=20)
-
-
-def test_real_server_scores_with_auth_and_exports_metrics(served_gateway):
-    url, log = served_gateway
+    # Nothing listens at this predictor host: scores reach vLLM only through the variable.
+    args = kserve_args("rm-isvc", f"127.0.0.1:{free_port()}", unused_port)
+    url, log = run_gateway(args, env, port, "rm-isvc")
     headers = {"Authorization": "Bearer s3cret-token"}
-    answer = httpx.post(f"{url}/get_reward", json={"query": ["a", "bb"]}, headers=headers, timeout=30)
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["rewards"] == pytest.approx([logit("a"), logit("bb")])
 
-    predicted = httpx.post(
-        f"{url}/v1/models/rm:predict",
-        json={"instances": [{"prompt": "p", "response": "r"}]},
-        headers=headers,
-        timeout=30,
-    )
-    assert predicted.status_code == 200, predicted.text
-    assert len(predicted.json()["predictions"]) == 1
+    assert httpx.get(f"{url}/v1/models").json() == {"models": ["served-rm", "rm-isvc"]}
+    for name in ("served-rm", "rm-isvc"):  # KServe's InferenceGraph calls the InferenceService's name
+        assert httpx.get(f"{url}/v1/models/{name}").json() == {"name": name, "ready": True}
+        instances = [{"prompt": "p", "response": "r"}]
+        predicted = httpx.post(f"{url}/v1/models/{name}:predict", json={"instances": instances}, headers=headers)
+        assert predicted.status_code == 200, predicted.text
+        assert len(predicted.json()["predictions"]) == 1
+    assert [body["model"] for _, body in backend.calls] == ["served-rm", "served-rm"]
+    with pytest.raises(httpx.ConnectError):  # REWARD_GATEWAY_PORT won over --http_port
+        httpx.get(f"http://127.0.0.1:{unused_port}/")
 
     refused = httpx.post(f"{url}/get_reward", json={"query": ["a"]}, timeout=30)
     assert refused.status_code == 401
     assert "error" in refused.json()
-
     metrics = httpx.get(f"{url}/metrics", timeout=10).text
-    assert 'reward_gateway_requests_total{code="200",model="rm",route="get_reward"}' in metrics
-    assert "reward_gateway_score_bucket" in metrics
+    assert 'reward_gateway_requests_total{code="200",model="served-rm",route="v1_predict"} 2.0' in metrics
+    assert "process_cpu_seconds_total" in metrics  # the default registry's collectors too
     assert "s3cret-token" not in log.read_text(), "tokens never reach the logs"
-
-    # kserve's own routes still answer behind the scoring front
-    ready = httpx.get(f"{url}/v1/models/rm", timeout=10)
-    assert ready.status_code == 200 and ready.json()["ready"] is True
-    # and no access-log line is written per request (REWARD_GATEWAY_ACCESS_LOG is off)
-    assert "POST /get_reward" not in log.read_text()
+    # no access-log line per request (REWARD_GATEWAY_ACCESS_LOG is off)
+    assert "POST /v1/models" not in log.read_text()
