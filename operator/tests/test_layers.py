@@ -3,6 +3,7 @@ catch an upward import: the layers are enforced, not just described."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -58,3 +59,56 @@ def test_an_upward_import_breaks_the_lint(copy_of_the_packages, module, upward_i
     result = lint_imports(copy_of_the_packages)
     assert result.returncode != 0
     assert f"{broken}" in result.stdout and "BROKEN" in result.stdout, result.stdout
+
+
+# Folders of tests and benchmarks: each may import the packages, testenv and
+# reward_testing, never another of these folders (shared helpers go to testing/).
+TEST_FOLDERS = ("operator/tests", "runtimes/gateway/tests", "e2e/tests", "e2e/bench")
+
+
+def _modules_of(folder: str) -> set[str]:
+    return {path.stem for path in (REPO / folder).glob("*.py")} - {"conftest", "__init__"}
+
+
+def _strings(tree: ast.Module) -> set[str]:
+    """String constants in code (docstrings, which may name another test, left out)."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    }
+
+
+def _imported_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("folder", TEST_FOLDERS)
+def test_no_test_folder_imports_or_reads_another(folder):
+    others = [other for other in TEST_FOLDERS if other != folder]
+    foreign_modules = set().union(*(_modules_of(other) for other in others)) - _modules_of(folder)
+    for path in sorted((REPO / folder).glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = _imported_names(tree) & foreign_modules
+        assert not imported, f"{path.relative_to(REPO)} imports {imported} from another test folder"
+        if path == Path(__file__):
+            continue  # this file names every folder on purpose
+        for text in _strings(tree):
+            for other in others:
+                assert other not in text, (
+                    f"{path.relative_to(REPO)} reaches into {other}/ (move what it needs to testing/)"
+                )
