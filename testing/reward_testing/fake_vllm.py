@@ -58,6 +58,7 @@ class EngineSteps:
         self.waiting: deque[asyncio.Future] = deque()
         self.running: asyncio.Task | None = None
         self.steps_done = 0
+        self.step_began = asyncio.Event()  # set once a step has taken its texts
 
     async def run(self, texts: list[str]) -> None:
         loop = asyncio.get_running_loop()
@@ -70,6 +71,7 @@ class EngineSteps:
     async def _steps(self) -> None:
         while self.waiting:
             batch = [self.waiting.popleft() for _ in range(min(self.texts_per_step, len(self.waiting)))]
+            self.step_began.set()
             await asyncio.sleep(self.step_s)
             self.steps_done += 1
             for text in batch:

@@ -33,7 +33,7 @@ def test_a_text_arriving_during_a_step_waits_for_the_next():
             finished.append((name, engine.steps_done))
 
         running = asyncio.create_task(call("first"))
-        await asyncio.sleep(0.05)  # the first step is under way, with room left
+        await engine.step_began.wait()  # the first step is under way, with room left
         await asyncio.gather(running, call("late"))
         return finished
 

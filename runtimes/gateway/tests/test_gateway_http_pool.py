@@ -4,7 +4,8 @@ Each test runs a small TCP server whose behaviour per request the test decides
 (answer, close without answering, answer chunked, stall), so the cases a kept-
 alive client gets wrong in production are exercised for real: an upstream that
 closes idle connections, says Connection: close, cuts an answer short, or
-answers after the caller gave up.
+answers after the caller gave up. Events are ordered by signals (a request
+arriving, a connection ending), never by sleeping.
 """
 
 from __future__ import annotations
@@ -50,11 +51,17 @@ class Server:
     behaviour: Behaviour
     requests: list[Request] = field(default_factory=list)
     connections: int = 0
-    closed_by_client: int = 0
+    _ended: dict[int, asyncio.Future[str]] = field(default_factory=dict)
+
+    def ended(self, connection: int) -> asyncio.Future[str]:
+        """Resolves when the server is done with a connection: 'by the client' when
+        the client closed it, 'by the server' when the behaviour did."""
+        return self._ended.setdefault(connection, asyncio.get_running_loop().create_future())
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         connection, number = self.connections, 0
+        how = "by the server"
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -71,12 +78,13 @@ class Server:
                 await writer.drain()
                 if b"Connection: close" in data:
                     break
-        except asyncio.IncompleteReadError:
-            self.closed_by_client += 1
-        except ConnectionError:
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError):
+            how = "by the client"
         finally:
             writer.close()
+            ended = self.ended(connection)
+            if not ended.done():  # cancelled where a test gave up waiting
+                ended.set_result(how)
 
 
 def run(
@@ -86,7 +94,9 @@ def run(
         server = Server(behaviour)
         listening = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=tls)
         port = listening.sockets[0].getsockname()[1]
-        async with listening:
+        # A bound, not a pace: a pool that never gives the signal a test waits
+        # for fails here instead of hanging.
+        async with listening, asyncio.timeout(30):
             await test(server, f"{'https' if tls else 'http'}://127.0.0.1:{port}")
         return server
 
@@ -121,8 +131,15 @@ def test_connections_are_kept_alive_and_reused():
 
 
 def test_idle_connections_are_capped():
-    async def slow_echo(request):
-        await asyncio.sleep(0.05)
+    arrived, all_in = [], asyncio.Event()
+
+    async def echo_once_all_six_are_in(request):
+        # No call is answered before the sixth arrives, so none frees its
+        # connection for another: six calls in flight on six connections.
+        arrived.append(request)
+        if len(arrived) == 6:
+            all_in.set()
+        await all_in.wait()
         return answer(request.body)
 
     async def test(server, url):
@@ -132,7 +149,7 @@ def test_idle_connections_are_capped():
         assert len(pool.idle) == 2
         await pool.close()
 
-    run(slow_echo, test)
+    run(echo_once_all_six_are_in, test)
 
 
 def test_a_kept_alive_connection_closed_by_the_upstream_is_retried_on_a_new_one():
@@ -218,25 +235,31 @@ def test_an_answer_cut_short_fails_and_is_not_sent_again():
 
 
 def test_a_call_given_up_on_does_not_leak_its_answer_into_the_next():
-    async def slow_first(request):
+    first_arrived, release_first = asyncio.Event(), asyncio.Event()
+
+    async def answers_first_when_released(request):
         if request.body == b"first":
-            await asyncio.sleep(0.3)
+            first_arrived.set()
+            await release_first.wait()
         return answer(request.body)
 
     async def test(server, url):
         pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.05):
-                await pool.post_json("/classify", b"first")
+        call = asyncio.create_task(pool.post_json("/classify", b"first"))
+        await first_arrived.wait()
+        call.cancel()  # what the caller's timeout does once the call is sent
+        with pytest.raises(asyncio.CancelledError):
+            await call
         assert await pool.post_json("/classify", b"second") == (200, b"second")
-        await asyncio.sleep(0.4)  # the late answer to "first" goes out
+        release_first.set()  # the late answer to "first" goes out...
         # ...to a connection the pool closed when the call was given up on, so
         # no later call can read it as its own.
-        assert server.closed_by_client == 1
+        assert await server.ended(1) == "by the client"
         assert await pool.post_json("/classify", b"third") == (200, b"third")
+        assert [(r.connection, r.body) for r in server.requests] == [(1, b"first"), (2, b"second"), (2, b"third")]
         await pool.close()
 
-    run(slow_first, test)
+    run(answers_first_when_released, test)
 
 
 def test_nothing_listening_raises_connection_refused():
@@ -316,7 +339,8 @@ def test_a_connection_that_speaks_unasked_is_not_reused():
     async def test(server, url):
         pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
         assert await pool.post_json("/classify", b"1") == (200, b"1")
-        await asyncio.sleep(0.05)  # the stray answer arrives on the idle connection
+        # The stray answer arrived on the idle connection: the pool closed it.
+        assert await server.ended(1) == "by the client"
         assert await pool.post_json("/classify", b"2") == (200, b"2")
         assert server.connections == 2
         await pool.close()
