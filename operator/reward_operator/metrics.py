@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -85,17 +86,16 @@ class OperatorMetrics:
     """Every metric the operator exports, registered on one registry."""
 
     def __init__(self, kinds: Iterable[str], registry: CollectorRegistry = REGISTRY):
-        self.reconciles = Counter(
+        counter = partial(Counter, registry=registry)
+        self.reconciles = counter(
             "reward_operator_reconcile_total",
             "Reconciles, by kind and result (ready, progressing, invalid, apply_failed, error).",
             ["kind", "result"],
-            registry=registry,
         )
-        self.errors = Counter(
+        self.errors = counter(
             "reward_operator_reconcile_errors_total",
             "Reconciles that failed on an API error and will be retried.",
             ["kind"],
-            registry=registry,
         )
         self.duration = Histogram(
             "reward_operator_reconcile_duration_seconds",

@@ -6,6 +6,7 @@ upstream `bad_response`, never a guessed number.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,45 +37,55 @@ def ordered_data(response: Any, expected: int) -> list[dict[str, Any]]:
 # of them; only process models have steps to aggregate.
 
 
+def _each_entry(response: Any, expected: int, score_of: Callable[[dict[str, Any]], Score]) -> list[Score]:
+    return [score_of(entry) for entry in ordered_data(response, expected)]
+
+
+def _pooled(entry: dict[str, Any], when_missing: str) -> list[Any]:
+    """A /pooling entry's values: a non-empty list, or the answer is malformed."""
+    values = entry.get("data")
+    if not isinstance(values, list) or not values:
+        raise bad_response(when_missing)
+    return values
+
+
 def sequence_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
     """/classify with use_activation false: probs holds the raw logits; the last is the reward (verl's rule)."""
-    scores = []
-    for entry in ordered_data(response, expected):
+
+    def score_of(entry: dict[str, Any]) -> Score:
         probs = entry.get("probs")
         if not isinstance(probs, list) or not probs or not _is_number(probs[-1]):
             raise bad_response("classify entry without probs")
-        scores.append(Score(float(probs[-1])))
-    return scores
+        return Score(float(probs[-1]))
+
+    return _each_entry(response, expected, score_of)
 
 
 def token_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
     """/pooling with ALL pooling: one value (or one row of labels) per token; the reward is the last token's."""
-    scores = []
-    for entry in ordered_data(response, expected):
-        values = entry.get("data")
-        if not isinstance(values, list) or not values:
-            raise bad_response("pooling entry without per-token values")
-        last = values[-1]
+
+    def score_of(entry: dict[str, Any]) -> Score:
+        last = _pooled(entry, "pooling entry without per-token values")[-1]
         if isinstance(last, list):
             last = last[-1] if last else None
         if not _is_number(last):
             raise bad_response("per-token value is not a number")
-        scores.append(Score(float(last)))
-    return scores
+        return Score(float(last))
+
+    return _each_entry(response, expected, score_of)
 
 
 def process_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
     """/pooling with STEP pooling: [p_negative, p_positive] per step tag; the step score is p_positive."""
-    scores = []
-    for entry in ordered_data(response, expected):
-        steps = entry.get("data")
-        if not isinstance(steps, list) or not steps:
-            raise bad_response("no step scores: the input holds no step tag the model knows")
+
+    def score_of(entry: dict[str, Any]) -> Score:
+        steps = _pooled(entry, "no step scores: the input holds no step tag the model knows")
         if not all(isinstance(step, list) and step and _is_number(step[-1]) for step in steps):
             raise bad_response("a step score is not a [p_negative, p_positive] pair")
         step_scores = [float(step[-1]) for step in steps]
-        scores.append(Score(aggregate_steps(step_scores, aggregate), step_scores))
-    return scores
+        return Score(aggregate_steps(step_scores, aggregate), step_scores)
+
+    return _each_entry(response, expected, score_of)
 
 
 def aggregate_steps(step_scores: list[float], how: str) -> float:

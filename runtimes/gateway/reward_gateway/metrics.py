@@ -6,6 +6,8 @@ in manifests/; change them only together.
 
 from __future__ import annotations
 
+from functools import partial
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 UPSTREAM_ERROR_REASONS = ("timeout", "connect", "status_5xx", "status_4xx", "bad_response")
@@ -19,41 +21,26 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY):
         self.registry = registry
-        self.requests = Counter(
+        counter, gauge = partial(Counter, registry=registry), partial(Gauge, registry=registry)
+        histogram = partial(Histogram, registry=registry)
+        self.requests = counter(
             "reward_gateway_requests_total",
             "HTTP requests answered, by route and status code.",
             ["model", "route", "code"],
-            registry=registry,
         )
-        self.items = Counter(
-            "reward_gateway_items_total",
-            "Items scored (ok) or failed (error), by route.",
-            ["model", "route", "result"],
-            registry=registry,
+        self.items = counter(
+            "reward_gateway_items_total", "Items scored (ok) or failed (error), by route.", ["model", "route", "result"]
         )
-        self.duration = Histogram(
+        self.duration = histogram(
             "reward_gateway_request_duration_seconds",
             "Time from a request's arrival to its answer.",
             ["model", "route"],
             buckets=LATENCY_BUCKETS,
-            registry=registry,
         )
-        self.upstream_errors = Counter(
-            "reward_gateway_upstream_errors_total",
-            "Failed calls to vLLM, by reason.",
-            ["model", "reason"],
-            registry=registry,
+        self.upstream_errors = counter(
+            "reward_gateway_upstream_errors_total", "Failed calls to vLLM, by reason.", ["model", "reason"]
         )
-        self.scores = Histogram(
-            "reward_gateway_score",
-            "Rewards returned, for drift alerts.",
-            ["model"],
-            buckets=SCORE_BUCKETS,
-            registry=registry,
+        self.scores = histogram(
+            "reward_gateway_score", "Rewards returned, for drift alerts.", ["model"], buckets=SCORE_BUCKETS
         )
-        self.inflight = Gauge(
-            "reward_gateway_inflight_requests",
-            "Requests being answered now.",
-            ["model"],
-            registry=registry,
-        )
+        self.inflight = gauge("reward_gateway_inflight_requests", "Requests being answered now.", ["model"])
