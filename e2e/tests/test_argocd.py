@@ -55,7 +55,8 @@ def _every_reason() -> list[str]:
     from reward_operator.api import conditions
 
     declared = vars(conditions).items()
-    return sorted(value for name, value in declared if name.isupper() and isinstance(value, str) and name != "READY")
+    names = {value for name, value in declared if name.isupper() and isinstance(value, str) and name != "READY"}
+    return sorted(names | set(conditions.DEGRADED_REASONS) | {"PredictorReadyFalse", "ContainerCrashLoop"})
 
 
 @pytest.mark.parametrize("reason", _every_reason())

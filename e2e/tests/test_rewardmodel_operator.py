@@ -1,26 +1,43 @@
-"""The operator running for real against the cluster: what a user sees after
-`kubectl apply -f rewardmodel.yaml`."""
+"""The operator running for real, with KServe's own controller and webhooks: what a
+user sees after `kubectl apply -f rewardmodel.yaml`.
+
+Nothing here stands in for KServe: an InferenceService is defaulted and validated
+by KServe's webhooks, its Deployments and Services are KServe's, its pods run on
+kwok's nodes, and its status is the one KServe writes.
+"""
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
+import pytest
 import yaml
 
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
-from testenv.helpers import condition, get_json, mark_inference_service_ready
+from testenv.helpers import condition, get_json
 
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/rewardmodel-sequence-standard.yaml").read_text())
+STANDARD_SAMPLES = {
+    "sequence": "rewardmodel-sequence-standard.yaml",
+    "token": "rewardmodel-token-standard.yaml",
+    "process": "rewardmodel-process-standard.yaml",
+}
+# KServe's workloads for one InferenceService carry this label.
+ISVC_LABEL = "serving.kserve.io/inferenceservice"
 
 
-def apply_reward_model(cluster, namespace: str, name: str = "skywork-rm", **spec_changes) -> dict:
-    manifest = json.loads(json.dumps(SAMPLE))
+def apply_reward_model(cluster, namespace: str, name: str = "skywork-rm", manifest: dict | None = None, **spec):
+    manifest = json.loads(json.dumps(manifest or SAMPLE))
     manifest["metadata"]["name"] = name
-    for key, value in spec_changes.items():
-        manifest["spec"][key] = value
+    manifest["spec"].update(spec)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    return get_json(cluster, "rewardmodel", name, "-n", namespace)
+
+
+def reward_model(cluster, namespace: str, name: str = "skywork-rm") -> dict | None:
     return get_json(cluster, "rewardmodel", name, "-n", namespace)
 
 
@@ -32,82 +49,149 @@ def merge_patch(cluster, namespace: str, kind: str, patch: dict, name: str = "sk
     cluster.kubectl("patch", kind, name, "-n", namespace, "--type=merge", "-p", json.dumps(patch))
 
 
-def wait_for_max_replicas(cluster, namespace: str, expected: int, name: str = "skywork-rm") -> None:
-    wait_until(
-        f"maxReplicas {expected} on the InferenceService",
-        lambda: isvc_of(cluster, namespace, name)["spec"]["predictor"]["maxReplicas"] == expected,
-        timeout=30,
-    )
-
-
 def events_for(cluster, namespace: str, name: str) -> list[dict]:
     listed = get_json(cluster, "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}")
     return listed["items"] if listed else []
 
 
+def wait_for_ready(cluster, namespace: str, name: str = "skywork-rm", generation: int | None = None) -> dict:
+    """Ready=True on the RewardModel, for its current (or the given) generation."""
+
+    def ready():
+        obj = reward_model(cluster, namespace, name)
+        found = condition(obj) or {}
+        wanted = generation or obj["metadata"]["generation"]
+        return obj if found.get("status") == "True" and found.get("observedGeneration") == wanted else None
+
+    return wait_until(f"{name} Ready=True through KServe", ready, timeout=120)
+
+
+def wait_for_reason(cluster, namespace: str, name: str, reason: str, timeout: float = 90) -> dict:
+    def reached():
+        obj = reward_model(cluster, namespace, name)
+        return obj if (condition(obj) or {}).get("reason") == reason else None
+
+    return wait_until(f"{name} Ready reason {reason}", reached, timeout=timeout)
+
+
+def workloads(cluster, namespace: str, name: str) -> dict[str, list[str]]:
+    """What KServe made for InferenceService ``name``, by kind."""
+    found = {}
+    for kind in ("deployments", "services", "horizontalpodautoscalers", "ingresses", "pods"):
+        listed = get_json(cluster, kind, "-n", namespace, "-l", f"{ISVC_LABEL}={name}")
+        found[kind] = sorted(item["metadata"]["name"] for item in (listed or {}).get("items", []))
+    return found
+
+
+@pytest.fixture
+def hf_token(cluster, namespace):
+    cluster.kubectl("create", "secret", "generic", "hf-token", "-n", namespace, "--from-literal=HF_TOKEN=x")
+
+
 def test_create_renders_an_owned_inference_service(cluster, namespace, operator):
-    reward_model = apply_reward_model(cluster, namespace)
+    created = apply_reward_model(cluster, namespace)
     isvc = wait_until("the InferenceService", lambda: isvc_of(cluster, namespace, "skywork-rm"))
     (owner,) = isvc["metadata"]["ownerReferences"]
-    assert owner["uid"] == reward_model["metadata"]["uid"]
+    assert owner["uid"] == created["metadata"]["uid"]
     assert owner["kind"] == "RewardModel" and owner["controller"] is True
     labels = isvc["metadata"]["labels"]
     assert labels["app.kubernetes.io/managed-by"] == "reward-operator"
     assert labels["serving.rlhf.dev/rewardmodel"] == "skywork-rm"
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
+    # the spec is ours alone: KServe's controller adds only its finalizer and the status
     with_fields = get_json(cluster, "inferenceservice", "skywork-rm", "-n", namespace, "--show-managed-fields")
-    managers = {entry["manager"] for entry in with_fields["metadata"]["managedFields"]}
-    assert managers == {"reward-operator"}
+    spec_managers = {
+        entry["manager"] for entry in with_fields["metadata"]["managedFields"] if "f:spec" in entry.get("fieldsV1", {})
+    }
+    assert spec_managers == {"reward-operator"}
     args = isvc["spec"]["predictor"]["model"]["args"]
     assert "--served-model-name=skywork-rm" in args and "--runner=pooling" in args
 
-    reward_model = wait_until(
-        "a status", lambda: condition(get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace))
-    )
-    stored = get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace)
-    assert stored["status"]["observedGeneration"] == 1
-    ready = condition(stored)
-    assert (ready["status"], ready["reason"]) == ("Unknown", "AwaitingKServe")
 
-
-def test_ready_mirrors_the_inference_service_with_url(cluster, namespace, operator):
-    apply_reward_model(cluster, namespace)
-    wait_until("the InferenceService", lambda: isvc_of(cluster, namespace, "skywork-rm"))
-    url = f"http://skywork-rm.{namespace}.example.com"
-    mark_inference_service_ready(cluster.kubectl, namespace, "skywork-rm", url)
-
-    def ready():
-        obj = get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace)
-        return obj if (condition(obj) or {}).get("status") == "True" else None
-
-    obj = wait_until("Ready=True", ready)
-    assert obj["status"]["url"] == url
+@pytest.mark.parametrize("kind", sorted(STANDARD_SAMPLES))
+def test_each_kind_is_served_through_kserve(cluster, namespace, operator, kind):
+    manifest = yaml.safe_load((REPO / "manifests" / "samples" / STANDARD_SAMPLES[kind]).read_text())
+    name = manifest["metadata"]["name"]
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    obj = wait_for_ready(cluster, namespace, name)
     assert condition(obj)["reason"] == "InferenceServiceReady"
-    assert condition(obj)["observedGeneration"] == obj["metadata"]["generation"]
-    # the event follows the status write
+    # the address trainers in the cluster reach: the gateway's Service
+    assert obj["status"]["url"] == f"http://{name}-transformer.{namespace}.svc.cluster.local"
+    assert obj["status"]["externalURL"].endswith(".example.com")  # KServe's default ingress domain
+    assert obj["status"]["replicas"] == 1
+    made = workloads(cluster, namespace, name)
+    assert made["deployments"] == [f"{name}-predictor", f"{name}-transformer"]
+    isvc = isvc_of(cluster, namespace, name)
+    assert {c["type"]: c["status"] for c in isvc["status"]["conditions"]}["TransformerReady"] == "True"
+    # KServe's pod webhook injected its storage initializer into the predictor
+    predictor_pods = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}={name},component=predictor")
+    (pod,) = predictor_pods["items"]
+    assert [c["name"] for c in pod["spec"].get("initContainers", [])] == ["storage-initializer"]
+    # the gateway runs with our model name and KServe's predictor host
+    gateway_pods = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}={name},component=transformer")
+    args = gateway_pods["items"][0]["spec"]["containers"][0]["args"]
+    served = manifest["spec"]["model"].get("servedName", name)
+    assert args[0] == f"--model_name={served}" and args.count("--model_name") == 0
+    assert f"{name}-predictor.{namespace}" in args
+
+
+def test_ready_is_reported_once_and_shown_in_kubectl(cluster, namespace, operator):
+    apply_reward_model(cluster, namespace)
+    obj = wait_for_ready(cluster, namespace)
     wait_until(
         "the Ready event",
         lambda: "InferenceServiceReady" in [e["reason"] for e in events_for(cluster, namespace, "skywork-rm")],
     )
     reasons = [e["reason"] for e in events_for(cluster, namespace, "skywork-rm")]
     assert reasons.count("InferenceServiceReady") == 1
-    columns = cluster.kubectl("get", "rewardmodel", "skywork-rm", "-n", namespace).stdout
-    assert "True" in columns and url in columns
+    columns = cluster.kubectl("get", "rewardmodel", "skywork-rm", "-n", namespace).stdout.splitlines()[1].split()
+    assert "True" in columns and obj["status"]["url"] in columns and "1" in columns
 
 
-def test_spec_update_updates_the_child_and_observed_generation(cluster, namespace, operator):
+def test_no_fight_with_kserves_defaulting(cluster, namespace, operator):
+    """After convergence the InferenceService's spec stays still with the operator running.
+
+    KServe's webhook defaults fields on every apply; server-side apply leaves them to
+    it, so neither the generation nor the spec moves. Status updates by KServe's
+    controller (and the reconciles they trigger) go on meanwhile."""
     apply_reward_model(cluster, namespace)
-    wait_until("the InferenceService", lambda: isvc_of(cluster, namespace, "skywork-rm"))
-    merge_patch(cluster, namespace, "rewardmodel", {"spec": {"serving": {"maxReplicas": 6}}})
-    wait_for_max_replicas(cluster, namespace, 6)
-    obj = wait_until(
-        "observedGeneration 2",
-        lambda: (
-            (o := get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace))["status"].get("observedGeneration")
-            == 2
-            and o
-        ),
+    wait_for_ready(cluster, namespace)
+    first = isvc_of(cluster, namespace, "skywork-rm")
+    reconciles_before = _reconciles(operator)
+    merge_patch(cluster, namespace, "rewardmodel", {"metadata": {"annotations": {"touched": "1"}}})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = isvc_of(cluster, namespace, "skywork-rm")
+        assert now["metadata"]["generation"] == first["metadata"]["generation"]
+        assert now["spec"] == first["spec"]
+        time.sleep(2)
+    assert _reconciles(operator) > reconciles_before, "the operator reconciled (and re-applied) meanwhile"
+
+
+def _reconciles(operator) -> float:
+    with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('reward_operator_reconcile_total{kind="RewardModel"')
     )
+
+
+def test_spec_change_rolls_the_predictor(cluster, namespace, operator):
+    apply_reward_model(cluster, namespace)
+    wait_for_ready(cluster, namespace)
+    before = get_json(cluster, "deployment", "skywork-rm-predictor", "-n", namespace)
+    assert before["spec"]["strategy"]["type"] == "Recreate"
+    merge_patch(cluster, namespace, "rewardmodel", {"spec": {"model": {"maxModelLen": 8192}}})
+
+    def rolled():
+        deployment = get_json(cluster, "deployment", "skywork-rm-predictor", "-n", namespace)
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        return deployment if "--max-model-len=8192" in args else None
+
+    wait_until("the predictor Deployment with the new args", rolled, timeout=60)
+    obj = wait_for_ready(cluster, namespace, generation=2)
     assert condition(obj)["observedGeneration"] == 2
 
 
@@ -118,7 +202,7 @@ def test_child_deleted_by_hand_is_restored(cluster, namespace, operator):
     wait_until(
         "a restored InferenceService",
         lambda: (i := isvc_of(cluster, namespace, "skywork-rm")) and i["metadata"]["uid"] != first["metadata"]["uid"],
-        timeout=30,
+        timeout=60,
     )
 
 
@@ -126,33 +210,124 @@ def test_owned_field_edited_by_hand_is_reverted(cluster, namespace, operator):
     apply_reward_model(cluster, namespace)
     wait_until("the InferenceService", lambda: isvc_of(cluster, namespace, "skywork-rm"))
     merge_patch(cluster, namespace, "inferenceservice", {"spec": {"predictor": {"maxReplicas": 40}}})
-    wait_for_max_replicas(cluster, namespace, 4)  # the sample's value, restored
+    wait_until(
+        "maxReplicas restored to the sample's 4",
+        lambda: isvc_of(cluster, namespace, "skywork-rm")["spec"]["predictor"]["maxReplicas"] == 4,
+        timeout=30,
+    )
 
 
-def test_deleting_the_reward_model_garbage_collects_the_child(cluster, namespace, operator):
+def test_deleting_the_reward_model_leaves_nothing_behind(cluster, namespace, operator):
     apply_reward_model(cluster, namespace)
-    wait_until("the InferenceService", lambda: isvc_of(cluster, namespace, "skywork-rm"))
+    wait_for_ready(cluster, namespace)
+    made = workloads(cluster, namespace, "skywork-rm")
+    assert made["deployments"] and made["services"] and made["horizontalpodautoscalers"] and made["ingresses"]
     cluster.kubectl("delete", "rewardmodel", "skywork-rm", "-n", namespace, "--timeout=60s")
     wait_until("the InferenceService to be collected", lambda: isvc_of(cluster, namespace, "skywork-rm") is None)
+    wait_until(
+        "KServe's Deployments, Services, HPAs, Ingress and pods to be collected",
+        lambda: not any(workloads(cluster, namespace, "skywork-rm").values()),
+        timeout=90,
+    )
+
+
+def test_chat_template_with_jinja_is_served(cluster, namespace, operator):
+    """A Jinja template inline would make KServe refuse the InferenceService (Go template parse)."""
+    template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+    apply_reward_model(
+        cluster,
+        namespace,
+        name="templated",
+        model={**SAMPLE["spec"]["model"], "chatTemplate": template},
+        gateway={"chatTemplateMode": "gateway"},
+    )
+    wait_for_ready(cluster, namespace, "templated")
+    config_map = get_json(cluster, "configmap", "templated-chat-template", "-n", namespace)
+    assert config_map["data"]["chat_template.jinja"] == template
+    pods = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}=templated")["items"]
+    mounted = {c["name"] for pod in pods for c in pod["spec"]["containers"] for m in c.get("volumeMounts", [])
+               if m["name"] == "chat-template"}  # fmt: skip
+    assert "kserve-container" in mounted
+
+
+def test_hugging_face_token_reaches_kserves_storage_initializer(cluster, namespace, operator, hf_token):
+    apply_reward_model(cluster, namespace, credentials={"huggingFaceToken": {"name": "hf-token"}})
+    wait_for_ready(cluster, namespace)
+    pods = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}=skywork-rm,component=predictor")
+    (initializer,) = pods["items"][0]["spec"]["initContainers"]
+    env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in initializer.get("env", [])}
+    assert env.get("HF_TOKEN") == {"name": "hf-token", "key": "HF_TOKEN"}
+
+
+# ---- failures reach the user ----------------------------------------------------------------
+
+NO_VLLM_RUNTIME = """\
+apiVersion: serving.kserve.io/v1alpha1
+kind: ServingRuntime
+metadata:
+  name: sklearn-only
+spec:
+  supportedModelFormats:
+  - name: sklearn
+  protocolVersions: [v1]
+  containers:
+  - name: kserve-container
+    image: example/sklearn:1
+"""
+
+CRASHING_RUNTIME = """\
+apiVersion: serving.kserve.io/v1alpha1
+kind: ServingRuntime
+metadata:
+  name: crashing-vllm
+spec:
+  # kwok's testenv-pod-crash-loop stage makes pods with this label crash-loop
+  labels:
+    testenv.rlhf.dev/crash-loop: "true"
+  supportedModelFormats:
+  - name: vLLM
+  protocolVersions: [v1]
+  containers:
+  - name: kserve-container
+    image: example/vllm-broken:1
+    args: ["--port=8080", "--model=/mnt/models"]
+"""
+
+
+def test_a_runtime_without_the_model_format_shows_kserves_reason(cluster, namespace, operator):
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=NO_VLLM_RUNTIME)
+    apply_reward_model(cluster, namespace, name="wrong-runtime", runtime="sklearn-only")
+    obj = wait_for_reason(cluster, namespace, "wrong-runtime", "NoSupportingRuntime")
+    ready = condition(obj)
+    assert ready["status"] == "False"
+    assert "does not support" in ready["message"], ready["message"]
+    assert operator.alive()
+
+
+def test_a_crash_looping_predictor_shows_kserves_reason_and_exit_code(cluster, namespace, operator):
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=CRASHING_RUNTIME)
+    apply_reward_model(cluster, namespace, name="crashing", runtime="crashing-vllm")
+    obj = wait_for_reason(cluster, namespace, "crashing", "ModelLoadFailed")
+    ready = condition(obj)
+    assert ready["status"] == "False"
+    assert "exit code 1" in ready["message"], ready["message"]
+    wait_until(
+        "the Warning event", lambda: "Warning" in [e["type"] for e in events_for(cluster, namespace, "crashing")]
+    )
 
 
 def handled_configuration(cluster, namespace: str, name: str) -> str:
-    obj = get_json(cluster, "rewardmodel", name, "-n", namespace) or {}
+    obj = reward_model(cluster, namespace, name) or {}
     return obj.get("metadata", {}).get("annotations", {}).get("serving.rlhf.dev/last-handled-configuration", "")
 
 
 def _invalid_and_valid_side_by_side(cluster, namespace, bad_name: str, **bad_spec) -> dict:
     apply_reward_model(cluster, namespace, name=bad_name, **bad_spec)
     apply_reward_model(cluster, namespace, name="healthy")
-
-    def invalid():
-        obj = get_json(cluster, "rewardmodel", bad_name, "-n", namespace)
-        return obj if (condition(obj) or {}).get("reason") == "InvalidSpec" else None
-
-    obj = wait_until("Ready=False reason=InvalidSpec", invalid)
+    obj = wait_for_reason(cluster, namespace, bad_name, "InvalidSpec")
     assert condition(obj)["status"] == "False"
     # the healthy neighbour keeps being served
-    wait_until("the healthy RewardModel's InferenceService", lambda: isvc_of(cluster, namespace, "healthy"))
+    wait_for_ready(cluster, namespace, "healthy")
     assert isvc_of(cluster, namespace, bad_name) is None
     return obj
 
@@ -164,9 +339,7 @@ def test_missing_runtime_is_an_invalid_spec_with_one_warning(cluster, namespace,
     wait_until("the InvalidSpec event", lambda: events_for(cluster, namespace, "no-runtime"))
     cluster.kubectl("annotate", "rewardmodel", "no-runtime", "-n", namespace, "touched=1")
     # kopf records what it handled once the handler is done: the edit was reconciled
-    wait_until(
-        "the operator to handle the edit", lambda: "touched" in handled_configuration(cluster, namespace, "no-runtime")
-    )
+    wait_until("the edit to be handled", lambda: "touched" in handled_configuration(cluster, namespace, "no-runtime"))
     warnings = [e for e in events_for(cluster, namespace, "no-runtime") if e["type"] == "Warning"]
     assert len(warnings) == 1, warnings
     assert warnings[0]["reason"] == "InvalidSpec" and warnings[0]["count"] == 1
@@ -181,57 +354,34 @@ def test_missing_credentials_secret_is_an_invalid_spec(cluster, namespace, opera
     # fixing the cause (creating the Secret) and touching the object converges it
     cluster.kubectl("create", "secret", "generic", "hf-token", "-n", namespace, "--from-literal=HF_TOKEN=x")
     cluster.kubectl("annotate", "rewardmodel", "no-secret", "-n", namespace, "fixed=1")
-    wait_until("the InferenceService once the Secret exists", lambda: isvc_of(cluster, namespace, "no-secret"))
+    wait_for_ready(cluster, namespace, "no-secret")
     assert operator.alive()
+
+
+def test_a_name_too_long_for_kserves_host_names_is_an_invalid_spec(cluster, operator):
+    """Standard mode: <name>-transformer-<namespace> must fit a 63-character DNS label."""
+    namespace = "t-" + "n" * 30
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        apply_reward_model(cluster, namespace, name="r" * 30)
+        obj = wait_for_reason(cluster, namespace, "r" * 30, "InvalidSpec")
+        assert "over the 63 a DNS label allows" in condition(obj)["message"]
+        assert isvc_of(cluster, namespace, "r" * 30) is None
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_operator_exports_metrics_and_liveness(cluster, namespace, operator):
     apply_reward_model(cluster, namespace)
-    wait_until("a status", lambda: condition(get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace)))
+    wait_until("a status", lambda: condition(reward_model(cluster, namespace)))
     with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
         text = response.read().decode()
     for name in (
         "reward_operator_reconcile_total",
         "reward_operator_reconcile_duration_seconds_bucket",
         "reward_operator_objects",
+        "reward_operator_object_ready",
     ):
         assert name in text
     with urllib.request.urlopen(operator.liveness_url, timeout=5) as response:
         assert response.status == 200
-
-
-PREDICTOR_DEPLOYMENT = """\
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: skywork-rm-predictor
-spec:
-  replicas: 2
-  selector:
-    matchLabels: {app: skywork-rm-predictor}
-  template:
-    metadata:
-      labels: {app: skywork-rm-predictor}
-    spec:
-      containers:
-      - name: kserve-container
-        image: example/vllm:1
-"""
-
-
-def test_replicas_come_from_the_predictor_deployment(cluster, namespace, operator):
-    """In Standard mode KServe runs the predictor as Deployment <name>-predictor; its ready pods are the column."""
-    apply_reward_model(cluster, namespace)
-    wait_until("the InferenceService", lambda: isvc_of(cluster, namespace, "skywork-rm"))
-    # stand in for KServe's controller once more: the Deployment it would create, run by kwok
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=PREDICTOR_DEPLOYMENT)
-    cluster.kubectl("wait", "--for=condition=Available", "deployment/skywork-rm-predictor", "-n", namespace)
-    mark_inference_service_ready(cluster.kubectl, namespace, "skywork-rm", "http://skywork-rm.example")
-    obj = wait_until(
-        "status.replicas 2",
-        lambda: (
-            (o := get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace))["status"].get("replicas") == 2 and o
-        ),
-    )
-    assert "2" in cluster.kubectl("get", "rewardmodel", "skywork-rm", "-n", namespace).stdout.splitlines()[1].split()
-    assert condition(obj)["status"] == "True"

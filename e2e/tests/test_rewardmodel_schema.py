@@ -79,6 +79,36 @@ INVALID = {
         "gateway.chatTemplateMode: gateway renders model.chatTemplate",
     ),
     "bad-name": (_set("metadata.name", "9-" + "x" * 50), "metadata.name must start with a letter"),
+    # what KServe v0.20 would refuse later, refused at the door with the reason
+    "go-template-in-extra-args": (
+        _set("spec.model.extraArgs", ["--override-generation-config={{x}}"]),
+        "model.extraArgs may not contain '{{'",
+    ),
+    "go-template-in-env": (
+        _set("spec.env", [{"name": "X", "value": "{{ .Name }}"}]),
+        "env[].value may not contain '{{'",
+    ),
+    "pythonpath": (_set("spec.env", [{"name": "PYTHONPATH", "value": "/x"}]), "KServe refuses PYTHONPATH"),
+    "target-concurrency-in-standard": (
+        _set("spec.serving.targetConcurrency", 64),
+        "serving.targetConcurrency needs serving.mode: Knative",
+    ),
+    "knative-timeout-over-600": (
+        _set("spec.serving", {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2, "timeoutSeconds": 900}),
+        "Knative refuses revision timeouts above 600s",
+    ),
+    "knative-gateway-waits-longer-than-knative": (
+        lambda o: (
+            o["spec"].update(serving={"mode": "Knative", "minReplicas": 0, "maxReplicas": 2}),
+            o["spec"].update(gateway={"scaleFromZeroTimeoutSeconds": 500}),
+        ),
+        "must be at most 600 in Knative mode",
+    ),
+    "hpa-without-cpu": (_drop("spec.resources.cpu"), "resources.cpu is needed when serving.maxReplicas"),
+    "hf-token-key-kserve-cannot-read": (
+        _set("spec.credentials", {"huggingFaceToken": {"name": "hf", "key": "token"}}),
+        "credentials.huggingFaceToken.key must be HF_TOKEN for hf:// models",
+    ),
 }
 
 

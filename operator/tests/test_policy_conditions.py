@@ -7,35 +7,8 @@ import pytest
 
 from reward_operator.api import conditions as api_conditions
 from reward_operator.policy import conditions as status
-from reward_operator.policy import readiness
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
-
-
-def isvc(conditions=None, url=None) -> dict:
-    body = {"metadata": {"name": "rm"}, "status": {}}
-    if conditions is not None:
-        body["status"]["conditions"] = conditions
-    if url:
-        body["status"]["url"] = url
-    return body
-
-
-def test_ready_true_when_kserve_says_ready():
-    ready = readiness.ready_from_inference_service(isvc([{"type": "Ready", "status": "True"}]))
-    assert (ready.status, ready.reason) == ("True", api_conditions.INFERENCE_SERVICE_READY)
-
-
-def test_not_ready_keeps_kserves_reason_and_message():
-    ready = readiness.ready_from_inference_service(
-        isvc([{"type": "Ready", "status": "False", "reason": "ContainerCrashLoop", "message": "oom"}])
-    )
-    assert (ready.status, ready.reason, ready.message) == ("False", "ContainerCrashLoop", "oom")
-
-
-def test_unknown_until_kserve_reports():
-    ready = readiness.ready_from_inference_service(isvc())
-    assert (ready.status, ready.reason) == ("Unknown", api_conditions.AWAITING_KSERVE)
 
 
 def test_transition_time_moves_only_when_status_flips():
@@ -55,10 +28,10 @@ def test_other_conditions_are_kept():
 
 def test_desired_status_carries_url_generation_and_replicas():
     ready = status.Condition("Ready", "True", api_conditions.INFERENCE_SERVICE_READY, "ok")
-    fields = {**readiness.inference_service_fields(isvc([], url="http://rm.rlhf.example")), "replicas": 2}
+    fields = {"inferenceService": "rm", "url": "http://rm-transformer.rlhf.svc.cluster.local", "replicas": 2}
     desired = status.desired_status({}, 3, ready, fields, T0)
     assert desired["observedGeneration"] == 3
-    assert desired["url"] == "http://rm.rlhf.example"
+    assert desired["url"] == "http://rm-transformer.rlhf.svc.cluster.local"
     assert desired["replicas"] == 2
     assert desired["inferenceService"] == "rm"
     assert desired["conditions"][0]["observedGeneration"] == 3
@@ -66,7 +39,7 @@ def test_desired_status_carries_url_generation_and_replicas():
 
 def test_unchanged_inputs_give_an_identical_status():
     ready = status.Condition("Ready", "True", api_conditions.INFERENCE_SERVICE_READY, "ok")
-    fields = readiness.inference_service_fields(isvc([], url="http://x"))
+    fields = {"inferenceService": "rm", "url": "http://x"}
     first = status.desired_status({}, 1, ready, fields, T0)
     again = status.desired_status(first, 1, ready, dict(fields), T1)
     assert again == first, "no status write (and no event) when nothing changed"
@@ -94,7 +67,9 @@ def test_a_cleared_field_is_sent_as_null():
         (status.Condition("Ready", "False", api_conditions.AWAITING_KSERVE, ""), "Normal"),
         (status.Condition("Ready", "False", api_conditions.INVALID_SPEC, ""), "Warning"),
         (status.Condition("Ready", "False", api_conditions.APPLY_FAILED, ""), "Warning"),
-        (status.Condition("Ready", "False", "ContainerCrashLoop", ""), "Warning"),
+        (status.Condition("Ready", "False", "NoSupportingRuntime", ""), "Warning"),
+        (status.Condition("Ready", "Unknown", "PredictorReadyUnknown", ""), "Normal"),
+        (status.Condition("Ready", "False", api_conditions.GATEWAY_NOT_READY, ""), "Normal"),
     ],
 )
 def test_event_type_per_reason(ready, expected):

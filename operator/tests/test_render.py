@@ -17,6 +17,11 @@ from reward_testing.paths import GOLDEN, golden_cases, golden_input
 CASES = {case: golden_input(case) for case in golden_cases()}
 
 
+def inference_service(reward_model: dict) -> dict:
+    (isvc,) = [child for child in render_reward_model(reward_model) if child["kind"] == "InferenceService"]
+    return isvc
+
+
 def test_every_kind_and_mode_has_a_case():
     assert {"sequence-gateway-auth", "token-no-gateway"} <= set(CASES)
     for kind in ("sequence", "token", "process"):
@@ -36,7 +41,7 @@ def test_rendered_children_match_golden(case: str):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_deployment_mode_is_always_explicit_and_children_are_owned(case: str):
-    (isvc,) = render_reward_model(CASES[case])
+    isvc = inference_service(CASES[case])
     mode = CASES[case]["spec"].get("serving", {}).get("mode", "Standard")
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == mode
     assert isvc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "reward-operator"
@@ -60,32 +65,32 @@ def test_token_and_process_models_use_their_pooling():
 
 
 def test_served_name_defaults_to_the_object_name():
-    (isvc,) = render_reward_model(CASES["sequence-standard"])
+    isvc = inference_service(CASES["sequence-standard"])
     assert "--served-model-name=skywork-rm" in isvc["spec"]["predictor"]["model"]["args"]
-    (isvc,) = render_reward_model(CASES["sequence-knative"])
+    isvc = inference_service(CASES["sequence-knative"])
     assert "--served-model-name=skywork" in isvc["spec"]["predictor"]["model"]["args"]
 
 
 def test_hugging_face_token_is_passed_by_reference_only():
-    (isvc,) = render_reward_model(CASES["sequence-standard"])
+    isvc = inference_service(CASES["sequence-standard"])
     (env,) = isvc["spec"]["predictor"]["model"]["env"]
     assert env == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}}
 
 
 def test_extra_args_come_last():
-    (isvc,) = render_reward_model(CASES["token-standard"])
+    isvc = inference_service(CASES["token-standard"])
     assert isvc["spec"]["predictor"]["model"]["args"][-1] == "--trust-remote-code"
 
 
 def test_gateway_is_on_by_default_and_can_be_turned_off():
-    (isvc,) = render_reward_model(CASES["sequence-standard"])
+    isvc = inference_service(CASES["sequence-standard"])
     assert isvc["spec"]["transformer"]["containers"][0]["command"] == ["python", "-m", "reward_gateway"]
-    (bare,) = render_reward_model(CASES["token-no-gateway"])
+    bare = inference_service(CASES["token-no-gateway"])
     assert "transformer" not in bare["spec"]
 
 
 def test_gateway_auth_token_is_mounted_from_the_secret_never_inlined():
-    (isvc,) = render_reward_model(CASES["sequence-gateway-auth"])
+    isvc = inference_service(CASES["sequence-gateway-auth"])
     transformer = isvc["spec"]["transformer"]
     (auth,) = [v for v in transformer["volumes"] if v["name"] == "gateway-auth"]
     assert auth["secret"] == {"secretName": "trainer-tokens", "items": [{"key": "token", "path": "token"}]}
@@ -100,14 +105,23 @@ def test_rendered_gateway_environment_is_one_the_gateway_accepts(tmp_path):
     token = tmp_path / "token"
     token.write_text("secret\n")
     for case in ("sequence-standard", "sequence-gateway-auth", "process-knative", "token-standard"):
-        (isvc,) = render_reward_model(CASES[case])
+        children = render_reward_model(CASES[case])
+        isvc = inference_service(CASES[case])
         env = {e["name"]: e["value"] for e in isvc["spec"]["transformer"]["containers"][0]["env"]}
         if "REWARD_GATEWAY_AUTH_TOKEN_FILE" in env:
             env["REWARD_GATEWAY_AUTH_TOKEN_FILE"] = str(token)
+        if "REWARD_GATEWAY_CHAT_TEMPLATE_FILE" in env:
+            # the file the ConfigMap child puts at that path in the pod
+            (config_map,) = [child for child in children if child["kind"] == "ConfigMap"]
+            template = tmp_path / "chat_template.jinja"
+            template.write_text(config_map["data"]["chat_template.jinja"])
+            env["REWARD_GATEWAY_CHAT_TEMPLATE_FILE"] = str(template)
         config = load_config(env)
         assert config.model_name == isvc["metadata"]["name"]
         assert config.model_kind == CASES[case]["spec"]["model"].get("kind", "sequence")
         assert config.upstream_url.startswith(f"http://{isvc['metadata']['name']}-predictor.")
+        if "REWARD_GATEWAY_CHAT_TEMPLATE_FILE" in env:
+            assert config.chat_template.source == CASES[case]["spec"]["model"]["chatTemplate"]
 
 
 def test_every_optional_gateway_setting_reaches_the_gateway():
@@ -131,9 +145,63 @@ def test_every_optional_gateway_setting_reaches_the_gateway():
     }
     assert set(settings) == {field for field, _ in _OPTIONAL_ENV}, "a new optional setting needs a case here"
     reward_model["spec"].setdefault("gateway", {}).update(settings)
-    (isvc,) = render_reward_model(reward_model)
+    isvc = inference_service(reward_model)
     env = {e["name"]: e["value"] for e in isvc["spec"]["transformer"]["containers"][0]["env"]}
     config = load_config(env)
     assert (config.bos_token, config.step_tag, config.step_aggregate) == ("<s>", "<step>", "last")
     assert (config.max_concurrency, config.request_timeout_s, config.scale_from_zero_timeout_s) == (7, 11, 13)
     assert (config.max_items, config.truncate_prompt_tokens) == (17, 19)
+
+
+def test_chat_template_reaches_vllm_and_the_gateway_as_a_file_never_inline():
+    """KServe parses the model container as a Go template: a Jinja '{{' there is refused."""
+    reward_model = CASES["sequence-gateway-auth"]
+    config_map, isvc = render_reward_model(reward_model)
+    assert config_map["kind"] == "ConfigMap" and config_map["metadata"]["name"] == "guarded-rm-chat-template"
+    assert config_map["data"]["chat_template.jinja"] == reward_model["spec"]["model"]["chatTemplate"]
+    assert config_map["metadata"]["ownerReferences"] == isvc["metadata"]["ownerReferences"]
+    predictor, transformer = isvc["spec"]["predictor"], isvc["spec"]["transformer"]
+    assert "--chat-template=/etc/reward-model/chat_template.jinja" in predictor["model"]["args"]
+    mount = {"name": "chat-template", "mountPath": "/etc/reward-model", "readOnly": True}
+    volume = {"name": "chat-template", "configMap": {"name": "guarded-rm-chat-template"}}
+    assert mount in predictor["model"]["volumeMounts"] and volume in predictor["volumes"]
+    assert mount in transformer["containers"][0]["volumeMounts"] and volume in transformer["volumes"]
+    assert "{{" not in yaml.safe_dump(isvc)
+
+
+def test_protocol_v1_is_explicit_so_kserves_default_of_v2_never_applies():
+    for case in CASES:
+        assert inference_service(CASES[case])["spec"]["predictor"]["model"]["protocolVersion"] == "v1"
+
+
+def test_standard_mode_replaces_gpu_pods_and_leaves_scaling_to_cpu():
+    predictor = inference_service(CASES["sequence-standard"])["spec"]["predictor"]
+    assert predictor["deploymentStrategy"] == {"type": "Recreate"}
+    assert "scaleMetric" not in predictor and "scaleTarget" not in predictor
+    assert predictor["model"]["resources"]["requests"]["cpu"] == "8"
+
+
+def test_knative_mode_scales_on_concurrency_and_waits_for_a_cold_model():
+    isvc = inference_service(CASES["token-knative"])
+    predictor = isvc["spec"]["predictor"]
+    assert (predictor["scaleMetric"], predictor["scaleTarget"]) == ("concurrency", 16)
+    assert "deploymentStrategy" not in predictor, "Knative's validation refuses it"
+    assert predictor["annotations"]["serving.knative.dev/progress-deadline"] == "3600s"
+    # the gateway may hold a request through a scale from zero and then one vLLM call
+    assert isvc["spec"]["transformer"]["timeout"] == 300 + 180
+
+
+def test_transformer_names_the_model_as_vllm_serves_it():
+    isvc = inference_service(CASES["sequence-knative"])
+    assert isvc["spec"]["transformer"]["containers"][0]["args"] == ["--model_name=skywork"]
+
+
+def test_hugging_face_token_reaches_kserves_storage_initializer_for_hf_models_only():
+    annotations = inference_service(CASES["sequence-standard"])["metadata"]["annotations"]
+    assert annotations["serving.kserve.io/storageSecretName"] == "hf-token"
+    s3_model = {**CASES["sequence-knative"]}
+    s3_model["spec"] = {
+        **s3_model["spec"],
+        "credentials": {"huggingFaceToken": {"name": "hf-token", "key": "HF_TOKEN"}},
+    }
+    assert "serving.kserve.io/storageSecretName" not in inference_service(s3_model)["metadata"]["annotations"]

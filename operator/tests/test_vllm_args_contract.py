@@ -18,7 +18,7 @@ def rendered_args() -> dict[str, list[str]]:
     runtime_args = [arg.replace("/mnt/models", "/tmp/model") for arg in runtime["spec"]["containers"][0]["args"]]
     cases = {}
     for case in golden_cases():
-        (isvc,) = golden_children(case)
+        (isvc,) = [child for child in golden_children(case) if child["kind"] == "InferenceService"]
         cases[case] = runtime_args + isvc["spec"]["predictor"]["model"]["args"]
     return cases
 

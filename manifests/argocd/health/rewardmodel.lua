@@ -1,7 +1,13 @@
 -- Argo CD health check for serving.rlhf.dev/RewardModel.
 -- Healthy:     Ready=True and the operator has observed the current generation.
--- Degraded:    the operator judged the current spec and it failed (InvalidSpec, *Failed).
+-- Degraded:    the operator or KServe judged the current spec and it failed
+--              (the reasons below, or any reason ending in Failed; reward-operator's
+--              api/conditions.py DEGRADED_REASONS).
 -- Progressing: anything else while the operator and KServe converge.
+local degraded = {
+  InvalidSpec = true, ApplyFailed = true, NoSupportingRuntime = true, RuntimeNotRecognized = true,
+  RuntimeDisabled = true, InvalidPredictorSpec = true, ModelLoadFailed = true, RuntimeUnhealthy = true,
+}
 local hs = {status = "Progressing", message = "Waiting for reward-operator to reconcile"}
 if obj.status == nil then
   return hs
@@ -39,7 +45,7 @@ if ready.status == "True" then
     hs.message = "Serving at " .. obj.status.url
   end
 elseif ready.status == "False" and ready.reason ~= nil
-    and (ready.reason == "InvalidSpec" or string.match(ready.reason, "Failed$") ~= nil) then
+    and (degraded[ready.reason] or string.match(ready.reason, "Failed$") ~= nil) then
   hs.status = "Degraded"
   hs.message = detail
 else

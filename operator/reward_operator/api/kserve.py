@@ -18,11 +18,20 @@ SERVING_RUNTIME_KIND = "ServingRuntime"
 
 DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"  # Standard | Knative; always set explicitly
 AUTOSCALER_CLASS = "serving.kserve.io/autoscalerClass"  # hpa | keda | external | none (Standard mode)
+# The Secret KServe's storage initializer takes download credentials from
+# (instead of the predictor ServiceAccount's); for hf:// it reads key HF_TOKEN.
+STORAGE_SECRET_NAME = "serving.kserve.io/storageSecretName"
+# Knative's time for a new revision to become ready before it is marked failed.
+KNATIVE_PROGRESS_DEADLINE = "serving.knative.dev/progress-deadline"
 
 # ---- the predictor and transformer -----------------------------------------------
 
 # The format our vLLM pooling runtimes declare in supportedModelFormats.
 MODEL_FORMAT = "vLLM"
+# The protocol our runtimes declare. Rendered explicitly: for format vLLM,
+# KServe's defaulting webhook would otherwise set v2, which our runtimes do not
+# list, and KServe would refuse them (NoSupportingRuntime).
+PROTOCOL_VERSION = "v1"
 # KServe forces this container name on the predictor and the transformer.
 CONTAINER_NAME = "kserve-container"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -32,6 +41,20 @@ CLUSTER_DOMAIN = "svc.cluster.local"
 def predictor_name(isvc: str) -> str:
     """The predictor's Service (both modes) and Deployment (Standard mode)."""
     return f"{isvc}-predictor"
+
+
+def transformer_name(isvc: str) -> str:
+    """The transformer's Service (both modes) and Deployment (Standard mode)."""
+    return f"{isvc}-transformer"
+
+
+# Labels KServe puts on the workloads it creates, in both modes.
+ISVC_LABEL = "serving.kserve.io/inferenceservice"
+COMPONENT_LABEL = "component"
+
+# Standard mode names each component's host {component}-{namespace}.{domain}
+# (KServe's default domainTemplate) and refuses a DNS label over 63 characters.
+DNS_LABEL_MAX = 63
 
 
 def cluster_local_url(service: str, namespace: str) -> str:

@@ -114,6 +114,7 @@ class RewardModelStatus(TypedDict, total=False):
     observedGeneration: int
     conditions: list[Condition]
     url: str
+    externalURL: str
     inferenceService: str
     replicas: int
 

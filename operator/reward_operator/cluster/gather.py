@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from ..api.kserve import CLUSTER_SERVING_RUNTIME_KIND, RUNTIME_API_VERSION, SERVING_RUNTIME_KIND
+from ..api.kserve import (
+    CLUSTER_SERVING_RUNTIME_KIND,
+    COMPONENT_LABEL,
+    ISVC_LABEL,
+    RUNTIME_API_VERSION,
+    SERVING_RUNTIME_KIND,
+)
 from ..policy.dependencies import Observed, References
-from .client import apps, core
+from .client import apps, core, translated
 from .objects import get, or_none
 
 
@@ -38,8 +44,14 @@ def observe(namespace: str, wanted: References) -> Observed:
     return observed
 
 
-def ready_replicas(namespace: str, deployment: str) -> int | None:
-    found = or_none(lambda: apps().read_namespaced_deployment(deployment, namespace))
-    if found is None:
+def ready_predictor_replicas(namespace: str, isvc: str) -> int | None:
+    """Ready pods of the predictor KServe made for ``isvc``, in either mode, or None when it made none yet.
+
+    Standard mode has one Deployment ``<isvc>-predictor``; Knative one per
+    revision. KServe labels all of them, so one list by label covers both."""
+    selector = f"{ISVC_LABEL}={isvc},{COMPONENT_LABEL}=predictor"
+    with translated():
+        deployments = apps().list_namespaced_deployment(namespace, label_selector=selector).items
+    if not deployments:
         return None
-    return (found.status.ready_replicas or 0) if found.status else 0
+    return sum((d.status.ready_replicas or 0) if d.status else 0 for d in deployments)

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from kubernetes.client.exceptions import ApiException
 
 from ..api.names import FIELD_MANAGER
-from .client import custom, is_not_found, translated
+from .client import api_client, custom, is_not_found, translated
 
 T = TypeVar("T")
 
@@ -49,30 +49,35 @@ def get(api_version: str, kind: str, name: str, namespace: str | None = None) ->
     return or_none(lambda: custom().get_namespaced_custom_object(group, version, namespace, plural_of(kind), name))
 
 
+def object_path(api_version: str, kind: str, name: str, namespace: str | None = None) -> str:
+    """The REST path of an object of any kind: core (``v1``) or a group's."""
+    root = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"{root}{scope}/{plural_of(kind)}/{name}"
+
+
 def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
-    """Server-side apply, taking ownership of the fields in ``manifest``; returns the object as stored.
+    """Server-side apply of any kind, taking ownership of the fields in ``manifest``; returns the stored object.
 
     A manifest without metadata.namespace is applied as a cluster-scoped object."""
-    group, version = _group_version(manifest["apiVersion"])
-    metadata, plural = manifest["metadata"], plural_of(manifest["kind"])
-    options: dict[str, Any] = {
-        "field_manager": FIELD_MANAGER,
-        "force": True,
-        "dry_run": "All" if dry_run else None,
-        "_content_type": APPLY_PATCH,
-        # The generated client maps only a 200 response to a body, and an apply
-        # that creates answers 201, so the body is read here whatever the status.
-        "_preload_content": False,
-    }
+    metadata = manifest["metadata"]
+    path = object_path(manifest["apiVersion"], manifest["kind"], metadata["name"], metadata.get("namespace"))
+    query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+    if dry_run:
+        query.append(("dryRun", "All"))
     with translated():
-        if metadata.get("namespace"):
-            response = custom().patch_namespaced_custom_object(
-                group, version, metadata["namespace"], plural, metadata["name"], manifest, **options
-            )
-        else:
-            response = custom().patch_cluster_custom_object(
-                group, version, plural, metadata["name"], manifest, **options
-            )
+        # The typed clients cover one group each; an apply is the same PATCH for
+        # every kind, and its answer (200 or 201 on create) is the object.
+        response = api_client().call_api(
+            path,
+            "PATCH",
+            query_params=query,
+            header_params={"Content-Type": APPLY_PATCH, "Accept": "application/json"},
+            body=manifest,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        )
     return json.loads(response.data)
 
 

@@ -18,7 +18,7 @@ from ..api.defaults import apply_defaults
 from ..api.names import MANAGED_BY, owner_label
 from ..cluster import Refused, gather, objects
 from ..metrics import OperatorMetrics
-from ..policy import dependencies, readiness
+from ..policy import dependencies, names, readiness
 from ..policy.conditions import not_ready
 from ..render import render_reward_model
 from ..settings import Settings
@@ -35,8 +35,12 @@ def sync(reward_model: dict[str, Any], settings: Settings) -> Outcome:
     metadata = reward_model["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
 
-    wanted = dependencies.references(reward_model)  # type: ignore[arg-type]
-    problem = dependencies.missing(namespace, wanted, gather.observe(namespace, wanted))
+    spec = reward_model["spec"]
+    gateway_enabled = spec["gateway"]["enabled"]
+    problem = names.host_label_problem(name, namespace, spec["serving"]["mode"], gateway_enabled)
+    if problem is None:
+        wanted = dependencies.references(reward_model)  # type: ignore[arg-type]
+        problem = dependencies.missing(namespace, wanted, gather.observe(namespace, wanted))
     if problem:
         # the children stay as they were: nothing already serving is lost
         existing = objects.get(kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace)
@@ -44,19 +48,20 @@ def sync(reward_model: dict[str, Any], settings: Settings) -> Outcome:
             not_ready(conditions.INVALID_SPEC, problem), readiness.inference_service_fields(existing), "invalid"
         )
 
-    try:
-        applied = [objects.apply(child) for child in render_reward_model(reward_model, settings.gateway_image)]
-    except Refused as error:
-        message = f"InferenceService {name} rejected: {error.message}"
-        return Outcome(not_ready(conditions.APPLY_FAILED, message), {}, "apply_failed")
+    applied = []
+    for child in render_reward_model(reward_model, settings.gateway_image):
+        try:
+            applied.append(objects.apply(child))
+        except Refused as error:
+            message = f"{child['kind']} {child['metadata']['name']} rejected: {error.message}"
+            return Outcome(not_ready(conditions.APPLY_FAILED, message), {}, "apply_failed")
 
     isvc = _inference_service(applied)
     fields = readiness.inference_service_fields(isvc)
-    if reward_model["spec"]["serving"]["mode"] == "Standard":
-        replicas = gather.ready_replicas(namespace, kserve.predictor_name(name))
-        if replicas is not None:
-            fields["replicas"] = replicas
-    ready = readiness.ready_from_inference_service(isvc)
+    replicas = gather.ready_predictor_replicas(namespace, name)
+    if replicas is not None:
+        fields["replicas"] = replicas
+    ready = readiness.ready_from_inference_service(isvc, gateway_enabled)
     return Outcome(ready, fields, "ready" if ready.status == "True" else "progressing")
 
 

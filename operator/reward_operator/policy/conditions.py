@@ -83,5 +83,6 @@ def ready_transition(current: dict[str, Any], ready: Condition) -> bool:
 
 
 def event_type(ready: Condition) -> str:
-    """Normal for Ready and for plain waiting; Warning for anything that needs a person."""
-    return "Normal" if ready.status == "True" or ready.reason in conditions.NORMAL_REASONS else "Warning"
+    """Normal for Ready and while converging; Warning for a Ready=False that needs a person."""
+    normal = ready.status != "False" or ready.reason in conditions.NORMAL_REASONS
+    return "Normal" if normal else "Warning"

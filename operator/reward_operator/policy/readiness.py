@@ -1,4 +1,11 @@
-"""Ready, decided from what KServe reports on the InferenceService."""
+"""Ready, decided from what KServe reports on the InferenceService.
+
+KServe's own Ready covers the predictor and the ingress only (its transformer
+is not part of it), and its real diagnosis of a failure sits in
+``status.modelStatus`` (InvalidSpec, BlockedByFailedLoad, with lastFailureInfo)
+and in the component conditions, while Ready itself may stay Unknown with no
+reason. This module reads all of it, so the RewardModel says what is wrong.
+"""
 
 from __future__ import annotations
 
@@ -7,36 +14,105 @@ from typing import Any
 from ..api import conditions
 from .conditions import Condition
 
+# KServe's transitionStatus values that mean "this spec will not serve" (not "not yet").
+FAILED_TRANSITIONS = ("InvalidSpec", "BlockedByFailedLoad")
 
-def ready_from_inference_service(isvc: dict[str, Any] | None) -> Condition:
-    """Mirror the InferenceService's Ready condition, keeping KServe's reason and message."""
+
+def _conditions_by_type(isvc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c.get("type"): c for c in (isvc.get("status") or {}).get("conditions") or []}
+
+
+def _failure(isvc: dict[str, Any]) -> Condition | None:
+    """KServe's diagnosis of a spec that will not serve, from modelStatus."""
+    model_status = (isvc.get("status") or {}).get("modelStatus") or {}
+    transition = model_status.get("transitionStatus")
+    if transition not in FAILED_TRANSITIONS:
+        return None
+    info = model_status.get("lastFailureInfo") or {}
+    message = info.get("message") or f"KServe reports {transition}"
+    details = []
+    if info.get("location"):
+        details.append(f"in {info['location']}")
+    if info.get("exitCode"):
+        details.append(f"exit code {info['exitCode']}")
+    if details:
+        message = f"{message} ({', '.join(details)})"
+    return Condition(conditions.READY, "False", info.get("reason") or transition, message)
+
+
+def _not_ready_component(found: dict[str, dict[str, Any]], components: tuple[str, ...]) -> Condition | None:
+    """The first component condition that is not True and says why."""
+    for component in components:
+        condition = found.get(component)
+        if condition is None or condition.get("status") == "True":
+            continue
+        if condition.get("reason") or condition.get("message"):
+            status = "False" if condition.get("status") == "False" else "Unknown"
+            reason = condition.get("reason") or f"{component}{status}"
+            return Condition(conditions.READY, status, reason, f"{component}: {condition.get('message') or reason}")
+    return None
+
+
+def ready_from_inference_service(isvc: dict[str, Any] | None, gateway_enabled: bool = True) -> Condition:
+    """Ready for the owner of ``isvc``: KServe's Ready, and the gateway's, with KServe's diagnosis."""
     if isvc is None:
         return Condition(conditions.READY, "False", conditions.AWAITING_KSERVE, "InferenceService not created yet")
     name = isvc["metadata"]["name"]
-    for condition in isvc.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") == "Ready":
-            status = condition.get("status", "Unknown")
-            if status == "True":
-                return Condition(
-                    conditions.READY, "True", conditions.INFERENCE_SERVICE_READY, f"InferenceService {name} is Ready"
-                )
-            reason = condition.get("reason") or conditions.INFERENCE_SERVICE_NOT_READY
-            message = condition.get("message") or f"InferenceService {name} is not Ready"
-            return Condition(conditions.READY, status if status in ("False", "Unknown") else "Unknown", reason, message)
-    return Condition(
-        conditions.READY,
-        "Unknown",
-        conditions.AWAITING_KSERVE,
-        f"waiting for KServe to report on InferenceService {name}",
+    failure = _failure(isvc)
+    if failure is not None:
+        return failure
+    found = _conditions_by_type(isvc)
+    components = (
+        ("PredictorReady", "TransformerReady", "IngressReady")
+        if gateway_enabled
+        else ("PredictorReady", "IngressReady")
     )
+    ready = found.get("Ready")
+    if ready is None:
+        return Condition(
+            conditions.READY,
+            "Unknown",
+            conditions.AWAITING_KSERVE,
+            f"waiting for KServe to report on InferenceService {name}",
+        )
+    if ready.get("status") == "True":
+        gateway = found.get("TransformerReady")
+        if not gateway_enabled or (gateway or {}).get("status") == "True":
+            return Condition(
+                conditions.READY, "True", conditions.INFERENCE_SERVICE_READY, f"InferenceService {name} is Ready"
+            )
+        # KServe's Ready ignores the transformer: the gateway is what trainers call
+        why = _not_ready_component(found, ("TransformerReady",))
+        return why or Condition(
+            conditions.READY,
+            "Unknown",
+            conditions.GATEWAY_NOT_READY,
+            f"InferenceService {name}: the predictor is Ready, the reward gateway (transformer) is not yet",
+        )
+    why = _not_ready_component(found, components)
+    if why is not None:
+        return why
+    status = "False" if ready.get("status") == "False" else "Unknown"
+    reason = ready.get("reason") or conditions.INFERENCE_SERVICE_NOT_READY
+    return Condition(conditions.READY, status, reason, ready.get("message") or f"InferenceService {name} is not Ready")
 
 
 def inference_service_fields(isvc: dict[str, Any] | None) -> dict[str, Any]:
-    """The status fields a RewardModel takes from its InferenceService: its name and URL."""
+    """The status fields a RewardModel takes from its InferenceService.
+
+    ``url`` is the in-cluster address (the gateway's Service when there is one),
+    which is what trainers in the cluster can reach in either mode and with any
+    ingress; KServe's ``status.url`` is built from its ingress domain template
+    (example.com by default) and is published as ``externalURL``.
+    """
     if isvc is None:
         return {}
+    status = isvc.get("status") or {}
     fields: dict[str, Any] = {"inferenceService": isvc["metadata"]["name"]}
-    url = isvc.get("status", {}).get("url") or isvc.get("status", {}).get("address", {}).get("url")
-    if url:
-        fields["url"] = url
+    address = (status.get("address") or {}).get("url")
+    external = status.get("url")
+    if address:
+        fields["url"] = address
+    if external and external != address:
+        fields["externalURL"] = external
     return fields

@@ -10,11 +10,11 @@ from typing import Any
 
 from ..api.defaults import apply_defaults
 from ..api.names import DEFAULT_GATEWAY_IMAGE
-from .rewardmodel import reward_model_inference_service
+from .rewardmodel import reward_model_children
 
 
 def render_reward_model(
     reward_model: dict[str, Any], gateway_image: str = DEFAULT_GATEWAY_IMAGE
 ) -> list[dict[str, Any]]:
     """Every child of a RewardModel, in apply order (defaults applied first, as the API server would)."""
-    return [reward_model_inference_service(apply_defaults(reward_model), gateway_image)]
+    return reward_model_children(apply_defaults(reward_model), gateway_image)

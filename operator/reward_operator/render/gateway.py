@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.kserve import CONTAINER_NAME, cluster_local_url, predictor_name
+from ..api.schema.rewardmodel import GATEWAY_REQUEST_TIMEOUT_SECONDS, GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS
 from ..api.types import GatewaySpec, ModelSpec, ServingSpec
+from . import chat_template
 
 GATEWAY_PORT = 8080
 AUTH_MOUNT = "/var/run/secrets/reward-gateway"
@@ -46,7 +48,7 @@ def _env(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_name:
         "PORT": str(GATEWAY_PORT),
     }
     if gateway["chatTemplateMode"] == "gateway":
-        env["CHAT_TEMPLATE"] = model["chatTemplate"]
+        env["CHAT_TEMPLATE_FILE"] = chat_template.PATH
     for field, variable in _OPTIONAL_ENV:
         if field in gateway:
             env[variable] = str(gateway[field])
@@ -71,6 +73,9 @@ def transformer(
         "name": CONTAINER_NAME,
         "image": image,
         "command": ["python", "-m", "reward_gateway"],
+        # KServe appends --model_name <isvc> unless one is given; with ours, the
+        # gateway and KServe's InferenceGraph agree on the v1 model name.
+        "args": [f"--model_name={served_name}"],
         "env": _env(upstream_url, model, gateway, served_name),
         "ports": [{"containerPort": GATEWAY_PORT, "protocol": "TCP"}],
         "resources": {"requests": dict(wanted), "limits": dict(wanted)},
@@ -86,10 +91,22 @@ def transformer(
                 "secret": {"secretName": auth["name"], "items": [{"key": auth["key"], "path": "token"}]},
             }
         )
+    if gateway["chatTemplateMode"] == "gateway":
+        container["volumeMounts"].append(chat_template.volume_mount())
+        volumes.append(chat_template.volume(isvc))
     # The gateway scales with the predictor: at zero together between bursts.
-    return {
-        "minReplicas": serving["minReplicas"],
-        "maxReplicas": serving["maxReplicas"],
-        "containers": [container],
-        "volumes": volumes,
-    }
+    spec: dict[str, Any] = {"minReplicas": serving["minReplicas"], "maxReplicas": serving["maxReplicas"]}
+    if serving["mode"] == "Knative":
+        # Knative cuts a request at its revision timeout (300 s unless set): the
+        # gateway may hold one through a scale from zero and then one vLLM call.
+        spec["timeout"] = worst_case_seconds(gateway)
+    spec["containers"] = [container]
+    spec["volumes"] = volumes
+    return spec
+
+
+def worst_case_seconds(gateway: GatewaySpec) -> int:
+    """How long the gateway may take to answer: the wait for vLLM to come up, then one call."""
+    return gateway.get("scaleFromZeroTimeoutSeconds", GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS) + gateway.get(
+        "requestTimeoutSeconds", GATEWAY_REQUEST_TIMEOUT_SECONDS
+    )

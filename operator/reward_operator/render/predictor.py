@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.kserve import GPU_RESOURCE, MODEL_FORMAT
+from ..api.kserve import GPU_RESOURCE, KNATIVE_PROGRESS_DEADLINE, MODEL_FORMAT, PROTOCOL_VERSION
 from ..api.types import CredentialsSpec, EnvVar, ResourcesSpec, ServingSpec, Toleration
+
+# How long Knative gives a new revision to become ready: the download by
+# KServe's storage initializer, then the runtime's startup probe budget (180 x
+# 10 s in runtimes/vllm-reward.yaml). Knative's 600 s default would fail a cold
+# 8B model mid-load.
+KNATIVE_PROGRESS_DEADLINE_SECONDS = 3600
 
 
 def resources(wanted_resources: ResourcesSpec) -> dict[str, Any]:
@@ -46,11 +52,13 @@ def model(
     args: list[str],
     env: list[dict[str, Any]],
     compute: dict[str, Any],
+    volume_mounts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """``predictor.model``: our named runtime, the storage URI, and what runs on top of the runtime."""
     spec: dict[str, Any] = {
         "modelFormat": {"name": MODEL_FORMAT},
         "runtime": runtime,
+        "protocolVersion": PROTOCOL_VERSION,
         "storageUri": uri,
         "args": args,
     }
@@ -58,6 +66,8 @@ def model(
         spec["env"] = env
     if compute:
         spec["resources"] = compute
+    if volume_mounts:
+        spec["volumeMounts"] = volume_mounts
     return spec
 
 
@@ -67,21 +77,34 @@ def predictor(
     credentials: CredentialsSpec,
     node_selector: dict[str, str],
     tolerations: list[Toleration],
+    volumes: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    knative = serving["mode"] == "Knative"
     spec: dict[str, Any] = {
         "minReplicas": serving["minReplicas"],
         "maxReplicas": serving["maxReplicas"],
     }
-    if "targetConcurrency" in serving:
+    if knative and "targetConcurrency" in serving:
+        # Knative's concurrency autoscaler; the schema refuses it in Standard
+        # mode, where KServe's HPA takes only cpu or memory.
         spec["scaleMetric"] = "concurrency"
         spec["scaleTarget"] = serving["targetConcurrency"]
     if "timeoutSeconds" in serving:
         spec["timeout"] = serving["timeoutSeconds"]
+    if knative:
+        spec["annotations"] = {KNATIVE_PROGRESS_DEADLINE: f"{KNATIVE_PROGRESS_DEADLINE_SECONDS}s"}
+    else:
+        # A rolling update of a GPU predictor needs a spare GPU for the surge pod,
+        # which a full pool does not have: replace the pods instead. (Knative
+        # refuses the field; it rolls revisions its own way.)
+        spec["deploymentStrategy"] = {"type": "Recreate"}
     if account := credentials.get("serviceAccountName"):
         spec["serviceAccountName"] = account
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
     if tolerations:
         spec["tolerations"] = [dict(t) for t in tolerations]
+    if volumes:
+        spec["volumes"] = volumes
     spec["model"] = model_spec
     return spec

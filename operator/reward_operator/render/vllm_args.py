@@ -33,7 +33,8 @@ def pooler_config(model: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def vllm_args(model: dict[str, Any], served_name: str) -> list[str]:
+def vllm_args(model: dict[str, Any], served_name: str, chat_template_path: str | None = None) -> list[str]:
+    """The args for ``model``; its chat template, if any, is read from ``chat_template_path``."""
     convert, _ = POOLING[model["kind"]]
     args = [f"--served-model-name={served_name}", "--runner=pooling", f"--convert={convert}"]
     args.append("--pooler-config=" + json.dumps(pooler_config(model), separators=(",", ":"), sort_keys=True))
@@ -43,10 +44,13 @@ def vllm_args(model: dict[str, Any], served_name: str) -> list[str]:
         ("dtype", "--dtype"),
         ("quantization", "--quantization"),
         ("maxNumBatchedTokens", "--max-num-batched-tokens"),
-        ("chatTemplate", "--chat-template"),
     )
     for field, flag in optional:
         if field in model:
             args.append(f"{flag}={model[field]}")
+    if "chatTemplate" in model:
+        if chat_template_path is None:
+            raise ValueError("model.chatTemplate is set: its file's path is needed")
+        args.append(f"--chat-template={chat_template_path}")
     args += model.get("extraArgs", [])
     return args

@@ -26,6 +26,21 @@ DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 STORAGE_SCHEMES = ("hf", "s3", "gs", "pvc", "oci")
 DEFAULT_RUNTIME = "vllm-reward"
 
+# KServe v0.20 parses the merged model container (runtime plus ISVC args and
+# env) as a Go text/template to fill its placeholders: a literal "{{" there
+# fails it, and the InferenceService never becomes Ready.
+NO_GO_TEMPLATE = (
+    "{field} may not contain '{{{{': KServe reads it as a Go template placeholder and refuses the "
+    "InferenceService (a chat template belongs in model.chatTemplate)"
+)
+# Environment variables KServe's validating webhook refuses (pkg/validation/env_policy.go).
+KSERVE_BLOCKED_ENV = ("PYTHONPATH",)
+# Knative Serving's default max-revision-timeout-seconds.
+KNATIVE_MAX_TIMEOUT_SECONDS = 600
+# The gateway's own defaults (runtimes/gateway/README.md), for the Knative timeout rule.
+GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS = 300
+GATEWAY_REQUEST_TIMEOUT_SECONDS = 180
+
 # vLLM flags the operator derives from the spec; extraArgs may not set them, or
 # the rendered server would silently differ from what the spec says.
 OWNED_VLLM_FLAGS = (
@@ -76,7 +91,7 @@ MODEL = obj(
             pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
         ),
         "chatTemplate": string(
-            "A Jinja chat template that replaces the one shipped with the tokenizer.",
+            "A Jinja chat template replacing the tokenizer's; mounted from a ConfigMap the RewardModel owns.",
             maxLength=65536,
         ),
         "stepTagId": integer("Token id that ends each step, for kind: process (vLLM's step_tag_id).", minimum=0),
@@ -115,7 +130,8 @@ MODEL = obj(
                         "model.extraArgs may not set --"
                         + ", --".join(OWNED_VLLM_FLAGS)
                         + ": the operator sets them from spec.model",
-                    )
+                    ),
+                    rule("self.all(a, !a.contains('{{'))", NO_GO_TEMPLATE.format(field="model.extraArgs")),
                 ]
             },
         ),
@@ -165,7 +181,20 @@ TOLERATION = obj(
 ENV_VAR = obj(
     "An environment variable for the vLLM container: a literal value or a reference.",
     {
-        "name": string("Variable name.", maxLength=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"),
+        "name": string(
+            "Variable name.",
+            maxLength=256,
+            pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+            **{
+                "x-kubernetes-validations": [
+                    rule(
+                        "!(self in " + repr(list(KSERVE_BLOCKED_ENV)) + ")",
+                        "env[].name: KServe refuses " + ", ".join(KSERVE_BLOCKED_ENV) + " in its containers "
+                        "(a security policy of its webhook)",
+                    )
+                ]
+            },
+        ),
         "value": string("Literal value. Never put secrets here: use valueFrom.", maxLength=32768),
         "valueFrom": obj(
             "Read the value from a Secret or ConfigMap key in the RewardModel's namespace.",
@@ -187,6 +216,7 @@ ENV_VAR = obj(
     **{
         "x-kubernetes-validations": [
             rule("!(has(self.value) && has(self.valueFrom))", "env[] takes value or valueFrom, not both"),
+            rule("!has(self.value) || !self.value.contains('{{')", NO_GO_TEMPLATE.format(field="env[].value")),
         ]
     },
 )
@@ -230,9 +260,17 @@ SERVING = defaulted_obj(
         ),
         "maxReplicas": integer("Most replicas.", minimum=1, maximum=1000, default=1),
         "targetConcurrency": integer(
-            "In-flight requests per replica the autoscaler aims for.", minimum=1, maximum=100000
+            "In-flight requests per replica Knative's autoscaler aims for (Knative mode; Standard mode's "
+            "HPA scales on CPU).",
+            minimum=1,
+            maximum=100000,
         ),
-        "timeoutSeconds": integer("Request timeout at the predictor, in seconds.", minimum=1, maximum=3600),
+        "timeoutSeconds": integer(
+            "Request timeout at the predictor, in seconds (at most 600 in Knative mode, Knative's "
+            "max-revision-timeout-seconds default).",
+            minimum=1,
+            maximum=3600,
+        ),
     },
     **{
         "x-kubernetes-validations": [
@@ -244,6 +282,17 @@ SERVING = defaulted_obj(
                 "self.minReplicas > 0 || self.mode == 'Knative'",
                 "serving.minReplicas: 0 (scale to zero) needs serving.mode: Knative; "
                 "Standard mode keeps at least one replica",
+            ),
+            rule(
+                "!has(self.targetConcurrency) || self.mode == 'Knative'",
+                "serving.targetConcurrency needs serving.mode: Knative; in Standard mode KServe's HPA scales "
+                "on CPU only (set resources.cpu)",
+            ),
+            rule(
+                "self.mode != 'Knative' || !has(self.timeoutSeconds) || self.timeoutSeconds <= "
+                + str(KNATIVE_MAX_TIMEOUT_SECONDS),
+                f"serving.timeoutSeconds: Knative refuses revision timeouts above {KNATIVE_MAX_TIMEOUT_SECONDS}s "
+                "(max-revision-timeout-seconds)",
             ),
             rule(
                 "self.mode == oldSelf.mode",
@@ -320,11 +369,18 @@ SPEC = obj(
         "resources": RESOURCES,
         "nodeSelector": {
             "type": "object",
-            "description": "Node labels the predictor pods must match.",
+            "description": "Node labels the predictor pods must match. In Knative mode, Knative must allow "
+            "it (config-features: kubernetes.podspec-nodeselector: enabled); otherwise Ready is False with "
+            "Knative's message.",
             "additionalProperties": {"type": "string"},
             "maxProperties": 32,
         },
-        "tolerations": array("Tolerations for the predictor pods.", TOLERATION, maxItems=32),
+        "tolerations": array(
+            "Tolerations for the predictor pods. In Knative mode, Knative must allow them (config-features: "
+            "kubernetes.podspec-tolerations: enabled); otherwise Ready is False with Knative's message.",
+            TOLERATION,
+            maxItems=32,
+        ),
         "env": array(
             "Extra environment for the vLLM container.",
             ENV_VAR,
@@ -345,6 +401,29 @@ SPEC = obj(
                 "self.gateway.chatTemplateMode != 'gateway' || has(self.model.chatTemplate)",
                 "gateway.chatTemplateMode: gateway renders model.chatTemplate, so set model.chatTemplate "
                 "(or use chatTemplateMode: upstream)",
+            ),
+            rule(
+                "self.serving.mode != 'Standard' || self.serving.minReplicas == self.serving.maxReplicas "
+                "|| has(self.resources.cpu)",
+                "resources.cpu is needed when serving.maxReplicas is above serving.minReplicas in Standard "
+                "mode: KServe's HPA scales on CPU use, which it cannot measure without a CPU request",
+            ),
+            rule(
+                "!has(self.credentials) || !has(self.credentials.huggingFaceToken) "
+                "|| !self.model.uri.startsWith('hf://') || self.credentials.huggingFaceToken.key == 'HF_TOKEN'",
+                "credentials.huggingFaceToken.key must be HF_TOKEN for hf:// models: KServe's storage "
+                "initializer, which downloads them, reads only that key",
+            ),
+            rule(
+                "self.serving.mode != 'Knative' || !self.gateway.enabled || "
+                f"(has(self.gateway.scaleFromZeroTimeoutSeconds) ? self.gateway.scaleFromZeroTimeoutSeconds "
+                f": {GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS}) + (has(self.gateway.requestTimeoutSeconds) "
+                f"? self.gateway.requestTimeoutSeconds : {GATEWAY_REQUEST_TIMEOUT_SECONDS}) "
+                f"<= {KNATIVE_MAX_TIMEOUT_SECONDS}",
+                "gateway.scaleFromZeroTimeoutSeconds + gateway.requestTimeoutSeconds (defaults "
+                f"{GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS} and {GATEWAY_REQUEST_TIMEOUT_SECONDS}) must be at most "
+                f"{KNATIVE_MAX_TIMEOUT_SECONDS} in Knative mode: the gateway's request timeout is at most "
+                "Knative's revision timeout",
             ),
             rule(
                 "self.resources.gpus == 0 ? self.model.tensorParallelSize == 1 "
@@ -369,9 +448,16 @@ STATUS = obj(
             CONDITION,
             **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         ),
-        "url": string("Where clients reach the reward model (from the InferenceService)."),
+        "url": string(
+            "Where clients in the cluster reach the reward model: the InferenceService's in-cluster address "
+            "(the gateway's Service when it is enabled)."
+        ),
+        "externalURL": string(
+            "The InferenceService's external URL, from KServe's ingress settings (reachable only where an "
+            "ingress serves that host)."
+        ),
         "inferenceService": string("Name of the InferenceService serving this model."),
-        "replicas": integer("Ready predictor replicas (Standard mode)."),
+        "replicas": integer("Ready predictor replicas, in either mode."),
     },
 )
 
