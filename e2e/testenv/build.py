@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +70,26 @@ COMPONENTS = (
     Component("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
     Component("helm", {"helm": "helm.sh/helm/v3/cmd/helm"}),
     Component("promtool", {"promtool": "github.com/prometheus/prometheus/cmd/promtool"}),
+    Component(
+        "kserve",
+        {
+            "kserve-manager": "github.com/kserve/kserve/cmd/manager",
+            "kserve-router": "github.com/kserve/kserve/cmd/router",
+            "kserve-localmodel": "github.com/kserve/kserve/cmd/localmodel",
+        },
+    ),
 )
+BY_NAME = {component.module_dir: component for component in COMPONENTS}
+
+
+def select(only: Iterable[str] | None = None) -> tuple[Component, ...]:
+    """The components named in ``only`` (all of them when None), refusing unknown names."""
+    if only is None:
+        return COMPONENTS
+    names = set(only)
+    if unknown := names - BY_NAME.keys():
+        raise ValueError(f"unknown testenv component(s) {', '.join(sorted(unknown))}; known: {', '.join(BY_NAME)}")
+    return tuple(c for c in COMPONENTS if c.module_dir in names)
 
 
 def cache_root() -> Path:
@@ -102,9 +122,9 @@ def bin_dir() -> Path:
     return cache_root() / "testenv" / f"k8s-{KUBERNETES_VERSION}-{digest}" / "bin"
 
 
-def missing_binaries() -> list[str]:
+def missing_binaries(only: Iterable[str] | None = None) -> list[str]:
     target = bin_dir()
-    return [name for c in COMPONENTS for name in c.binaries if not (target / name).is_file()]
+    return [name for c in select(only) for name in c.binaries if not (target / name).is_file()]
 
 
 def _log(message: str) -> None:
@@ -157,16 +177,20 @@ def _go_output_name(package: str) -> str:
     return parts[-1]
 
 
-def build(force: bool = False) -> Path:
-    """Build whatever is missing from the cache and return the binary folder."""
+def build(force: bool = False, only: Iterable[str] | None = None) -> Path:
+    """Build whatever is missing from the cache and return the binary folder.
+
+    ``only`` names the components (``kubernetes``, ``etcd``, ...) to provide; the
+    rest are neither built nor linked, so a target builds just what it runs.
+    """
     target = bin_dir()
     if os.environ.get("TESTENV_BIN_DIR"):
-        if missing := missing_binaries():
+        if missing := missing_binaries(only):
             raise FileNotFoundError(f"TESTENV_BIN_DIR={target} lacks {', '.join(missing)}")
         return target
     started = time.monotonic()
     target.mkdir(parents=True, exist_ok=True)
-    for component in COMPONENTS:
+    for component in select(only):
         home = component_dir(component)
         wanted = [name for name in component.binaries if force or not (home / name).is_file()]
         if wanted:
