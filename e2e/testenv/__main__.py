@@ -1,4 +1,4 @@
-"""python -m testenv {build,up,down,status,kubeconfig}"""
+"""python -m testenv {build,bin-dir,up,down,status,kubeconfig}"""
 
 from __future__ import annotations
 
@@ -12,10 +12,22 @@ from . import build, controlplane
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testenv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build the control-plane binaries into the cache (a no-op when cached)")
+    build_parser = sub.add_parser("build", help="build the control-plane binaries into the cache (a no-op when cached)")
+    build_parser.add_argument(
+        "--only",
+        type=lambda names: [name.strip() for name in names.split(",") if name.strip()],
+        metavar="NAMES",
+        help=f"comma-separated components to build (default: all of {','.join(build.BY_NAME)})",
+    )
     sub.add_parser("bin-dir", help="print the folder of the cached binaries")
     up = sub.add_parser("up", help="start etcd, kube-apiserver, controller-manager, scheduler and kwok")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
+    up.add_argument(
+        "--kserve",
+        action="store_true",
+        default=None,
+        help="also run KServe's manager (controller and webhooks); default: only when TESTENV_KSERVE=1",
+    )
     sub.add_parser("down", help="stop every process of the control plane and remove its folder")
     sub.add_parser("status", help="show which components are running")
     sub.add_parser("kubeconfig", help="print the kubeconfig path (use: export KUBECONFIG=$(...))")
@@ -23,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "build":
         started = time.monotonic()
-        path = build.build()
+        path = build.build(only=args.only)
         print(f"binaries in {path} ({time.monotonic() - started:.0f}s)")
         return 0
     if args.command == "bin-dir":
@@ -32,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     plane = controlplane.ControlPlane()
     if args.command == "up":
-        state = plane.up(timeout=args.timeout)
+        state = plane.up(timeout=args.timeout, kserve=args.kserve)
         print(f"export KUBECONFIG={state.kubeconfig}")
         print(f"export PATH={build.bin_dir()}:$PATH   # kubectl, helm of the pinned releases")
         return 0

@@ -1,9 +1,10 @@
 """Start and stop a real Kubernetes control plane as local processes.
 
-etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok run on
-free loopback ports inside one state folder. ``up`` leaves them running and
-records them in ``state.json`` so that ``down`` (from another process, or the
-pytest fixture) stops exactly those processes and removes the folder.
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (and, when
+asked for, KServe's manager: see ``kserve_manager``) run on free loopback ports
+inside one state folder. ``up`` leaves them running and records them in
+``state.json`` so that ``down`` (from another process, or the pytest fixture)
+stops exactly those processes and removes the folder.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from reward_testing import pki
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
-from . import build, kserve
+from . import build, kserve, kserve_manager
 from .helpers import condition
 
 HERE = Path(__file__).resolve().parent
@@ -38,7 +39,12 @@ FAKE_NODES = HERE / "fake-nodes.yaml"
 OUR_CRDS = REPO_ROOT / "crds"
 
 # Start order; ``down`` stops them in reverse.
-COMPONENT_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENT_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", kserve_manager.NAME)
+
+
+def needed_components(with_kserve: bool) -> tuple[str, ...]:
+    """The build components (see ``build.COMPONENTS``) whose binaries a control plane runs."""
+    return ("kubernetes", "etcd", "kwok", *(("kserve",) if with_kserve else ()))
 
 
 def log(message: str) -> None:
@@ -133,16 +139,20 @@ class ControlPlane:
 
     # ---- start -------------------------------------------------------------
 
-    def up(self, timeout: float = 120) -> State:
+    def up(self, timeout: float = 120, kserve: bool | None = None) -> State:
+        """Start everything and wait until it is ready; ``kserve`` (default: the
+        TESTENV_KSERVE=1 environment variable) adds KServe's manager and webhooks."""
+        with_kserve = kserve_manager.enabled_by_env() if kserve is None else kserve
         if (self.directory / "state.json").exists():
             raise RuntimeError(
                 f"a control plane is already recorded in {self.directory}; "
                 "run `python -m testenv down` first (or set TESTENV_DIR)"
             )
-        missing = build.missing_binaries()
+        components = needed_components(with_kserve)
+        missing = build.missing_binaries(components)
         if missing:
             log(f"binaries missing ({', '.join(missing)}): building them first")
-            build.build()
+            build.build(only=components)
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
         keys = pki.create(self.directory / "pki")
@@ -154,9 +164,18 @@ class ControlPlane:
         self.state = State(str(self.directory), str(kubeconfig), server, ports)
         self.state.save()
         try:
-            self._start_all(keys, deadline=time.monotonic() + timeout)
+            self._start_api_server(keys, deadline=time.monotonic() + timeout)
+            # CRDs before the controller-manager: its garbage collector finds new kinds
+            # only on a discovery resync every 30 s, and until then leaves the children
+            # of a deleted InferenceService or RewardModel in place
             self._install_crds()
+            self._start_controllers(keys, deadline=time.monotonic() + timeout)
+            if with_kserve:
+                # the manager starts while the fake nodes register: neither waits on the other
+                self._start_kserve(keys)
             self._add_fake_nodes(deadline=time.monotonic() + timeout)
+            if with_kserve:
+                self._wait_kserve(keys, deadline=time.monotonic() + timeout)
         except BaseException:
             log(f"start-up failed; logs are in {self.directory / 'logs'}")
             self._print_log_tails()
@@ -197,7 +216,7 @@ class ControlPlane:
         self.state.pids[name] = process.pid
         self.state.save()
 
-    def _start_all(self, keys: pki.Pki, deadline: float) -> None:
+    def _start_api_server(self, keys: pki.Pki, deadline: float) -> None:
         assert self.state is not None
         ports, b, d = self.state.ports, self.bin, self.directory
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
@@ -247,7 +266,9 @@ class ControlPlane:
         )
         self._wait(f"{self.state.api_server}/readyz", deadline, "kube-apiserver")
 
-        kubeconfig = self.state.kubeconfig
+    def _start_controllers(self, keys: pki.Pki, deadline: float) -> None:
+        assert self.state is not None
+        ports, b, kubeconfig = self.state.ports, self.bin, self.state.kubeconfig
         log("starting kube-controller-manager, kube-scheduler and kwok")
         self._spawn(
             "kube-controller-manager",
@@ -296,6 +317,50 @@ class ControlPlane:
         )
         self._wait(f"https://127.0.0.1:{ports['kcm']}/healthz", deadline, "kube-controller-manager")
         self._wait(f"https://127.0.0.1:{ports['scheduler']}/healthz", deadline, "kube-scheduler")
+
+    def _start_kserve(self, keys: pki.Pki) -> None:
+        """Namespace, ConfigMap and serving certificate, then KServe's manager (its CRDs are installed)."""
+        assert self.state is not None
+        log(f"starting KServe {kserve.KSERVE_VERSION} manager (controller and webhooks)")
+        for name in kserve_manager.PORTS:
+            self.state.ports[name] = free_port()
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kserve_manager.NAMESPACE}}
+        self.kubectl(
+            "apply", "--server-side", "--field-manager=testenv", "-f", "-",
+            input=yaml.safe_dump_all([namespace, kserve_manager.inference_service_config()]),
+        )  # fmt: skip
+        scratch = self.directory / "kserve-manager"
+        kserve_manager.serving_certificate(keys, kserve_manager.cert_dir(scratch))
+        self._spawn(
+            kserve_manager.NAME,
+            kserve_manager.manager_command(self.bin / kserve_manager.NAME, self.state.kubeconfig, self.state.ports),
+            env=kserve_manager.manager_env(scratch),
+        )
+
+    def _wait_kserve(self, keys: pki.Pki, deadline: float) -> None:
+        """Health probe, then KServe's webhooks registered and answering through the API server."""
+        assert self.state is not None
+        started = time.monotonic()
+        # healthz is the webhook server's own started-check: a TLS dial of its port
+        health = f"http://127.0.0.1:{self.state.ports['kserve-health']}/healthz"
+        self._wait(health, deadline, kserve_manager.NAME, tls=False)
+        log(f"KServe manager healthy after {time.monotonic() - started:.1f}s; registering its webhooks")
+        hooks = kserve_manager.webhook_configurations(self.state.ports["kserve-webhook"], keys.ca_cert.read_bytes())
+        self.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-", input=yaml.safe_dump_all(hooks))
+        probe = json.dumps(kserve_manager.probe_inference_service())
+
+        def defaulted() -> bool:
+            self._fail_if_exited(kserve_manager.NAME)
+            result = self.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe, check=False)
+            return result.returncode == 0 and kserve_manager.defaulted_protocol(json.loads(result.stdout)) == "v2"
+
+        wait_until(
+            "KServe's defaulting webhook (a dry-run InferenceService given protocolVersion v2)",
+            defaulted,
+            timeout=max(5.0, deadline - time.monotonic()),
+            interval=0.2,
+        )
+        log(f"KServe webhooks answering after {time.monotonic() - started:.1f}s")
 
     # ---- readiness -----------------------------------------------------------
 

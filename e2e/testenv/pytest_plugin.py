@@ -2,7 +2,9 @@
 
 With ``E2E_KUBECONFIG`` set, tests run against that cluster (a kind cluster or a
 real one with KServe's CRDs installed); otherwise one local control plane is
-started for the whole session and stopped at its end.
+started for the whole session and stopped at its end. KServe's own manager runs
+on it only with ``TESTENV_KSERVE=1``; tests that need KServe's controller and
+webhooks use ``kserve_cluster``, which brings its own control plane otherwise.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from . import build, controlplane
+from . import build, controlplane, kserve_manager
 
 
 @dataclass
@@ -39,35 +42,76 @@ class Cluster:
         return dict(os.environ, KUBECONFIG=self.kubeconfig, PATH=f"{self.bin_dir}{os.pathsep}{os.environ['PATH']}")
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
-    external = os.environ.get("E2E_KUBECONFIG")
-    if external:
-        yield Cluster(kubeconfig=external, bin_dir=build.bin_dir(), local=False)
-        return
+@contextmanager
+def _local_cluster(kserve: bool | None = None) -> Iterator[Cluster]:
     with tempfile.TemporaryDirectory(prefix="reward-operator-testenv-") as scratch:
         plane = controlplane.ControlPlane(Path(scratch) / "plane")
-        state = plane.up()
+        state = plane.up(kserve=kserve)
         try:
             yield Cluster(kubeconfig=state.kubeconfig, bin_dir=plane.bin, local=True)
         finally:
             plane.down()
 
 
-@pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards (without waiting)."""
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    external = os.environ.get("E2E_KUBECONFIG")
+    if external:
+        yield Cluster(kubeconfig=external, bin_dir=build.bin_dir(), local=False)
+        return
+    with _local_cluster() as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def kserve_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A cluster on which KServe's own manager (controller and webhooks) runs.
+
+    The session's ``cluster`` when it has KServe (TESTENV_KSERVE=1, or an
+    E2E_KUBECONFIG cluster with KServe installed); otherwise a control plane with
+    KServe for this module alone, stopped after it, since KServe's controller would
+    race the tests that stand in for it on the session's control plane.
+    """
+    if os.environ.get("E2E_KUBECONFIG") or kserve_manager.enabled_by_env():
+        shared: Cluster = request.getfixturevalue("cluster")
+        webhook = "mutatingwebhookconfiguration/inferenceservice.serving.kserve.io"
+        if shared.kubectl("get", webhook, check=False).returncode != 0:
+            pytest.skip(f"KServe's webhooks are not installed on {shared.kubeconfig}")
+        yield shared
+        return
+    with _local_cluster(kserve=True) as local:
+        yield local
+
+
+@contextmanager
+def _fresh_namespace(cluster: Cluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
     # pods are refused until the namespace's default ServiceAccount exists
     cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (without waiting)."""
+    with _fresh_namespace(cluster) as name:
+        yield name
+
+
+@pytest.fixture(scope="module")
+def kserve_namespace(kserve_cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace on ``kserve_cluster``, shared by the module's tests."""
+    with _fresh_namespace(kserve_cluster) as name:
+        yield name
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Anything that needs a cluster is an integration test, so `-m "not integration"`
     # gives the fast unit run without marking each test by hand.
     for item in items:
-        if "cluster" in getattr(item, "fixturenames", ()):
+        if {"cluster", "kserve_cluster"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
