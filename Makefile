@@ -31,7 +31,7 @@ lint: venv ## ruff, and the import contracts between layers (pyproject.toml, [to
 unit: venv testenv-build ## unit tests (no cluster; the chart and rule tests use the built helm and promtool)
 	$(call PYTEST,-m "not integration")
 
-testenv-build: venv ## build the control-plane binaries into the cache (no-op when cached)
+testenv-build: venv ## build every testenv binary into the cache (no-op when cached; `up` and `demo` build only what they run)
 	$(TESTENV) build
 
 integration: venv testenv-build ## integration and e2e tests on a fresh local control plane
@@ -42,7 +42,7 @@ test: lint unit integration ## everything CI runs
 # Each area adds its benchmark as a prerequisite (mk/gateway.mk: bench-gateway).
 bench: ## every benchmark: figures and ratios, printed, never asserted
 
-up: venv testenv-build ## start the local control plane (prints the KUBECONFIG to export)
+up: venv ## start the local control plane, TESTENV_KSERVE=1 with KServe's manager (prints the KUBECONFIG to export)
 	$(TESTENV) up
 
 down: venv ## stop the local control plane and remove its state
@@ -54,7 +54,7 @@ status: venv ## show the local control plane's processes
 kubeconfig: venv ## print the local control plane's kubeconfig path
 	@$(TESTENV) kubeconfig
 
-demo: venv testenv-build ## control plane + operator + sample RewardModel, then show what it made
+demo: venv ## control plane + operator + sample RewardModel, then show what it made
 	$(PY) e2e/demo.py
 
 crds: venv ## regenerate crds/ from reward_operator.api (then `make chart-sync` copies them into the chart)
