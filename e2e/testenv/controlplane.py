@@ -172,10 +172,10 @@ class ControlPlane:
             self._start_controllers(keys, deadline=time.monotonic() + timeout)
             if with_kserve:
                 # the manager starts while the fake nodes register: neither waits on the other
-                self._start_kserve(keys)
+                kserve_started = self._start_kserve(keys)
             self._add_fake_nodes(deadline=time.monotonic() + timeout)
             if with_kserve:
-                self._wait_kserve(keys, deadline=time.monotonic() + timeout)
+                self._wait_kserve(keys, kserve_started, deadline=time.monotonic() + timeout)
         except BaseException:
             log(f"start-up failed; logs are in {self.directory / 'logs'}")
             self._print_log_tails()
@@ -318,8 +318,10 @@ class ControlPlane:
         self._wait(f"https://127.0.0.1:{ports['kcm']}/healthz", deadline, "kube-controller-manager")
         self._wait(f"https://127.0.0.1:{ports['scheduler']}/healthz", deadline, "kube-scheduler")
 
-    def _start_kserve(self, keys: pki.Pki) -> None:
-        """Namespace, ConfigMap and serving certificate, then KServe's manager (its CRDs are installed)."""
+    def _start_kserve(self, keys: pki.Pki) -> float:
+        """Namespace, ConfigMap and serving certificate, then KServe's manager (its CRDs are installed).
+
+        Returns when the manager was started (time.monotonic()), for the progress lines."""
         assert self.state is not None
         log(f"starting KServe {kserve.KSERVE_VERSION} manager (controller and webhooks)")
         for name in kserve_manager.PORTS:
@@ -336,15 +338,15 @@ class ControlPlane:
             kserve_manager.manager_command(self.bin / kserve_manager.NAME, self.state.kubeconfig, self.state.ports),
             env=kserve_manager.manager_env(scratch),
         )
+        return time.monotonic()
 
-    def _wait_kserve(self, keys: pki.Pki, deadline: float) -> None:
+    def _wait_kserve(self, keys: pki.Pki, started: float, deadline: float) -> None:
         """Health probe, then KServe's webhooks registered and answering through the API server."""
         assert self.state is not None
-        started = time.monotonic()
         # healthz is the webhook server's own started-check: a TLS dial of its port
         health = f"http://127.0.0.1:{self.state.ports['kserve-health']}/healthz"
         self._wait(health, deadline, kserve_manager.NAME, tls=False)
-        log(f"KServe manager healthy after {time.monotonic() - started:.1f}s; registering its webhooks")
+        log(f"KServe manager healthy {time.monotonic() - started:.1f}s after its start; registering its webhooks")
         hooks = kserve_manager.webhook_configurations(self.state.ports["kserve-webhook"], keys.ca_cert.read_bytes())
         self.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-", input=yaml.safe_dump_all(hooks))
         probe = json.dumps(kserve_manager.probe_inference_service())
@@ -360,7 +362,7 @@ class ControlPlane:
             timeout=max(5.0, deadline - time.monotonic()),
             interval=0.2,
         )
-        log(f"KServe webhooks answering after {time.monotonic() - started:.1f}s")
+        log(f"KServe webhooks answering {time.monotonic() - started:.1f}s after the manager's start")
 
     # ---- readiness -----------------------------------------------------------
 
