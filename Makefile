@@ -42,7 +42,7 @@ test: lint unit integration ## everything CI runs
 # Each area adds its benchmark as a prerequisite (mk/gateway.mk: bench-gateway).
 bench: ## every benchmark: figures and ratios, printed, never asserted
 
-up: venv ## start the local control plane, TESTENV_KSERVE=1 with KServe's manager (prints the KUBECONFIG to export)
+up: venv ## start the local control plane with KServe's manager, TESTENV_KSERVE=0 without (prints the KUBECONFIG to export)
 	$(TESTENV) up
 
 down: venv ## stop the local control plane and remove its state

@@ -17,7 +17,7 @@ from pathlib import Path
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
 from testenv import controlplane
-from testenv.helpers import condition, mark_inference_service_ready
+from testenv.helpers import condition
 
 SAMPLE = REPO / "manifests" / "samples" / "rewardmodel-sequence-standard.yaml"
 NAMESPACE = "rlhf-demo"
@@ -33,7 +33,7 @@ def main() -> int:
         step(f"reusing the control plane in {plane_dir}")
         plane = controlplane.ControlPlane.attach(plane_dir)
     else:
-        step("starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)")
+        step("starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok, KServe)")
         plane = controlplane.ControlPlane(plane_dir)
         plane.up()
     assert plane.state is not None
@@ -60,21 +60,18 @@ def main() -> int:
         return json.loads(result.stdout) if result.returncode == 0 else None
 
     wait_until("the InferenceService", lambda: get("inferenceservice") is not None)
-    wait_until("the RewardModel's status", lambda: (get("rewardmodel") or {}).get("status", {}).get("conditions"))
 
-    step("the InferenceService the operator rendered and applied (server-side apply, validated by KServe's schema)")
+    step("the InferenceService the operator rendered, as stored after KServe's webhooks defaulted it")
     print(kubectl("get", "inferenceservice", name, "-n", NAMESPACE, "-o", "yaml", "--show-managed-fields=false").stdout)
 
-    step("kubectl get rewardmodels -o wide  (KServe has not reported yet)")
-    print(kubectl("get", "rewardmodels", "-n", NAMESPACE, "-o", "wide").stdout)
-
-    step("standing in for KServe's controller: marking the InferenceService Ready with a URL")
-    url = f"http://{name}.{NAMESPACE}.svc.cluster.local"
-    mark_inference_service_ready(kubectl, NAMESPACE, name, url)
+    step("KServe's controller creates the predictor and the gateway; kwok's nodes run their pods")
     wait_until(
-        "Ready=True on the RewardModel",
+        "Ready=True on the RewardModel, because KServe reports its InferenceService (and the gateway) Ready",
         lambda: (condition(get("rewardmodel")) or {}).get("status") == "True",
+        timeout=180,
     )
+    print(kubectl("get", "deployments,services,hpa,ingress,pods", "-n", NAMESPACE, "-l",
+                  f"serving.kserve.io/inferenceservice={name}").stdout)  # fmt: skip
     print(kubectl("get", "rewardmodels", "-n", NAMESPACE, "-o", "wide").stdout)
 
     step("the RewardModel's status")

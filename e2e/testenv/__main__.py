@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     up.add_argument(
         "--kserve",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="also run KServe's manager (controller and webhooks); default: only when TESTENV_KSERVE=1",
+        help="run KServe's manager (controller and webhooks); default: yes, unless TESTENV_KSERVE=0",
     )
     sub.add_parser("down", help="stop every process of the control plane and remove its folder")
     sub.add_parser("status", help="show which components are running")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
 
 import yaml
 
@@ -13,18 +11,6 @@ def get_json(cluster, *args: str) -> dict | None:
     """`kubectl get ... -o json`, or None when it is not there."""
     result = cluster.kubectl("get", *args, "-o", "json", check=False)
     return json.loads(result.stdout) if result.returncode == 0 else None
-
-
-def mark_inference_service_ready(kubectl: Callable[..., Any], namespace: str, name: str, url: str) -> None:
-    """Stand in for KServe's controller, which does not run on the local control plane:
-    report the InferenceService Ready at ``url``, as KServe would. ``kubectl`` is
-    ControlPlane.kubectl or Cluster.kubectl."""
-    ready = {"status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
-    status = {"status": {"url": url, "conditions": [{"type": t, **ready} for t in ("PredictorReady", "Ready")]}}
-    kubectl(
-        "patch", "inferenceservice", name, "-n", namespace, "--subresource=status", "--type=merge",
-        "-p", json.dumps(status),
-    )  # fmt: skip
 
 
 def condition(obj: dict | None, type_: str = "Ready") -> dict | None:

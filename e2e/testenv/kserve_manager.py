@@ -1,7 +1,7 @@
 """KServe's own manager (InferenceService controller and webhooks) on the local control plane.
 
-Opt-in (``TESTENV_KSERVE=1``, ``python -m testenv up --kserve`` or
-``ControlPlane.up(kserve=True)``): with it, InferenceServices are defaulted and
+On by default (``TESTENV_KSERVE=0``, ``python -m testenv up --no-kserve`` or
+``ControlPlane.up(kserve=False)`` leave it out): with it, InferenceServices are defaulted and
 validated by KServe's webhooks, their pods get KServe's storage-initializer, and
 they turn Ready because KServe's controller says so. The manager runs as one more
 process of the control plane, set up as KServe's own install sets it up: the
@@ -29,7 +29,8 @@ PORTS = ("kserve-metrics", "kserve-health", "kserve-webhook")
 
 
 def enabled_by_env() -> bool:
-    return os.environ.get("TESTENV_KSERVE") == "1"
+    """KServe runs unless TESTENV_KSERVE=0 (a control plane without it starts faster and builds less)."""
+    return os.environ.get("TESTENV_KSERVE", "1") != "0"
 
 
 def inference_service_config() -> dict:

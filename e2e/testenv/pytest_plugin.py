@@ -2,9 +2,9 @@
 
 With ``E2E_KUBECONFIG`` set, tests run against that cluster (a kind cluster or a
 real one with KServe's CRDs installed); otherwise one local control plane is
-started for the whole session and stopped at its end. KServe's own manager runs
-on it only with ``TESTENV_KSERVE=1``; tests that need KServe's controller and
-webhooks use ``kserve_cluster``, which brings its own control plane otherwise.
+started for the whole session and stopped at its end, with KServe's own manager
+(controller and webhooks) on it unless ``TESTENV_KSERVE=0``; tests that need
+KServe use ``kserve_cluster``, which brings its own control plane in that case.
 """
 
 from __future__ import annotations
@@ -67,10 +67,9 @@ def cluster() -> Iterator[Cluster]:
 def kserve_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A cluster on which KServe's own manager (controller and webhooks) runs.
 
-    The session's ``cluster`` when it has KServe (TESTENV_KSERVE=1, or an
-    E2E_KUBECONFIG cluster with KServe installed); otherwise a control plane with
-    KServe for this module alone, stopped after it, since KServe's controller would
-    race the tests that stand in for it on the session's control plane.
+    The session's ``cluster`` when it has KServe (the default, or an
+    E2E_KUBECONFIG cluster with KServe installed); with TESTENV_KSERVE=0, a
+    control plane with KServe for this module alone, stopped after it.
     """
     if os.environ.get("E2E_KUBECONFIG") or kserve_manager.enabled_by_env():
         shared: Cluster = request.getfixturevalue("cluster")

@@ -50,7 +50,9 @@ def merge_patch(cluster, namespace: str, kind: str, patch: dict, name: str = "sk
 
 
 def events_for(cluster, namespace: str, name: str) -> list[dict]:
-    listed = get_json(cluster, "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}")
+    """Events about the RewardModel (KServe posts its own about the InferenceService of the same name)."""
+    selector = f"involvedObject.kind=RewardModel,involvedObject.name={name}"
+    listed = get_json(cluster, "events", "-n", namespace, "--field-selector", selector)
     return listed["items"] if listed else []
 
 
@@ -77,10 +79,29 @@ def wait_for_reason(cluster, namespace: str, name: str, reason: str, timeout: fl
 def workloads(cluster, namespace: str, name: str) -> dict[str, list[str]]:
     """What KServe made for InferenceService ``name``, by kind."""
     found = {}
-    for kind in ("deployments", "services", "horizontalpodautoscalers", "ingresses", "pods"):
+    for kind in ("deployments", "services", "horizontalpodautoscalers", "pods"):
         listed = get_json(cluster, kind, "-n", namespace, "-l", f"{ISVC_LABEL}={name}")
         found[kind] = sorted(item["metadata"]["name"] for item in (listed or {}).get("items", []))
+    # KServe's Ingress carries no labels: it is found by its owner
+    ingresses = (get_json(cluster, "ingresses", "-n", namespace) or {}).get("items", [])
+    found["ingresses"] = sorted(
+        item["metadata"]["name"]
+        for item in ingresses
+        if any(
+            ref["kind"] == "InferenceService" and ref["name"] == name
+            for ref in item["metadata"].get("ownerReferences", [])
+        )
+    )
     return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kserve_runs(cluster):
+    webhook = "mutatingwebhookconfiguration/inferenceservice.serving.kserve.io"
+    if cluster.kubectl("get", webhook, check=False).returncode != 0:
+        pytest.skip(
+            "these tests need KServe's controller and webhooks on the cluster (TESTENV_KSERVE=0 leaves them out)"
+        )
 
 
 @pytest.fixture

@@ -65,19 +65,22 @@ def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
     if dry_run:
         query.append(("dryRun", "All"))
+    client = api_client()
+    request = client.param_serialize(
+        method="PATCH",
+        resource_path=path,
+        query_params=query,
+        header_params={"Content-Type": APPLY_PATCH, "Accept": "application/json"},
+        body=manifest,
+        auth_settings=["BearerToken"],
+    )
     with translated():
         # The typed clients cover one group each; an apply is the same PATCH for
-        # every kind, and its answer (200 or 201 on create) is the object.
-        response = api_client().call_api(
-            path,
-            "PATCH",
-            query_params=query,
-            header_params={"Content-Type": APPLY_PATCH, "Accept": "application/json"},
-            body=manifest,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-        )
+        # every kind, and its answer (200, or 201 on create) is the object.
+        response = client.call_api(*request)
+        response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
     return json.loads(response.data)
 
 

@@ -36,6 +36,12 @@ def build_registry(settings: Settings, metrics_registry: CollectorRegistry = REG
         settings.watching.server_timeout = 300
         metrics.serve(metrics_port, metrics_registry)
 
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # A registry of our own gets none of kopf's default handlers: log in as
+        # the official client does (in-cluster service account, else kubeconfig).
+        return kopf.login_via_client(**kwargs)
+
     @kopf.on.probe(id="ready", registry=registry)
     def ready(**_: Any) -> bool:
         return True
