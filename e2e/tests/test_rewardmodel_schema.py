@@ -165,7 +165,9 @@ def test_kubectl_explain_teaches_the_api(cluster):
     assert "hf://org/model" in cluster.kubectl("explain", "rewardmodel.spec.model.uri").stdout
 
 
-def test_every_rendered_inference_service_passes_kserves_schema(cluster, namespace):
+def test_every_rendered_inference_service_passes_kserves_schema_and_webhooks(cluster, namespace):
+    """Server dry-runs go through KServe's defaulting and validating webhooks too (Knative
+    renderings included: KServe validates them though Knative itself does not run here)."""
     inputs = sorted((GOLDEN / "inputs").glob("*.yaml")) + sorted((REPO / "manifests" / "samples").glob("rewardmodel-*"))
     assert len(inputs) >= 6
     for path in inputs:
@@ -186,3 +188,21 @@ def test_every_rendered_inference_service_passes_kserves_schema(cluster, namespa
                 check=False,
             )
             assert result.returncode == 0, f"{case}: {result.stderr}"
+
+
+def test_kserves_webhook_validates_knative_renderings(cluster, namespace):
+    """The negative control for the dry-runs above: KServe's own validating webhook, not just the
+    schema, judges a Knative rendering (it refuses deploymentStrategy, which Knative cannot honour)."""
+    webhook = "validatingwebhookconfiguration/inferenceservice.serving.kserve.io"
+    if cluster.kubectl("get", webhook, check=False).returncode != 0:
+        pytest.skip("KServe's webhooks are not installed on this cluster")
+    reward_model = yaml.safe_load((GOLDEN / "inputs" / "token-knative.yaml").read_text())
+    reward_model["metadata"].update(namespace=namespace, uid="00000000-0000-4000-8000-000000000000")
+    (isvc,) = render_reward_model(reward_model)
+    isvc["spec"]["predictor"]["deploymentStrategy"] = {"type": "Recreate"}
+    result = cluster.kubectl(
+        "apply", "--server-side", "--dry-run=server", "--field-manager=reward-operator", "-f", "-",
+        input=yaml.safe_dump(isvc), check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "admission webhook" in result.stderr and "inferenceservice" in result.stderr, result.stderr

@@ -41,7 +41,7 @@ class FakeCluster:
 
 
 @pytest.fixture
-def cluster(monkeypatch):
+def fake_cluster(monkeypatch):
     fake = FakeCluster(
         {
             "apiVersion": API_VERSION,
@@ -65,30 +65,30 @@ def sample(registry: CollectorRegistry, metric: str, **labels: str) -> float | N
     return registry.get_sample_value(metric, labels)
 
 
-def test_status_written_once_and_event_only_on_transition(cluster):
+def test_status_written_once_and_event_only_on_transition(fake_cluster):
     runner, _, registry = make_runner(lambda obj, logger: Outcome(INVALID, {}, "invalid"))
     assert runner.reconcile("ns", "rm", LOG) == "invalid"
-    assert len(cluster.writes) == 1 and cluster.events == [("Warning", "InvalidSpec")]
+    assert len(fake_cluster.writes) == 1 and fake_cluster.events == [("Warning", "InvalidSpec")]
     assert runner.reconcile("ns", "rm", LOG) == "invalid"
-    assert len(cluster.writes) == 1, "an unchanged status is not written again"
-    assert len(cluster.events) == 1, "no second event without a transition"
+    assert len(fake_cluster.writes) == 1, "an unchanged status is not written again"
+    assert len(fake_cluster.events) == 1, "no second event without a transition"
     assert sample(registry, "reward_operator_reconcile_total", kind=REWARD_MODEL_KIND, result="invalid") == 2
 
 
-def test_stale_status_fields_are_cleared(cluster):
-    cluster.obj["status"] = {"url": "http://old", "observedGeneration": 1, "conditions": []}
+def test_stale_status_fields_are_cleared(fake_cluster):
+    fake_cluster.obj["status"] = {"url": "http://old", "observedGeneration": 1, "conditions": []}
     runner, _, _ = make_runner(lambda obj, logger: Outcome(INVALID, {}, "invalid"))
     runner.reconcile("ns", "rm", LOG)
-    assert cluster.writes[0]["url"] is None
+    assert fake_cluster.writes[0]["url"] is None
 
 
-def test_a_gone_object_is_not_synced(cluster):
-    cluster.obj = None
+def test_a_gone_object_is_not_synced(fake_cluster):
+    fake_cluster.obj = None
     runner, _, _ = make_runner(lambda obj, logger: pytest.fail("synced a deleted object"))
     assert runner.reconcile("ns", "rm", LOG) == "deleted"
 
 
-def test_api_errors_become_a_calm_retry(cluster):
+def test_api_errors_become_a_calm_retry(fake_cluster):
     def sync(obj, logger):
         raise ClusterError(503, "Service Unavailable", "etcd leader changed")
 
@@ -97,10 +97,10 @@ def test_api_errors_become_a_calm_retry(cluster):
         runner.reconcile("ns", "rm", LOG)
     assert raised.value.delay == runner_module.RETRY_DELAY
     assert sample(registry, "reward_operator_reconcile_errors_total", kind=REWARD_MODEL_KIND) == 1
-    assert cluster.writes == [], "no status written from a failed reconcile"
+    assert fake_cluster.writes == [], "no status written from a failed reconcile"
 
 
-def test_metrics_follow_the_object_and_leave_with_it(cluster):
+def test_metrics_follow_the_object_and_leave_with_it(fake_cluster):
     ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "ok")
     runner, _, registry = make_runner(lambda obj, logger: Outcome(ready, {}, "ready"))
     object_labels = {"kind": REWARD_MODEL_KIND, "namespace": "ns", "name": "rm"}
@@ -124,7 +124,7 @@ def test_metrics_follow_the_object_and_leave_with_it(cluster):
     assert runner._locks == {}, "the object's lock goes with it"
 
 
-def test_forget_waits_for_a_reconcile_in_flight(cluster):
+def test_forget_waits_for_a_reconcile_in_flight(fake_cluster):
     """A reconcile that read the object just before its deletion records first; forget removes after."""
     entered, release = threading.Event(), threading.Event()
     ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "ok")
