@@ -75,7 +75,7 @@ def serving_certificate(keys: pki.Pki, cert_dir: Path) -> None:
         "extendedKeyUsage=serverAuth",
         "subjectAltName=IP:127.0.0.1",
     ]
-    pki._issue(cert_dir, "tls", "/CN=kserve-webhook-server", extensions, (keys.ca_cert, keys.ca_key))
+    pki.issue(cert_dir, "tls", "/CN=kserve-webhook-server", extensions, (keys.ca_cert, keys.ca_key))
 
 
 def manager_command(binary: Path, kubeconfig: str, ports: dict[str, int]) -> list[str]:

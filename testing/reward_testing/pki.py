@@ -47,7 +47,8 @@ def _new_key(path: Path) -> None:
     path.chmod(0o600)
 
 
-def _issue(directory: Path, name: str, subject: str, extensions: list[str], pki_ca: tuple[Path, Path]) -> None:
+def issue(directory: Path, name: str, subject: str, extensions: list[str], pki_ca: tuple[Path, Path]) -> None:
+    """``<name>.crt`` and ``<name>.key`` in ``directory``, signed by the CA ``pki_ca`` (cert, key)."""
     key, csr, cert = directory / f"{name}.key", directory / f"{name}.csr", directory / f"{name}.crt"
     ext_file = directory / f"{name}.ext"
     _new_key(key)
@@ -105,7 +106,7 @@ def create(directory: Path) -> Pki:
         "subjectKeyIdentifier=hash",
         "authorityKeyIdentifier=keyid",
     ]
-    _issue(
+    issue(
         directory,
         "apiserver",
         "/CN=kube-apiserver",
@@ -117,7 +118,7 @@ def create(directory: Path) -> Pki:
         ],
         (ca_cert, ca_key),
     )
-    _issue(
+    issue(
         directory,
         "admin",
         "/O=system:masters/CN=testenv-admin",
