@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from reward_gateway.errors import forget
 from reward_gateway.gateway import Answer, Gateway
 
 logger = logging.getLogger("reward_gateway")
@@ -48,9 +49,10 @@ class ScoringFront:
                 authorization = value.decode("latin-1")
         try:
             answer = await self.gateway.answer(label, body, authorization)
-        except Exception:  # the client gets a message, never a stack trace
+        except Exception as error:  # the client gets a message, never a stack trace
             logger.exception("unexpected error on %s", scope["path"])
             answer = Answer(500, {"error": "internal error in the reward gateway"})
+            forget(error)
         await _send_json(send, answer)
 
 

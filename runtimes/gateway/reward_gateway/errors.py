@@ -6,6 +6,8 @@ with a stack trace: the app's handlers turn them into `{"error": message}`.
 
 from __future__ import annotations
 
+import traceback
+
 
 class GatewayError(Exception):
     status = 500
@@ -46,3 +48,30 @@ def upstream_unavailable(message: str, retry_after_s: int, reason: str = "connec
     # 503 + Retry-After tells trainers' retry loops to back off and come back,
     # which is right while a scaled-to-zero model is starting.
     return UpstreamError(reason, 503, message, {"Retry-After": str(retry_after_s)})
+
+
+def forget(error: BaseException) -> None:
+    """Let go of everything a caught exception holds of its request.
+
+    An exception's traceback holds every frame it passed through, and those
+    frames hold the request (its body, items, calls); a failure in a TaskGroup
+    adds cycles (the group holds the error, the error's context holds the
+    group, and each holds frames that hold the other). With the server's calm
+    collector (reward_gateway.server) such cycles outlive their request for
+    hours. Called where an exception has become an answer (and been logged, if
+    it is logged): its frames are cleared and its chain cut, so reference
+    counting frees the request at once.
+    """
+    pending, seen = [error], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)  # skips the frames still running
+            current.__traceback__ = None
+        pending += [linked for linked in (current.__cause__, current.__context__) if linked is not None]
+        current.__cause__ = current.__context__ = None
+        if isinstance(current, BaseExceptionGroup):
+            pending += current.exceptions

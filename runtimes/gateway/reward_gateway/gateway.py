@@ -13,7 +13,7 @@ from typing import Any
 
 from reward_gateway.auth import BearerTokenCheck
 from reward_gateway.config import GatewayConfig
-from reward_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized
+from reward_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized, forget
 from reward_gateway.extract import Score
 from reward_gateway.kinds import CLASSIFY_KINDS, CLASSIFY_PATH
 from reward_gateway.metrics import GatewayMetrics
@@ -95,6 +95,7 @@ class Gateway:
             answer = Answer(200, await self.routes[route](body, tally))
         except GatewayError as error:
             answer = Answer(error.status, {"error": error.message}, error.headers)
+            forget(error)
         finally:
             self._inflight.dec()
         self._durations[route].observe(time.perf_counter() - started)

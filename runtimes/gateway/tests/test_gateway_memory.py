@@ -1,0 +1,93 @@
+"""A request's objects die with its answer, by reference counting alone.
+
+The server tunes the garbage collector down (reward_gateway.server: frozen
+start-up objects, young collections every 100 000 allocations): anything a
+request leaves in a reference cycle is promoted past the young generation
+while other requests run, and then waits for a full collection that hardly
+ever comes. So no request may leave a cycle behind; failures are where they
+hide (an exception's traceback holds the frames that hold the request). These
+tests run with the collector off, which is the server's setting made strict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from contextlib import contextmanager
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from reward_gateway.config import load_config
+from reward_gateway.gateway import Gateway
+from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.scorer import Scorer
+from reward_testing.fake_vllm import MAX_CHARS
+
+OVER_LONG = "x" * (MAX_CHARS + 1)  # the fake vLLM answers 400 for it
+
+
+@contextmanager
+def collector_off():
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def leftovers(backend, monkeypatch, route: str, body: dict, **env: str) -> tuple[int, list[str]]:
+    """Answer one request with the collector off; returns its status and what of it is still alive."""
+    watched: list[tuple[str, weakref.ref]] = []
+    plan = Scorer.plan
+
+    def watching_plan(self, items):
+        calls = plan(self, items)
+        watched.extend((f"item {i}", weakref.ref(item)) for i, item in enumerate(items))
+        watched.extend((f"call {i}", weakref.ref(call)) for i, call in enumerate(calls))
+        return calls
+
+    monkeypatch.setattr(Scorer, "plan", watching_plan)
+    settings = {"REWARD_GATEWAY_UPSTREAM_URL": backend.url, "REWARD_GATEWAY_MODEL_NAME": "rm"}
+    settings.update({f"REWARD_GATEWAY_{key.upper()}": value for key, value in env.items()})
+
+    async def main() -> tuple[int, list[str]]:
+        gateway = Gateway(load_config(settings), GatewayMetrics(CollectorRegistry()))
+        try:
+            answer = await gateway.answer(route, orjson.dumps(body), None)
+            for _ in range(3):  # the finished tasks' callbacks run
+                await asyncio.sleep(0)
+            return answer.status, [name for name, ref in watched if ref() is not None]
+        finally:
+            await gateway.close()
+
+    with collector_off():
+        status, alive = asyncio.run(main())
+    assert watched, "the request was not planned"
+    return status, alive
+
+
+def test_a_succeeding_multi_item_request_leaves_nothing_alive(backend, monkeypatch):
+    status, alive = leftovers(backend, monkeypatch, "get_reward", {"query": ["a", "bb", "ccc"]})
+    assert status == 200
+    assert alive == []
+
+
+@pytest.mark.parametrize("failing", [0, 1, 3])
+def test_a_failing_multi_item_request_leaves_nothing_alive(backend, monkeypatch, failing):
+    query = ["a", "bb", "ccc", "dddd"]
+    query[failing] = OVER_LONG
+    status, alive = leftovers(backend, monkeypatch, "get_reward", {"query": query})
+    assert status == 400
+    assert alive == [], "a failed request's items wait for a full collection"
+
+
+def test_a_failing_group_request_leaves_nothing_alive(backend, monkeypatch):
+    items = [{"prompt": "p", "response": "r", "group": g} for g in ("a", "b", "a", "b")]
+    items.append({"prompt": "p", "response": OVER_LONG})
+    status, alive = leftovers(backend, monkeypatch, "rewards", {"items": items})
+    assert status == 400
+    assert alive == []
