@@ -19,17 +19,30 @@ from reward_gateway.gateway import Answer, Gateway
 
 logger = logging.getLogger("reward_gateway")
 
-# Far above any real batch (8192 items of long text), low enough that one bad
-# client cannot take the gateway's memory.
-MAX_BODY_BYTES = 256 * 1024 * 1024
+# Memory is bounded here, before anything is parsed (the README's "Memory"
+# states the arithmetic). A body may be at most MAX_BODY_BYTES (8192 items of
+# 4 KiB); once read, a request is charged what answering it costs at most
+# (measured: its parsed and validated objects and its calls to vLLM come to
+# about 13 times its bytes plus 1 KiB per JSON string), and the requests held at
+# once may cost at most MAX_HELD_BYTES, which with the process itself fits the
+# container's 1 GiB. A body still being read is charged its declared length.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_HELD_BYTES = 512 * 1024 * 1024
+COST_PER_BYTE = 13
+COST_PER_STRING = 1024
+BUSY_RETRY_AFTER_S = 1
 
 
 class ScoringFront:
-    def __init__(self, gateway: Gateway, app: Any, max_body_bytes: int = MAX_BODY_BYTES):
+    def __init__(
+        self, gateway: Gateway, app: Any, max_body_bytes: int = MAX_BODY_BYTES, max_held_bytes: int = MAX_HELD_BYTES
+    ):
         self.gateway = gateway
         self.app = app
         self.scoring_paths = gateway.paths
         self.max_body_bytes = max_body_bytes
+        self.max_held_bytes = max_held_bytes
+        self.held_bytes = 0  # bodies of the requests being read or answered
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         label = self.scoring_paths.get(scope.get("path", "")) if scope["type"] == "http" else None
@@ -39,14 +52,59 @@ class ScoringFront:
         if scope["method"] != "POST":
             await _send_json(send, Answer(405, {"error": f"{scope['path']} takes POST"}, {"Allow": "POST"}))
             return
-        body = await _read_body(receive, self.max_body_bytes)
-        if body is None:
-            await _send_json(send, Answer(413, {"error": f"request body over {self.max_body_bytes} bytes"}))
-            return
-        authorization = None
+        authorization, declared = None, 0
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value.decode("latin-1")
+            elif name == b"content-length" and value.isdigit():
+                declared = int(value)
+        # Refused before a byte of the body is read: a declared length over the
+        # limit, or no room for it among the bodies held now.
+        if declared > self.max_body_bytes:
+            await _send_json(send, self._too_large())
+            return
+        held = declared
+        self.held_bytes += held
+        try:
+            if self.held_bytes > self.max_held_bytes:
+                await _send_json(send, _busy())
+                return
+            body = await self._read_body(receive)
+            if body is None:
+                await _send_json(send, self._too_large())
+                return
+            cost = request_cost(body)
+            if cost > self.max_held_bytes:  # would not fit even alone
+                await _send_json(send, self._too_large())
+                return
+            self.held_bytes += cost - held
+            held = cost
+            if self.held_bytes > self.max_held_bytes:
+                await _send_json(send, _busy())
+                return
+            await self._answer(label, body, authorization, scope, send)
+        finally:
+            self.held_bytes -= held
+
+    def _too_large(self) -> Answer:
+        message = (
+            f"request body over {self.max_body_bytes} bytes, or too many strings to answer in the gateway's memory"
+        )
+        return Answer(413, {"error": message})
+
+    async def _read_body(self, receive: Any) -> bytes | None:
+        chunks, size, limit = [], 0, self.max_body_bytes
+        while True:
+            message = await receive()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _answer(self, label: str, body: bytes, authorization: str | None, scope: Any, send: Any) -> None:
         try:
             answer = await self.gateway.answer(label, body, authorization)
         except Exception as error:  # the client gets a message, never a stack trace
@@ -56,17 +114,14 @@ class ScoringFront:
         await _send_json(send, answer)
 
 
-async def _read_body(receive: Any, limit: int) -> bytes | None:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+def request_cost(body: bytes) -> int:
+    """The most memory answering this body takes (see MAX_HELD_BYTES), from its bytes alone."""
+    return COST_PER_BYTE * len(body) + COST_PER_STRING * (body.count(b'"') // 2)
+
+
+def _busy() -> Answer:
+    message = "the gateway holds as many request bodies as it has memory for; retry shortly"
+    return Answer(503, {"error": message}, {"Retry-After": str(BUSY_RETRY_AFTER_S)})
 
 
 async def _send_json(send: Any, answer: Answer) -> None:

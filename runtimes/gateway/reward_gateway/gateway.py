@@ -118,7 +118,7 @@ class Gateway:
         return children
 
     async def rewards(self, body: bytes, tally: _Tally) -> dict[str, Any]:
-        request = parse(RewardsRequest, body)
+        request = parse(RewardsRequest, body, self.config.max_items)
         if request.model is not None and request.model != self.config.model_name:
             served = self.config.model_name
             raise NotFound(f"model {request.model!r} is not served here; this gateway serves {served!r}")
@@ -129,14 +129,14 @@ class Gateway:
         return answer
 
     async def predict_v1(self, body: bytes, tally: _Tally) -> dict[str, Any]:
-        request = parse(PredictRequest, body)
+        request = parse(PredictRequest, body, self.config.max_items)
         scores = await self._score(scoring_items(request.instances, self.config.step_tag), tally)
         if self.config.model_kind == "process":
             return {"predictions": [{"reward": s.reward, "step_scores": s.step_scores} for s in scores]}
         return {"predictions": [score.reward for score in scores]}
 
     async def openrlhf(self, body: bytes, tally: _Tally) -> dict[str, Any]:
-        request = parse(OpenRLHFRequest, body)
+        request = parse(OpenRLHFRequest, body, self.config.max_items)
         if request.prompts is not None and len(request.prompts) != len(request.query):
             raise BadRequest(f"prompts has {len(request.prompts)} entries but query has {len(request.query)}")
         # OpenRLHF's query is the finished text (prompt and response, already templated).
@@ -150,7 +150,7 @@ class Gateway:
                 f"/classify serves {' and '.join(CLASSIFY_KINDS)} reward models; {self.config.model_name!r} is a "
                 f"{kind.name} reward model: use /v1/rewards"
             )
-        forwarded = parse_json(body)
+        forwarded = parse_json(body, self.config.max_items)
         request = validate(ClassifyRequest, forwarded)
         # One model sits behind this gateway, whatever name the trainer was configured with.
         forwarded["model"] = self.config.model_name

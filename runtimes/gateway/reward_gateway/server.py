@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from reward_gateway.app import build_app
 from reward_gateway.config import GatewayConfig
@@ -22,6 +23,40 @@ from reward_gateway.gateway import Gateway
 # under a request the proxy is sending. KServe's model server uses the same.
 KEEP_ALIVE_S = 65
 GRACEFUL_SHUTDOWN_S = 30
+# A request head (request line and headers) above this is refused: httptools
+# itself has no limit (uvicorn's h11_max_incomplete_event_size is h11's only).
+MAX_HEAD_BYTES = 64 * 1024
+
+
+class HeadTooLarge(Exception):
+    pass
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, with the bounds on request heads it lacks.
+
+    An error raised in a parser callback fails the parse: uvicorn answers 400
+    and closes the connection.
+    """
+
+    head_bytes = 0
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.head_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value))
+        super().on_header(name, value)
+
+    def _count(self, size: int) -> None:
+        self.head_bytes += size
+        if self.head_bytes > MAX_HEAD_BYTES:
+            raise HeadTooLarge(f"request head over {MAX_HEAD_BYTES} bytes")
 
 
 def _calm_garbage_collector() -> None:
@@ -46,9 +81,9 @@ def serve(config: GatewayConfig) -> None:
         host="0.0.0.0",
         port=config.port,
         # uvloop's C event loop and transports halve the gateway's CPU per
-        # request against asyncio's own; httptools is uvicorn's C parser.
+        # request against asyncio's own; httptools is uvicorn's C parser (guarded).
         loop="uvloop",
-        http="httptools",
+        http=GuardedHttpToolsProtocol,
         lifespan="on",
         # No access log line per request unless asked for: at training-burst
         # rates it costs more than the gateway's own work, and latency and

@@ -16,6 +16,13 @@ from reward_gateway.errors import BadRequest
 
 RequestT = TypeVar("RequestT", bound=BaseModel)
 
+# The deepest a request may nest: items[].messages[].content is four levels, and
+# vLLM's own /classify fields a few more. Bounded before validation, as is the
+# length of every top-level list, so a hostile body costs the parse and one walk,
+# not a validation (and an error message) per element.
+MAX_DEPTH = 32
+MAX_PROBLEMS = 20  # validation problems named in one answer
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -87,17 +94,38 @@ class ScoringItem:
     group: str | None = None
 
 
-def parse_json(body: bytes) -> Any:
+def parse_json(body: bytes, max_items: int) -> Any:
+    """The body's JSON, with its shape bounded (see check_shape)."""
     if not body:
         raise BadRequest("the request body is empty; expected a JSON object")
     try:
-        return orjson.loads(body)
+        data = orjson.loads(body)
     except orjson.JSONDecodeError as error:  # invalid UTF-8 included
         raise BadRequest(f"the request body is not valid JSON: {error}") from None
+    check_shape(data, max_items)
+    return data
 
 
-def parse(model: type[RequestT], body: bytes) -> RequestT:
-    return validate(model, parse_json(body))
+def check_shape(data: Any, max_items: int) -> None:
+    """No top-level list longer than max_items, nothing nested deeper than MAX_DEPTH."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            if isinstance(value, list) and len(value) > max_items:
+                raise BadRequest(f"{name}: {len(value)} items in one request; at most {max_items} are allowed")
+    if not isinstance(data, dict | list):
+        return
+    pending = [(data, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            raise BadRequest(f"the request nests deeper than {MAX_DEPTH} levels")
+        for child in value.values() if isinstance(value, dict) else value:
+            if isinstance(child, dict | list):
+                pending.append((child, depth + 1))
+
+
+def parse(model: type[RequestT], body: bytes, max_items: int) -> RequestT:
+    return validate(model, parse_json(body, max_items))
 
 
 def validate(model: type[RequestT], data: Any) -> RequestT:
@@ -112,10 +140,13 @@ def validate(model: type[RequestT], data: Any) -> RequestT:
 def describe(error: ValidationError) -> str:
     """One line per problem, each naming where it is, e.g. `items.2.prompt: field required`."""
     lines = []
-    for problem in error.errors(include_url=False):
+    problems = error.errors(include_url=False)
+    for problem in problems[:MAX_PROBLEMS]:
         where = ".".join(str(part) for part in problem["loc"]) or "body"
         message = "unknown field" if problem["type"] == "extra_forbidden" else problem["msg"]
         lines.append(f"{where}: {message}")
+    if len(problems) > MAX_PROBLEMS:
+        lines.append(f"and {len(problems) - MAX_PROBLEMS} more")
     return "; ".join(lines)
 
 

@@ -68,3 +68,46 @@ def test_an_unexpected_failure_is_a_500_with_a_message_not_a_trace(gateway, monk
     status, body = call(ScoringFront(gateway, None), "POST", "/get_reward", b'{"query": []}')
     assert status == 500
     assert b"internal error" in body and b"secret internals" not in body and b"Traceback" not in body
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(gateway):
+    async def receive():
+        raise AssertionError("the body was read")
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    front = ScoringFront(gateway, None, max_body_bytes=100)
+    scope = {"type": "http", "method": "POST", "path": "/get_reward", "headers": [(b"content-length", b"10000000000")]}
+    asyncio.run(front(scope, receive, send))
+    assert sent[0]["status"] == 413
+
+
+def test_requests_over_the_memory_budget_wait_for_room_with_503(gateway):
+    front = ScoringFront(gateway, None, max_held_bytes=1_000_000)
+    front.held_bytes = 999_000  # as if other requests held it
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b'{"query": ["a", "b"]}', "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/get_reward", "headers": [(b"content-length", b"21")]}
+    asyncio.run(front(scope, receive, send))
+    assert sent[0]["status"] == 503 and (b"retry-after", b"1") in sent[0]["headers"]
+    assert front.held_bytes == 999_000  # what the refused request held is given back
+    front.held_bytes = 0
+    assert call(front, "POST", "/get_reward", b'{"query": ["a", "b"]}')[0] == 200
+    assert front.held_bytes == 0
+
+
+def test_a_body_that_could_not_fit_even_alone_is_refused_with_413(gateway):
+    # Small in bytes, but a million strings take far more memory once parsed.
+    body = b'{"query": ["a"], "labels": [[' + b",".join([b'""'] * 1_000_000) + b"]]}"
+    front = ScoringFront(gateway, None, max_body_bytes=len(body), max_held_bytes=256 * 1024 * 1024)
+    status, answer = call(front, "POST", "/get_reward", body)
+    assert status == 413 and b"too many strings" in answer

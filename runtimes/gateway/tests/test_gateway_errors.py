@@ -105,3 +105,43 @@ def test_missing_or_wrong_bearer_token_answers_401(start_gateway, backend, tmp_p
     ok = gateway.post("/get_reward", json=body, headers={"Authorization": "Bearer s3cret-token"})
     assert ok.status_code == 200
     assert backend.calls and all("s3cret" not in str(call) for call in backend.calls)
+
+
+def test_an_item_count_over_the_limit_is_refused_before_validation(start_gateway, backend, monkeypatch):
+    from reward_gateway.wire import OpenRLHFRequest
+
+    def not_validated(*args, **kwargs):
+        raise AssertionError("validated before the item count was checked")
+
+    gateway = start_gateway(max_items="100")
+    monkeypatch.setattr(OpenRLHFRequest, "model_validate", not_validated)
+    answer = gateway.post("/get_reward", json={"query": ["a"] * 100_000})
+    assert answer.status_code == 400
+    assert "at most 100" in answer.json()["error"]
+
+
+def test_a_field_the_gateway_ignores_is_bounded_too(start_gateway, backend):
+    answer = start_gateway(max_items="100").post("/get_reward", json={"query": ["a"], "labels": [0] * 10_000})
+    assert answer.status_code == 400
+    assert "labels" in answer.json()["error"]
+    assert backend.calls == []
+
+
+@pytest.mark.parametrize("route", ["/classify", "/get_reward", "/v1/rewards"])
+def test_deeply_nested_json_answers_400(start_gateway, backend, route):
+    nested = b"[" * 300 + b"]" * 300
+    bodies = {
+        "/classify": b'{"input": "x", "extra": ' + nested + b"}",
+        "/get_reward": b'{"query": ["a"], "labels": ' + nested + b"}",
+        "/v1/rewards": b'{"items": ' + nested + b"}",
+    }
+    answer = start_gateway().post(route, content=bodies[route], headers={"content-type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    assert "nests deeper" in answer.json()["error"]
+    assert backend.calls == []
+
+
+def test_a_validation_answer_names_a_bounded_number_of_problems(start_gateway, backend):
+    answer = start_gateway().post("/v1/rewards", json={"items": [1] * 1000})
+    assert answer.status_code == 400
+    assert answer.json()["error"].endswith("and 980 more")

@@ -4,6 +4,7 @@ process, with the arguments KServe appends to the container's command."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -105,3 +106,14 @@ def test_the_environment_wins_and_the_v1_routes_answer_both_names(run_gateway, b
     assert "s3cret-token" not in log.read_text(), "tokens never reach the logs"
     # no access-log line per request (REWARD_GATEWAY_ACCESS_LOG is off)
     assert "POST /v1/models" not in log.read_text()
+
+
+def test_an_over_large_request_head_is_refused(run_gateway, backend):
+    port = free_port()
+    url, _ = run_gateway(kserve_args("rm", backend.url.removeprefix("http://"), port), {}, port, "rm")
+    big = httpx.get(f"{url}/health", headers={"X-Padding": "x" * 100_000}, timeout=10)
+    assert big.status_code == 400
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:  # httpx refuses such a URL
+        raw.sendall(b"GET /health?" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert raw.recv(100).startswith(b"HTTP/1.1 400")
+    assert httpx.get(f"{url}/health", headers={"X-Padding": "x" * 8000}, timeout=10).status_code == 200
