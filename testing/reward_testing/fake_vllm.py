@@ -92,9 +92,16 @@ class FakeVllm:
     can tell the time spent in the model from the time spent around it.
     """
 
+    # What ``misbehaviour`` may be set to, for tests of the gateway's failure answers.
+    MISBEHAVIOURS = ("429", "cut", "duplicate_index", "index_out_of_range")
+
     def __init__(self, delay_s: float = 0.0, engine: EngineSteps | None = None):
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.healthy = True
+        # None: behave. "429": vLLM's queue is full. "cut": the answer stops
+        # half-way and the connection closes. "duplicate_index" and
+        # "index_out_of_range": data entries with wrong `index` values.
+        self.misbehaviour: str | None = None
         self.delay_s = delay_s
         self.engine = engine
         self.residence: dict[str, float] = {}
@@ -124,8 +131,10 @@ class FakeVllm:
         else:
             status, answer = 404, {"error": {"message": f"no route {path}", "code": 404}}
         payload = json.dumps(answer).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        length = len(payload) + (100 if self.misbehaviour == "cut" and path in self.scorers else 0)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(length).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
+        # Cut: uvicorn closes a connection whose app returned before its answer's length was sent.
         await send({"type": "http.response.body", "body": payload})
 
     async def _answer(self, path, body, score) -> tuple[int, dict[str, Any]]:
@@ -133,6 +142,8 @@ class FakeVllm:
         self.calls.append((path, body))
         if not self.healthy:
             return 503, {"error": {"message": "loading", "code": 503}}
+        if self.misbehaviour == "429":
+            return 429, {"error": {"message": "the engine's queue is full", "code": 429}}
         texts = self._texts(body)
         if body.get("truncate_prompt_tokens") is None:
             for text in texts:
@@ -145,6 +156,11 @@ class FakeVllm:
             # Later texts answer sooner, so a gateway that kept arrival order would fail.
             await asyncio.sleep(self.delay_s * (zlib.crc32(texts[0].encode()) % 5))
         data = [score(index, text, body) for index, text in enumerate(texts)]
+        for entry in data:
+            if self.misbehaviour == "duplicate_index":
+                entry["index"] = 0
+            elif self.misbehaviour == "index_out_of_range":
+                entry["index"] += 1
         self.residence[texts[0]] = time.perf_counter() - arrived
         return 200, {
             "id": "fake",

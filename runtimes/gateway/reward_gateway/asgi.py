@@ -9,15 +9,11 @@ the wrapped app.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import orjson
 
-from reward_gateway.errors import forget
 from reward_gateway.gateway import Answer, Gateway
-
-logger = logging.getLogger("reward_gateway")
 
 # Memory is bounded here, before anything is parsed (the README's "Memory"
 # states the arithmetic). A body may be at most MAX_BODY_BYTES (8192 items of
@@ -82,7 +78,7 @@ class ScoringFront:
             if self.held_bytes > self.max_held_bytes:
                 await _send_json(send, _busy())
                 return
-            await self._answer(label, body, authorization, scope, send)
+            await _send_json(send, await self.gateway.answer(label, body, authorization))
         finally:
             self.held_bytes -= held
 
@@ -104,14 +100,6 @@ class ScoringFront:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _answer(self, label: str, body: bytes, authorization: str | None, scope: Any, send: Any) -> None:
-        try:
-            answer = await self.gateway.answer(label, body, authorization)
-        except Exception as error:  # the client gets a message, never a stack trace
-            logger.exception("unexpected error on %s", scope["path"])
-            answer = Answer(500, {"error": "internal error in the reward gateway"})
-            forget(error)
-        await _send_json(send, answer)
 
 
 def request_cost(body: bytes) -> int:

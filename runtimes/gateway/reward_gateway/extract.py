@@ -27,10 +27,15 @@ def ordered_data(response: Any, expected: int) -> list[dict[str, Any]]:
     data = response.get("data") if isinstance(response, dict) else None
     if not isinstance(data, list) or len(data) != expected:
         raise bad_response(f"expected {expected} entries in data")
-    try:
-        return sorted(data, key=lambda entry: entry["index"])
-    except (KeyError, TypeError):
-        raise bad_response("an entry in data has no index") from None
+    ordered: list[Any] = [None] * expected
+    for entry in data:
+        index = entry.get("index") if isinstance(entry, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < expected:
+            raise bad_response(f"an entry in data has no index in 0..{expected - 1}")
+        if ordered[index] is not None:
+            raise bad_response(f"two entries in data have index {index}")
+        ordered[index] = entry
+    return ordered
 
 
 # Every extractor takes the step aggregate, so reward_gateway.kinds can hold any

@@ -6,6 +6,7 @@ Kept free of the web framework (reward_gateway.asgi calls them ahead of it);
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from reward_gateway.wire import (
     scoring_items,
     validate,
 )
+
+logger = logging.getLogger("reward_gateway")
 
 
 @dataclass
@@ -95,6 +98,10 @@ class Gateway:
             answer = Answer(200, await self.routes[route](body, tally))
         except GatewayError as error:
             answer = Answer(error.status, {"error": error.message}, error.headers)
+            forget(error)
+        except Exception as error:  # a bug: the client gets a message, never a stack trace
+            logger.exception("unexpected error on route %s", route)
+            answer = Answer(500, {"error": "internal error in the reward gateway"})
             forget(error)
         finally:
             self._inflight.dec()

@@ -24,6 +24,12 @@ class UpstreamClosed(ConnectionError):
     """The upstream closed the connection before it answered."""
 
 
+class BrokenAnswer(Exception):
+    """The upstream began answering, then cut the answer short or wrote something
+    that is not HTTP. Not an OSError: the upstream was reached and may have done
+    the work, so the call is not sent again (nor retried as unreachable)."""
+
+
 class _Connection(asyncio.Protocol):
     """One connection: at most one request in flight, answers parsed as they arrive."""
 
@@ -45,11 +51,14 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as error:
-            self._fail(UpstreamClosed(f"unreadable HTTP answer: {error}"))
+            self._fail(BrokenAnswer(f"unreadable HTTP answer: {error}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.reusable = False
-        self._fail(UpstreamClosed("the upstream closed the connection"))
+        if self.received:
+            self._fail(BrokenAnswer("the upstream closed the connection in the middle of its answer"))
+        else:
+            self._fail(UpstreamClosed("the upstream closed the connection"))
 
     # httptools callbacks
 
@@ -111,7 +120,8 @@ class HttpPool:
 
     async def post_json(self, path: str, body: bytes) -> tuple[int, bytes]:
         """POST JSON bytes; returns status and body. Raises OSError subclasses when
-        the upstream cannot be reached or drops the connection; cancellation (a
+        the upstream cannot be reached or drops the connection unanswered,
+        BrokenAnswer when it answered in part or not in HTTP; cancellation (a
         timeout around this call) closes the connection it was using."""
         data = self._head(path) + str(len(body)).encode() + b"\r\n\r\n" + body
         connection = self._idle_connection()
@@ -121,9 +131,9 @@ class HttpPool:
             except UpstreamClosed:
                 # A kept-alive connection the upstream closed as we reused it
                 # (its idle timeout): nothing was answered, so it is safe to send
-                # once more, on a new connection. One that answered part is not.
-                if connection.received:
-                    raise
+                # once more, on a new connection. One that answered part raised
+                # BrokenAnswer instead, and is not.
+                pass
         return await self._exchange(await self._connect(), data)
 
     async def close(self) -> None:

@@ -1,8 +1,16 @@
 """HTTP calls to the vLLM predictor, with its failures mapped to gateway errors.
 
-Nothing buffers requests for a model that KEDA scaled to zero, so a refused
-connection (or vLLM's 503 while it loads) is retried until the scale-from-zero
-wait is spent; then the client gets 503 with Retry-After instead of a hang.
+The one place that maps vLLM's outcomes to the gateway's answers:
+
+- unreachable (refused, reset before answering) or vLLM's 503 while it loads:
+  retried until the scale-from-zero wait is spent (nothing buffers requests
+  for a model that KEDA scaled to zero), then 503 with Retry-After;
+- 429 (vLLM's queue is full): 503 with Retry-After at once, as trainers retry that;
+- any other 4xx: 400 with vLLM's message (the input was refused);
+- 5xx: 502;
+- an answer cut short or not HTTP, or not JSON: 502 at once, never sent again
+  (vLLM was reached and may have done the work);
+- no answer within the request timeout: 504.
 """
 
 from __future__ import annotations
@@ -15,11 +23,12 @@ import orjson
 
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import UpstreamError, upstream_unavailable
-from reward_gateway.http_pool import HttpPool
+from reward_gateway.http_pool import BrokenAnswer, HttpPool
 from reward_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
 
 RETRY_PAUSE_S = 0.5
 RETRY_AFTER_S = 10
+OVERLOADED_RETRY_AFTER_S = 1
 
 
 class VllmClient:
@@ -60,7 +69,9 @@ class VllmClient:
                 raise self._failed(
                     UpstreamError("timeout", 504, f"vLLM did not answer within {self.config.request_timeout_s:g} s")
                 ) from None
-            except OSError as error:  # refused, reset, closed, unresolvable, TLS
+            except BrokenAnswer as error:
+                raise self._failed(UpstreamError("bad_response", 502, f"vLLM's answer was broken: {error}")) from None
+            except OSError as error:  # refused, reset, closed unanswered, unresolvable, TLS
                 if time.monotonic() < deadline:
                     await asyncio.sleep(RETRY_PAUSE_S)
                     continue
@@ -74,6 +85,9 @@ class VllmClient:
     def _answer(self, status: int, payload: bytes) -> Any:
         if status == 503:
             raise self._failed(upstream_unavailable("vLLM is not ready yet", RETRY_AFTER_S, reason="status_5xx"))
+        if status == 429:
+            message = f"vLLM is overloaded: {_message(payload)}"
+            raise self._failed(upstream_unavailable(message, OVERLOADED_RETRY_AFTER_S, reason="status_4xx"))
         if status >= 500:
             raise self._failed(UpstreamError("status_5xx", 502, f"vLLM failed with {status}: {_message(payload)}"))
         if status >= 400:

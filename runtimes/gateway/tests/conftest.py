@@ -27,6 +27,7 @@ def fake_vllm():
 def backend(fake_vllm):
     fake_vllm.calls.clear()
     fake_vllm.healthy = True
+    fake_vllm.misbehaviour = None
     return fake_vllm
 
 

@@ -60,14 +60,18 @@ def test_oversized_bodies_are_refused_with_413(gateway):
     assert status == 413 and b"over 100 bytes" in body
 
 
-def test_an_unexpected_failure_is_a_500_with_a_message_not_a_trace(gateway, monkeypatch):
+def test_an_unexpected_failure_is_a_500_with_a_message_not_a_trace_and_counted(gateway, monkeypatch):
     async def broken(*args):
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(gateway, "answer", broken)
+    monkeypatch.setitem(gateway.routes, "get_reward", broken)
     status, body = call(ScoringFront(gateway, None), "POST", "/get_reward", b'{"query": []}')
     assert status == 500
     assert b"internal error" in body and b"secret internals" not in body and b"Traceback" not in body
+    counted = gateway.metrics.registry.get_sample_value(
+        "reward_gateway_requests_total", {"model": "rm", "route": "get_reward", "code": "500"}
+    )
+    assert counted == 1
 
 
 def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(gateway):

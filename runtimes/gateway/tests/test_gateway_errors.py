@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from reward_testing.fake_vllm import MAX_CHARS
@@ -145,3 +147,39 @@ def test_a_validation_answer_names_a_bounded_number_of_problems(start_gateway, b
     answer = start_gateway().post("/v1/rewards", json={"items": [1] * 1000})
     assert answer.status_code == 400
     assert answer.json()["error"].endswith("and 980 more")
+
+
+def test_vllm_overloaded_429_answers_503_with_retry_after_at_once(start_gateway, backend):
+    backend.misbehaviour = "429"
+    answer = start_gateway().post("/get_reward", json={"query": ["a"]})
+    assert answer.status_code == 503
+    assert int(answer.headers["retry-after"]) > 0
+    assert "overloaded" in answer.json()["error"]
+    assert len(backend.calls) == 1
+
+
+def test_an_answer_cut_short_answers_502_at_once_and_is_not_sent_again(start_gateway, backend):
+    backend.misbehaviour = "cut"
+    gateway = start_gateway()  # the scale-from-zero wait is 300 s: a retry would take that long
+    started = time.monotonic()
+    answer = gateway.post("/get_reward", json={"query": ["a"]})
+    assert answer.status_code == 502, answer.text
+    assert time.monotonic() - started < 5
+    assert len(backend.calls) == 1
+    assert 'reward_gateway_upstream_errors_total{model="rm",reason="bad_response"} 1.0' in gateway.get("/metrics").text
+
+
+MESSAGES = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+
+
+@pytest.mark.parametrize("misbehaviour", ["duplicate_index", "index_out_of_range"])
+def test_wrong_indexes_in_vllms_answer_are_a_502_not_swapped_rewards(start_gateway, backend, misbehaviour):
+    backend.misbehaviour = misbehaviour
+    gateway = start_gateway()
+    requests = [("/classify", {"input": ["a", "bb", "ccc"]}), ("/v1/rewards", {"items": [{"messages": MESSAGES}]})]
+    if misbehaviour == "duplicate_index":  # one entry cannot repeat an index
+        requests.pop()
+    for route, body in requests:
+        answer = gateway.post(route, json=body)
+        assert answer.status_code == 502, answer.text
+        assert "index" in answer.json()["error"]

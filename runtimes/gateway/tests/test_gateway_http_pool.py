@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reward_gateway.http_pool import HttpPool, UpstreamClosed
+from reward_gateway.http_pool import BrokenAnswer, HttpPool
 from reward_testing import pki
 from reward_testing.ports import free_port
 
@@ -222,9 +222,9 @@ def test_an_answer_cut_short_fails_and_is_not_sent_again():
     async def test(server, url):
         pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
         assert await pool.post_json("/classify", b"1") == (200, b"1")
-        with pytest.raises(UpstreamClosed):  # on the kept-alive connection
+        with pytest.raises(BrokenAnswer):  # on the kept-alive connection
             await pool.post_json("/classify", b"2")
-        with pytest.raises(UpstreamClosed):  # on a fresh one
+        with pytest.raises(BrokenAnswer):  # on a fresh one
             await pool.post_json("/classify", b"3")
         # Each call was sent once: the upstream began answering, so it may have
         # done the work, and the call is not repeated behind the caller's back.
@@ -232,6 +232,22 @@ def test_an_answer_cut_short_fails_and_is_not_sent_again():
         await pool.close()
 
     run(crashes_mid_second_answer, test)
+
+
+@pytest.mark.parametrize("garbage", [b"SSH-2.0-OpenSSH_9.6\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"])
+def test_an_answer_that_is_not_http_fails_and_is_not_sent_again(garbage):
+    async def speaks_garbage(request):
+        return answer(request.body) if request.body == b"1" else garbage
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        assert await pool.post_json("/classify", b"1") == (200, b"1")
+        with pytest.raises(BrokenAnswer):
+            await pool.post_json("/classify", b"2")
+        assert [r.body for r in server.requests] == [b"1", b"2"]
+        await pool.close()
+
+    run(speaks_garbage, test)
 
 
 def test_a_call_given_up_on_does_not_leak_its_answer_into_the_next():
