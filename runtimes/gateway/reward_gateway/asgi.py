@@ -101,7 +101,6 @@ class ScoringFront:
                 return b"".join(chunks)
 
 
-
 def request_cost(body: bytes) -> int:
     """The most memory answering this body takes (see MAX_HELD_BYTES), from its bytes alone."""
     return COST_PER_BYTE * len(body) + COST_PER_STRING * (body.count(b'"') // 2)
