@@ -202,10 +202,11 @@ class FakeVllm:
 
 
 @contextmanager
-def serve_in_thread(app, port: int | None = None):
-    """Serve an ASGI app on a real loopback port for the duration of the block."""
+def serve_in_thread(app, port: int | None = None, **settings: Any):
+    """Serve an ASGI app on a real loopback port for the duration of the block (``settings``: uvicorn.Config's)."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **settings)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -9,6 +9,7 @@ the wrapped app.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -27,17 +28,26 @@ MAX_HELD_BYTES = 512 * 1024 * 1024
 COST_PER_BYTE = 13
 COST_PER_STRING = 1024
 BUSY_RETRY_AFTER_S = 1
+# A body must arrive within this, however slowly its client sends it (32 MiB
+# take 60 s at 560 KB/s): a slow client cannot hold its charge (and a task) for long.
+BODY_TIMEOUT_S = 60.0
 
 
 class ScoringFront:
     def __init__(
-        self, gateway: Gateway, app: Any, max_body_bytes: int = MAX_BODY_BYTES, max_held_bytes: int = MAX_HELD_BYTES
+        self,
+        gateway: Gateway,
+        app: Any,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_held_bytes: int = MAX_HELD_BYTES,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ):
         self.gateway = gateway
         self.app = app
         self.scoring_paths = gateway.paths
         self.max_body_bytes = max_body_bytes
         self.max_held_bytes = max_held_bytes
+        self.body_timeout_s = body_timeout_s
         self.held_bytes = 0  # bodies of the requests being read or answered
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -65,7 +75,13 @@ class ScoringFront:
             if self.held_bytes > self.max_held_bytes:
                 await _send_json(send, _busy())
                 return
-            body = await self._read_body(receive)
+            try:
+                async with asyncio.timeout(self.body_timeout_s):
+                    body = await self._read_body(receive)
+            except TimeoutError:
+                message = f"the request body did not arrive within {self.body_timeout_s:g} s"
+                await _send_json(send, Answer(408, {"error": message}, {"Connection": "close"}))
+                return
             if body is None:
                 await _send_json(send, self._too_large())
                 return

@@ -9,6 +9,7 @@ proxies' idle timeout, a graceful shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
 import uvicorn
@@ -26,6 +27,10 @@ GRACEFUL_SHUTDOWN_S = 30
 # A request head (request line and headers) above this is refused: httptools
 # itself has no limit (uvicorn's h11_max_incomplete_event_size is h11's only).
 MAX_HEAD_BYTES = 64 * 1024
+# A request head must arrive within this from its first byte (or from the
+# connection's opening): uvicorn's timeout_keep_alive covers only the idle time
+# between requests, so a client that sends half a head held its connection for ever.
+HEAD_TIMEOUT_S = 30.0
 
 
 class HeadTooLarge(Exception):
@@ -33,17 +38,46 @@ class HeadTooLarge(Exception):
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, with the bounds on request heads it lacks.
+    """uvicorn's httptools protocol, with the bounds on request heads it lacks:
+    their size and the time they take to arrive.
 
     An error raised in a parser callback fails the parse: uvicorn answers 400
     and closes the connection.
     """
 
     head_bytes = 0
+    head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._time_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_done()
+        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.head_bytes = 0
+        self._time_head()
+
+    def on_headers_complete(self) -> None:
+        self._head_done()
+        super().on_headers_complete()
+
+    def _time_head(self) -> None:
+        self._head_done()
+        self.head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timed_out)
+
+    def _head_done(self) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self.head_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))

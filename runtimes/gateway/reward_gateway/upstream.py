@@ -10,7 +10,9 @@ The one place that maps vLLM's outcomes to the gateway's answers:
 - 5xx: 502;
 - an answer cut short or not HTTP, or not JSON: 502 at once, never sent again
   (vLLM was reached and may have done the work);
-- no answer within the request timeout: 504.
+- no answer within the request timeout: 504;
+- no free slot for the call (REWARD_GATEWAY_MAX_CONCURRENCY in flight) within
+  the request timeout: 503 with Retry-After.
 """
 
 from __future__ import annotations
@@ -55,9 +57,20 @@ class VllmClient:
         """POST a JSON body and return vLLM's JSON answer, or raise UpstreamError.
 
         At most REWARD_GATEWAY_MAX_CONCURRENCY calls are in flight, whichever
-        route made them; the rest wait here."""
-        async with self.limit:
+        route made them; the rest wait here, at most the request timeout (then 503)."""
+        if self.limit.locked():  # all slots taken: wait, but not for ever
+            try:
+                async with asyncio.timeout(self.config.request_timeout_s):
+                    await self.limit.acquire()
+            except TimeoutError:
+                message = f"no free slot for a call to vLLM within {self.config.request_timeout_s:g} s"
+                raise self._failed(upstream_unavailable(message, RETRY_AFTER_S, reason="timeout")) from None
+        else:
+            await self.limit.acquire()
+        try:
             return await self._post(path, orjson.dumps(body))
+        finally:
+            self.limit.release()
 
     async def _post(self, path: str, payload: bytes) -> Any:
         deadline = time.monotonic() + self.config.scale_from_zero_timeout_s

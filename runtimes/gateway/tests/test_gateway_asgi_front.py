@@ -115,3 +115,28 @@ def test_a_body_that_could_not_fit_even_alone_is_refused_with_413(gateway):
     front = ScoringFront(gateway, None, max_body_bytes=len(body), max_held_bytes=256 * 1024 * 1024)
     status, answer = call(front, "POST", "/get_reward", body)
     assert status == 413 and b"too many strings" in answer
+
+
+def test_a_body_that_does_not_arrive_in_time_answers_408(gateway):
+    sent: list[dict] = []
+    first = True
+
+    async def receive():  # one chunk, then nothing more
+        nonlocal first
+        if first:
+            first = False
+            return {"type": "http.request", "body": b'{"query": ', "more_body": True}
+        await asyncio.Event().wait()
+
+    async def send(message):
+        sent.append(message)
+
+    async def main():
+        front = ScoringFront(gateway, None, body_timeout_s=0.2)
+        scope = {"type": "http", "method": "POST", "path": "/get_reward", "headers": []}
+        async with asyncio.timeout(10):  # a bound for the test, not the gateway's
+            await front(scope, receive, send)
+        assert front.held_bytes == 0
+
+    asyncio.run(main())
+    assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
