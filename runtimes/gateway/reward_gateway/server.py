@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -18,6 +19,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from reward_gateway.app import build_app
 from reward_gateway.config import GatewayConfig
 from reward_gateway.gateway import Gateway
+from reward_gateway.logs import SafeAccessLine
 
 # Longer than the idle timeout of the proxies in front (Knative's queue-proxy,
 # Istio/Envoy): the proxy closes an idle connection first, never the gateway
@@ -127,6 +129,8 @@ def serve(config: GatewayConfig) -> None:
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
+    # Escaped, and without query strings, where the access log is on.
+    logging.getLogger("uvicorn.access").addFilter(SafeAccessLine())
     settings.load()  # imports the protocol classes now, so the collector freezes them too
     _calm_garbage_collector()
     uvicorn.Server(settings).run()

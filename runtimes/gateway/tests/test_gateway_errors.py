@@ -183,3 +183,16 @@ def test_wrong_indexes_in_vllms_answer_are_a_502_not_swapped_rewards(start_gatew
         answer = gateway.post(route, json=body)
         assert answer.status_code == 502, answer.text
         assert "index" in answer.json()["error"]
+
+
+def test_the_access_line_filter_escapes_and_leaves_out_the_query():
+    import logging
+
+    from reward_gateway.logs import SafeAccessLine
+
+    record = logging.LogRecord("uvicorn.access", 20, "", 0, '%s - "%s %s HTTP/%s" %d', None, None)
+    record.args = ("1.2.3.4:5", "GET", "/health\r\nFORGED?token=s3cret", "1.1", 404)
+    assert SafeAccessLine().filter(record)
+    line = record.getMessage()
+    assert line == '1.2.3.4:5 - "GET /health\\r\\nFORGED?... HTTP/1.1" 404'
+    assert "\n" not in line and "s3cret" not in line
