@@ -59,6 +59,10 @@ class _Connection(asyncio.Protocol):
             self._fail(BrokenAnswer("the upstream closed the connection in the middle of its answer"))
         else:
             self._fail(UpstreamClosed("the upstream closed the connection"))
+        # The parser holds this protocol (its callbacks): a cycle that, with the
+        # server's calm collector, would keep every closed connection for hours.
+        self.parser = None  # type: ignore[assignment]
+        self.transport = None
 
     # httptools callbacks
 

@@ -5,7 +5,8 @@ start-up objects, young collections every 100 000 allocations): anything a
 request leaves in a reference cycle is promoted past the young generation
 while other requests run, and then waits for a full collection that hardly
 ever comes. So no request may leave a cycle behind; failures are where they
-hide (an exception's traceback holds the frames that hold the request). These
+hide (an exception's traceback holds the frames that hold the request; a call
+cancelled by a failed sibling closes its connection, whose parser holds it). These
 tests run with the collector off, which is the server's setting made strict.
 """
 
@@ -22,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from reward_gateway.config import load_config
 from reward_gateway.gateway import Gateway
+from reward_gateway.http_pool import HttpPool
 from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.scorer import Scorer
 from reward_testing.fake_vllm import MAX_CHARS
@@ -51,18 +53,24 @@ def leftovers(backend, monkeypatch, route: str, body: dict, **env: str) -> tuple
         return calls
 
     monkeypatch.setattr(Scorer, "plan", watching_plan)
+    connect = HttpPool._connect
+
+    async def watching_connect(self):
+        connection = await connect(self)
+        watched.append((f"connection {len(watched)}", weakref.ref(connection)))
+        return connection
+
+    monkeypatch.setattr(HttpPool, "_connect", watching_connect)
     settings = {"REWARD_GATEWAY_UPSTREAM_URL": backend.url, "REWARD_GATEWAY_MODEL_NAME": "rm"}
     settings.update({f"REWARD_GATEWAY_{key.upper()}": value for key, value in env.items()})
 
     async def main() -> tuple[int, list[str]]:
         gateway = Gateway(load_config(settings), GatewayMetrics(CollectorRegistry()))
-        try:
-            answer = await gateway.answer(route, orjson.dumps(body), None)
-            for _ in range(3):  # the finished tasks' callbacks run
-                await asyncio.sleep(0)
-            return answer.status, [name for name, ref in watched if ref() is not None]
-        finally:
-            await gateway.close()
+        answer = await gateway.answer(route, orjson.dumps(body), None)
+        await gateway.close()  # its idle connections are the pool's to keep until then
+        for _ in range(5):  # the finished tasks' callbacks run, closed connections are lost
+            await asyncio.sleep(0)
+        return answer.status, [name for name, ref in watched if ref() is not None]
 
     with collector_off():
         status, alive = asyncio.run(main())
