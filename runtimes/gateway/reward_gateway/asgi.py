@@ -56,7 +56,7 @@ class ScoringFront:
             await self.app(scope, receive, send)
             return
         if scope["method"] != "POST":
-            await _send_json(send, Answer(405, {"error": f"{scope['path']} takes POST"}, {"Allow": "POST"}))
+            await self._refuse(send, label, Answer(405, {"error": f"{scope['path']} takes POST"}, {"Allow": "POST"}))
             return
         authorization, declared = None, 0
         for name, value in scope["headers"]:
@@ -67,36 +67,41 @@ class ScoringFront:
         # Refused before a byte of the body is read: a declared length over the
         # limit, or no room for it among the bodies held now.
         if declared > self.max_body_bytes:
-            await _send_json(send, self._too_large())
+            await self._refuse(send, label, self._too_large())
             return
         held = declared
         self.held_bytes += held
         try:
             if self.held_bytes > self.max_held_bytes:
-                await _send_json(send, _busy())
+                await self._refuse(send, label, _busy())
                 return
             try:
                 async with asyncio.timeout(self.body_timeout_s):
                     body = await self._read_body(receive)
             except TimeoutError:
                 message = f"the request body did not arrive within {self.body_timeout_s:g} s"
-                await _send_json(send, Answer(408, {"error": message}, {"Connection": "close"}))
+                await self._refuse(send, label, Answer(408, {"error": message}, {"Connection": "close"}))
                 return
             if body is None:
-                await _send_json(send, self._too_large())
+                await self._refuse(send, label, self._too_large())
                 return
             cost = request_cost(body)
             if cost > self.max_held_bytes:  # would not fit even alone
-                await _send_json(send, self._too_large())
+                await self._refuse(send, label, self._too_large())
                 return
             self.held_bytes += cost - held
             held = cost
             if self.held_bytes > self.max_held_bytes:
-                await _send_json(send, _busy())
+                await self._refuse(send, label, _busy())
                 return
-            await _send_json(send, await self.gateway.answer(label, body, authorization))
+            await _send_json(send, await self.gateway.answer(label, body, authorization))  # counted there
         finally:
             self.held_bytes -= held
+
+    async def _refuse(self, send: Any, label: str, answer: Answer) -> None:
+        """Answer without running the route; counted like every other answer."""
+        self.gateway.count(label, answer.status)
+        await _send_json(send, answer)
 
     def _too_large(self) -> Answer:
         message = (

@@ -112,6 +112,10 @@ class Gateway:
             items.inc(tally.items)
         return answer
 
+    def count(self, route: str, status: int) -> None:
+        """Count an answer given without running the route (the ASGI front's refusals)."""
+        self._outcome(route, status)[0].inc()
+
     def _outcome(self, route: str, status: int) -> tuple[Any, Any]:
         """The requests and items counters for a route's answer with this status."""
         key = (route, status)

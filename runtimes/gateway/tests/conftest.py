@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from contextlib import ExitStack
 
 import httpx
@@ -13,6 +16,7 @@ from reward_gateway.config import load_config
 from reward_gateway.gateway import Gateway
 from reward_gateway.metrics import GatewayMetrics
 from reward_testing.fake_vllm import FakeVllm, serve_in_thread
+from reward_testing.waiting import wait_until
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +51,34 @@ def start_gateway(backend):
             return client
 
         yield start
+
+
+@pytest.fixture
+def run_gateway(tmp_path):
+    """Start `python -m reward_gateway` with these args and environment (nothing else of REWARD_GATEWAY_*);
+    returns its URL and log file once /v1/models/<ready_name> answers (the last process: `run.process`)."""
+    with ExitStack() as stack:
+
+        def run(args: list[str], env: dict[str, str], port: int, ready_name: str):
+            clean = {key: value for key, value in os.environ.items() if not key.startswith("REWARD_GATEWAY_")}
+            log = tmp_path / f"gateway-{port}.log"
+            with open(log, "wb") as out:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "reward_gateway", *args], env={**clean, **env}, stdout=out, stderr=out
+                )
+            stack.callback(process.wait, timeout=20)
+            stack.callback(process.terminate)
+            url = f"http://127.0.0.1:{port}"
+
+            def ready() -> bool:
+                assert process.poll() is None, log.read_text()
+                try:
+                    return httpx.get(f"{url}/v1/models/{ready_name}", timeout=1).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            wait_until("the gateway's readiness route", ready, timeout=60, interval=0.1)
+            run.process = process
+            return url, log
+
+        yield run

@@ -140,3 +140,11 @@ def test_a_body_that_does_not_arrive_in_time_answers_408(gateway):
 
     asyncio.run(main())
     assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
+
+
+def test_refusals_ahead_of_the_routes_are_counted_too(gateway):
+    assert call(ScoringFront(gateway, None), "GET", "/get_reward")[0] == 405
+    assert call(ScoringFront(gateway, None, max_body_bytes=10), "POST", "/get_reward", b"x" * 50)[0] == 413
+    for code in ("405", "413"):
+        labels = {"model": "rm", "route": "get_reward", "code": code}
+        assert gateway.metrics.registry.get_sample_value("reward_gateway_requests_total", labels) == 1

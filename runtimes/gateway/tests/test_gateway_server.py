@@ -3,11 +3,7 @@ process, with the arguments KServe appends to the container's command."""
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
-from contextlib import ExitStack
 
 import httpx
 import pytest
@@ -20,35 +16,6 @@ from reward_testing.waiting import wait_until
 def kserve_args(isvc: str, predictor_host: str, http_port: int) -> list[str]:
     """What KServe appends to a transformer container's args (and --workers with containerConcurrency)."""
     return ["--model_name", isvc, "--predictor_host", predictor_host, "--http_port", str(http_port)]
-
-
-@pytest.fixture
-def run_gateway(tmp_path):
-    """Start the gateway process; returns its URL and log file once /v1/models/<ready_name> answers."""
-    with ExitStack() as stack:
-
-        def run(args: list[str], env: dict[str, str], port: int, ready_name: str):
-            clean = {key: value for key, value in os.environ.items() if not key.startswith("REWARD_GATEWAY_")}
-            log = tmp_path / f"gateway-{port}.log"
-            with open(log, "wb") as out:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "reward_gateway", *args], env={**clean, **env}, stdout=out, stderr=out
-                )
-            stack.callback(process.wait, timeout=20)
-            stack.callback(process.terminate)
-            url = f"http://127.0.0.1:{port}"
-
-            def ready() -> bool:
-                assert process.poll() is None, log.read_text()
-                try:
-                    return httpx.get(f"{url}/v1/models/{ready_name}", timeout=1).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_until("the gateway's readiness route", ready, timeout=60, interval=0.1)
-            return url, log
-
-        yield run
 
 
 def test_kserves_args_alone_configure_the_gateway(run_gateway, backend):
