@@ -9,7 +9,6 @@ kwok's nodes, and its status is the one KServe writes.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 
 import pytest
@@ -180,12 +179,17 @@ def test_no_fight_with_kserves_defaulting(cluster, namespace, operator):
     first = isvc_of(cluster, namespace, "skywork-rm")
     reconciles_before = _reconciles(operator)
     merge_patch(cluster, namespace, "rewardmodel", {"metadata": {"annotations": {"touched": "1"}}})
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        now = isvc_of(cluster, namespace, "skywork-rm")
-        assert now["metadata"]["generation"] == first["metadata"]["generation"]
-        assert now["spec"] == first["spec"]
-        time.sleep(2)
+    # every change to the InferenceService from `first` on, for 60 s: the API server's own watch
+    watch = cluster.kubectl(
+        "get", "--raw",
+        f"/apis/serving.kserve.io/v1beta1/namespaces/{namespace}/inferenceservices?watch=1"
+        f"&fieldSelector=metadata.name%3Dskywork-rm&resourceVersion={first['metadata']['resourceVersion']}"
+        "&timeoutSeconds=60",
+    )  # fmt: skip
+    changes = [json.loads(line)["object"] for line in watch.stdout.splitlines() if line.strip()]
+    for changed in changes:
+        assert changed["metadata"]["generation"] == first["metadata"]["generation"]
+        assert changed["spec"] == first["spec"]
     assert _reconciles(operator) > reconciles_before, "the operator reconciled (and re-applied) meanwhile"
 
 
@@ -315,22 +319,23 @@ spec:
 """
 
 
-def test_a_runtime_without_the_model_format_shows_kserves_reason(cluster, namespace, operator):
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=NO_VLLM_RUNTIME)
-    apply_reward_model(cluster, namespace, name="wrong-runtime", runtime="sklearn-only")
-    obj = wait_for_reason(cluster, namespace, "wrong-runtime", "NoSupportingRuntime")
-    ready = condition(obj)
+def _served_on(cluster, namespace: str, runtime: str, name: str, reason: str) -> dict:
+    """A RewardModel on ``runtime`` (a ServingRuntime manifest): its Ready=False condition with KServe's ``reason``."""
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=runtime)
+    apply_reward_model(cluster, namespace, name=name, runtime=yaml.safe_load(runtime)["metadata"]["name"])
+    ready = condition(wait_for_reason(cluster, namespace, name, reason))
     assert ready["status"] == "False"
+    return ready
+
+
+def test_a_runtime_without_the_model_format_shows_kserves_reason(cluster, namespace, operator):
+    ready = _served_on(cluster, namespace, NO_VLLM_RUNTIME, "wrong-runtime", "NoSupportingRuntime")
     assert "does not support" in ready["message"], ready["message"]
     assert operator.alive()
 
 
 def test_a_crash_looping_predictor_shows_kserves_reason_and_exit_code(cluster, namespace, operator):
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=CRASHING_RUNTIME)
-    apply_reward_model(cluster, namespace, name="crashing", runtime="crashing-vllm")
-    obj = wait_for_reason(cluster, namespace, "crashing", "ModelLoadFailed")
-    ready = condition(obj)
-    assert ready["status"] == "False"
+    ready = _served_on(cluster, namespace, CRASHING_RUNTIME, "crashing", "ModelLoadFailed")
     assert "exit code 1" in ready["message"], ready["message"]
     wait_until(
         "the Warning event", lambda: "Warning" in [e["type"] for e in events_for(cluster, namespace, "crashing")]
