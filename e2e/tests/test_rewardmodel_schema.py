@@ -78,6 +78,13 @@ INVALID = {
         _set("spec.gateway", {"chatTemplateMode": "gateway"}),
         "gateway.chatTemplateMode: gateway renders model.chatTemplate",
     ),
+    "gateway-template-eos-unknown": (
+        lambda o: (
+            o["spec"]["model"].update(chatTemplate="{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}"),
+            o["spec"].update(gateway={"chatTemplateMode": "gateway"}),
+        ),
+        "model.chatTemplate writes eos_token, which the gateway cannot learn from vLLM: set gateway.eosToken",
+    ),
     "bad-name": (_set("metadata.name", "9-" + "x" * 50), "metadata.name must start with a letter"),
     # what KServe v0.20 would refuse later, refused at the door with the reason
     "go-template-in-extra-args": (

@@ -135,6 +135,7 @@ def test_every_optional_gateway_setting_reaches_the_gateway():
     reward_model = copy.deepcopy(CASES["process-knative"])
     settings = {
         "bosToken": "<s>",
+        "eosToken": "</s>",
         "stepTag": "<step>",
         "stepAggregate": "last",
         "maxConcurrency": 7,
@@ -147,8 +148,11 @@ def test_every_optional_gateway_setting_reaches_the_gateway():
     reward_model["spec"].setdefault("gateway", {}).update(settings)
     isvc = inference_service(reward_model)
     env = {e["name"]: e["value"] for e in isvc["spec"]["transformer"]["containers"][0]["env"]}
+    # The special tokens are the chat template's, so they are read with one (here inline).
+    env |= {"REWARD_GATEWAY_CHAT_TEMPLATE_MODE": "gateway", "REWARD_GATEWAY_CHAT_TEMPLATE": "{{ messages }}"}
     config = load_config(env)
-    assert (config.bos_token, config.step_tag, config.step_aggregate) == ("<s>", "<step>", "last")
+    assert (config.chat_template.bos_token, config.chat_template.eos_token) == ("<s>", "</s>")
+    assert (config.step_tag, config.step_aggregate) == ("<step>", "last")
     assert (config.max_concurrency, config.request_timeout_s, config.scale_from_zero_timeout_s) == (7, 11, 13)
     assert (config.max_items, config.truncate_prompt_tokens) == (17, 19)
 
@@ -188,7 +192,7 @@ def test_knative_mode_scales_on_concurrency_and_waits_for_a_cold_model():
     assert "deploymentStrategy" not in predictor, "Knative's validation refuses it"
     assert predictor["annotations"]["serving.knative.dev/progress-deadline"] == "3600s"
     # the gateway may hold a request through a scale from zero and then one vLLM call
-    assert isvc["spec"]["transformer"]["timeout"] == 300 + 180
+    assert isvc["spec"]["transformer"]["timeout"] == 150 + 180
 
 
 def test_transformer_names_the_model_as_vllm_serves_it():

@@ -39,7 +39,7 @@ def step_probability(text_up_to_step: str) -> float:
 
 def conversation_text(messages: list[dict[str, str]]) -> str:
     # Stands in for the model's own chat template when vLLM templates messages.
-    return "".join(f"<{m['role']}>{m['content']}" for m in messages)
+    return "".join(f"<{m['role']}>{m.get('content') or ''}" for m in messages)
 
 
 class EngineSteps:
@@ -106,6 +106,8 @@ class FakeVllm:
         self.engine = engine
         self.residence: dict[str, float] = {}
         self.scorers = {"/classify": self._classify, "/pooling": self._pooling}
+        # What the served tokenizer puts in front of a text with add_special_tokens (None: nothing, as Qwen's).
+        self.bos_token: str | None = "<s>"
         self.app = self
 
     async def __call__(self, scope, receive, send) -> None:
@@ -121,13 +123,9 @@ class FakeVllm:
         elif path == "/fake/residence":
             status, answer, self.residence = 200, self.residence, {}
         elif path in self.scorers and scope["method"] == "POST":
-            body = b""
-            while True:
-                message = await receive()
-                body += message.get("body", b"")
-                if not message.get("more_body"):
-                    break
-            status, answer = await self._answer(path, json.loads(body), self.scorers[path])
+            status, answer = await self._answer(path, json.loads(await _read(receive)), self.scorers[path])
+        elif path == "/tokenize" and scope["method"] == "POST":
+            status, answer = 200, self._tokenize(json.loads(await _read(receive)))
         else:
             status, answer = 404, {"error": {"message": f"no route {path}", "code": 404}}
         payload = json.dumps(answer).encode()
@@ -170,6 +168,16 @@ class FakeVllm:
             "data": data,
         }
 
+    def _tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's /tokenize for a prompt: a token per whitespace word, BOS first where the tokenizer adds one."""
+        self.calls.append(("/tokenize", body))
+        strings = body["prompt"].split()
+        if body.get("add_special_tokens", True) and self.bos_token is not None:
+            strings.insert(0, self.bos_token)
+        tokens = [zlib.crc32(string.encode()) % 32000 for string in strings]
+        answer = {"count": len(tokens), "max_model_len": MAX_CHARS, "tokens": tokens}
+        return answer | ({"token_strs": strings} if body.get("return_token_strs") else {})
+
     @staticmethod
     def _texts(body: dict[str, Any]) -> list[str]:
         if "messages" in body:
@@ -199,6 +207,15 @@ class FakeVllm:
         words = text.split(" ")
         values = [[logit(" ".join(words[: i + 1]))] for i in range(len(words))]
         return {"index": index, "object": "pooling", "data": values}
+
+
+async def _read(receive) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
 
 
 @contextmanager

@@ -59,3 +59,18 @@ DNS_LABEL_MAX = 63
 
 def cluster_local_url(service: str, namespace: str) -> str:
     return f"http://{service}.{namespace}.{CLUSTER_DOMAIN}"
+
+
+# Values of COMPONENT_LABEL on KServe's pods (components/predictor.go, transformer.go).
+PREDICTOR_COMPONENT = "predictor"
+TRANSFORMER_COMPONENT = "transformer"
+
+# ---- Knative mode's data path ----------------------------------------------------
+
+# Requests reach a revision's pods through Knative's activator (knative-serving) or
+# the local ingress gateway KServe's shipped config names
+# (knative-local-gateway.istio-system), always on queue-proxy's ports, never on the
+# container's; Knative's autoscaler scrapes queue-proxy's metrics port.
+KNATIVE_SYSTEM_NAMESPACES = ("knative-serving", "istio-system")
+KNATIVE_QUEUE_PROXY_PORTS = (8012, 8112)  # http, https (system-internal TLS)
+KNATIVE_USER_METRICS_PORT = 9091  # queue-proxy's request metrics, for Prometheus

@@ -74,10 +74,27 @@ class GatewayResources(TypedDict, total=False):
     memory: int | str
 
 
+class LabelSelectorRequirement(TypedDict):
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist
+    values: NotRequired[list[str]]
+
+
+class LabelSelector(TypedDict, total=False):
+    matchLabels: dict[str, str]
+    matchExpressions: list[LabelSelectorRequirement]
+
+
+class NetworkPeer(TypedDict, total=False):
+    namespaceSelector: LabelSelector
+    podSelector: LabelSelector
+
+
 class GatewaySpec(TypedDict):
     enabled: bool  # defaulted
     chatTemplateMode: str  # upstream | gateway (defaulted)
     bosToken: NotRequired[str]
+    eosToken: NotRequired[str]
     stepTag: NotRequired[str]
     stepAggregate: NotRequired[str]
     maxConcurrency: NotRequired[int]
@@ -87,6 +104,8 @@ class GatewaySpec(TypedDict):
     truncatePromptTokens: NotRequired[int]
     authSecretRef: NotRequired[KeyRef]
     resources: NotRequired[GatewayResources]
+    allowedClients: NotRequired[list[NetworkPeer]]
+    monitoringNamespaceSelector: NotRequired[LabelSelector]
 
 
 class RewardModelSpec(TypedDict):

@@ -27,7 +27,11 @@ def _group_version(api_version: str) -> tuple[str, str]:
 
 
 def plural_of(kind: str) -> str:
-    return kind.lower() + "s"
+    """The resource name of a kind: ``inferenceservices``, ``networkpolicies``."""
+    lower = kind.lower()
+    if lower.endswith("y") and lower[-2:-1] not in tuple("aeiou"):
+        return lower[:-1] + "ies"
+    return lower + "s"
 
 
 def or_none(read: Callable[[], T]) -> T | None:
@@ -82,6 +86,57 @@ def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         if not 200 <= response.status <= 299:
             raise ApiException.from_response(http_resp=response, body=None, data=None)
     return json.loads(response.data)
+
+
+def _call(method: str, path: str, query: list[tuple[str, str]], body: dict[str, Any] | None = None) -> Any:
+    """One request to any kind's REST path; the decoded answer (ApiException on a non-2xx)."""
+    client = api_client()
+    request = client.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=query,
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = client.call_api(*request)
+    response.read()
+    if not 200 <= response.status <= 299:
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    return json.loads(response.data)
+
+
+def prune(
+    api_version: str, kind: str, namespace: str, labels: dict[str, str], owner_uid: str, keep: set[str]
+) -> list[str]:
+    """Delete the objects of ``kind`` labelled ``labels`` and controlled by ``owner_uid`` whose names are not
+    in ``keep``; returns the names deleted. Nothing else is touched: an object someone else made, even one
+    with our labels, has no controller reference to this owner."""
+    collection = object_path(api_version, kind, "", namespace).rstrip("/")
+    selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+    deleted = []
+    with translated():
+        listed = _call("GET", collection, [("labelSelector", selector)])
+        for item in listed.get("items", []):
+            metadata = item["metadata"]
+            controlled = any(
+                ref.get("controller") and ref.get("uid") == owner_uid for ref in metadata.get("ownerReferences", [])
+            )
+            if not controlled or metadata["name"] in keep:
+                continue
+            try:
+                # the uid precondition: a same-named object made since the list is left alone
+                _call(
+                    "DELETE",
+                    f"{collection}/{metadata['name']}",
+                    [],
+                    {"preconditions": {"uid": metadata["uid"]}, "propagationPolicy": "Background"},
+                )
+            except ApiException as error:
+                if not is_not_found(error):
+                    raise
+            deleted.append(metadata["name"])
+    return deleted
 
 
 def patch_status(api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:

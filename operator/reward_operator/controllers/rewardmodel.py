@@ -20,7 +20,7 @@ from ..cluster import Refused, gather, objects
 from ..metrics import OperatorMetrics
 from ..policy import dependencies, names, readiness
 from ..policy.conditions import not_ready
-from ..render import render_reward_model
+from ..render import PRUNED_KINDS, render_reward_model
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner
 
@@ -31,7 +31,18 @@ def _inference_service(children: list[dict[str, Any]]) -> dict[str, Any] | None:
     return next((child for child in children if child["kind"] == kserve.INFERENCE_SERVICE_KIND), None)
 
 
-def sync(reward_model: dict[str, Any], settings: Settings) -> Outcome:
+def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], logger: Logger) -> None:
+    """Delete the children of the kinds that come and go with the spec which it no longer renders
+    (the NetworkPolicies once gateway.allowedClients is removed)."""
+    metadata = reward_model["metadata"]
+    labels = {**MANAGED_BY, owner_label(KIND): metadata["name"]}
+    for api_version, kind in PRUNED_KINDS:
+        keep = {c["metadata"]["name"] for c in children if (c["apiVersion"], c["kind"]) == (api_version, kind)}
+        for name in objects.prune(api_version, kind, metadata["namespace"], labels, metadata["uid"], keep):
+            logger.info("%s %s is no longer rendered; deleted", kind, name)
+
+
+def sync(reward_model: dict[str, Any], settings: Settings, logger: Logger) -> Outcome:
     metadata = reward_model["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
 
@@ -49,12 +60,14 @@ def sync(reward_model: dict[str, Any], settings: Settings) -> Outcome:
         )
 
     applied = []
-    for child in render_reward_model(reward_model, settings.gateway_image):
+    children = render_reward_model(reward_model, settings.gateway_image)
+    for child in children:
         try:
             applied.append(objects.apply(child))
         except Refused as error:
             message = f"{child['kind']} {child['metadata']['name']} rejected: {error.message}"
             return Outcome(not_ready(conditions.APPLY_FAILED, message), {}, "apply_failed")
+    _prune(reward_model, children, logger)
 
     isvc = _inference_service(applied)
     fields = readiness.inference_service_fields(isvc)
@@ -67,7 +80,7 @@ def sync(reward_model: dict[str, Any], settings: Settings) -> Outcome:
 
 def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics) -> Runner:
     """Wire the RewardModel handlers into ``registry``; returns the runner they share."""
-    runner = Runner(API_VERSION, KIND, lambda obj, _logger: sync(obj, settings), apply_defaults, runner_metrics)
+    runner = Runner(API_VERSION, KIND, lambda obj, logger: sync(obj, settings, logger), apply_defaults, runner_metrics)
     resource = (GROUP, VERSION, REWARD_MODEL_PLURAL)
 
     @kopf.on.resume(*resource, registry=registry)

@@ -10,7 +10,9 @@ from typing import Any
 
 from ..api.defaults import apply_defaults
 from ..api.names import DEFAULT_GATEWAY_IMAGE
-from .rewardmodel import reward_model_children
+from .rewardmodel import PRUNED_KINDS, reward_model_children
+
+__all__ = ["PRUNED_KINDS", "render_reward_model"]
 
 
 def render_reward_model(

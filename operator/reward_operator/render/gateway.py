@@ -21,6 +21,7 @@ DEFAULT_GATEWAY_RESOURCES = {"cpu": "1", "memory": "1Gi"}
 # spec.gateway field -> REWARD_GATEWAY_* variable, for the optional settings.
 _OPTIONAL_ENV = (
     ("bosToken", "BOS_TOKEN"),
+    ("eosToken", "EOS_TOKEN"),
     ("stepTag", "STEP_TAG"),
     ("stepAggregate", "STEP_AGGREGATE"),
     ("maxConcurrency", "MAX_CONCURRENCY"),

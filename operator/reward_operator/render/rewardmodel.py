@@ -1,5 +1,6 @@
 """RewardModel -> its children: a ConfigMap with its chat template (when it has
-one) and the InferenceService (vLLM pooling predictor, reward gateway transformer)."""
+one), NetworkPolicies for the gateway's allowed clients (when it names them) and
+the InferenceService (vLLM pooling predictor, reward gateway transformer)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from ..api.kserve import STORAGE_SECRET_NAME
 from ..api.types import RewardModel
-from . import chat_template
+from . import chat_template, networkpolicy
 from .gateway import transformer
 from .inferenceservice import annotations, inference_service
 from .metadata import child_metadata
@@ -15,6 +16,9 @@ from .predictor import model, model_env, predictor, resources
 from .vllm_args import vllm_args
 
 COMPONENT = "reward-model"
+# Children that come and go with the spec: the controller deletes the ones of
+# these kinds it owns and no longer renders (the rest live as long as their owner).
+PRUNED_KINDS = ((networkpolicy.API_VERSION, networkpolicy.KIND),)
 
 
 def served_name(reward_model: RewardModel) -> str:
@@ -26,6 +30,10 @@ def reward_model_children(reward_model: RewardModel, gateway_image: str) -> list
     children = []
     if template := reward_model["spec"]["model"].get("chatTemplate"):
         children.append(chat_template.config_map(reward_model, template))  # mounted: applied first
+    # before the InferenceService, so its pods never run unprotected
+    children += networkpolicy.network_policies(
+        reward_model, reward_model["metadata"]["name"], reward_model["spec"]["gateway"], reward_model["spec"]["serving"]
+    )
     children.append(reward_model_inference_service(reward_model, gateway_image))
     return children
 

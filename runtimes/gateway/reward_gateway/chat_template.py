@@ -12,7 +12,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import TemplateError, meta
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -43,6 +43,11 @@ class ChatTemplateRenderer:
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         self._template = env.from_string(template.source)
+        used = meta.find_undeclared_variables(env.parse(template.source))
+        # A template that writes bos_token with no BOS known would silently
+        # render without it: the scorer learns it from vLLM's tokenizer first.
+        self.needs_bos = "bos_token" in used and template.bos_token is None
+        self.needs_eos = "eos_token" in used and template.eos_token is None
         # What Template.render assembles on every call (its globals, a ChainMap
         # walked key by key, merged with the variables) is merged once here: a
         # group of 8 renders 8 times, and that assembly was a third of each render.
@@ -54,7 +59,12 @@ class ChatTemplateRenderer:
             "eos_token": template.eos_token or "",
         }
 
-    def render(self, messages: list[dict[str, str]]) -> str:
+    def learnt_bos(self, bos: str) -> None:
+        """The BOS text of the served tokenizer ("" where it adds none), learnt from vLLM."""
+        self._variables["bos_token"] = bos
+        self.needs_bos = False
+
+    def render(self, messages: list[dict[str, Any]]) -> str:
         context = self._template.new_context({**self._variables, "messages": messages}, shared=True)
         try:
             return "".join(self._template.root_render_func(context))

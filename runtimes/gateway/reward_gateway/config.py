@@ -71,10 +71,9 @@ class GatewayConfig:
     step_aggregate: str = "min"
     template_mode: str = "upstream"
     chat_template: ChatTemplate | None = None
-    bos_token: str | None = None
     max_concurrency: int = 64
     request_timeout_s: float = 180.0
-    scale_from_zero_timeout_s: float = 300.0
+    scale_from_zero_timeout_s: float = 150.0
     max_items: int = 8192
     truncate_prompt_tokens: int | None = None
     auth_token_file: Path | None = None
@@ -90,13 +89,6 @@ class GatewayConfig:
         """The names the KServe v1 routes (readiness, listing, predict) answer to."""
         return (self.model_name, self.isvc_name) if self.isvc_name else (self.model_name,)
 
-    @property
-    def known_bos(self) -> str | None:
-        """The BOS string, from the template's tokenizer config or set on its own."""
-        if self.bos_token:
-            return self.bos_token
-        return self.chat_template.bos_token if self.chat_template else None
-
 
 def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None = None) -> GatewayConfig:
     env = os.environ if env is None else env
@@ -104,6 +96,14 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
     reader = _Reader(env)
     mode = reader.choice("CHAT_TEMPLATE_MODE", TEMPLATE_MODES, "upstream")
     template = _load_template(reader)
+    if template is not None:
+        # Set on their own, the special tokens win over a tokenizer config's; a
+        # BOS known from neither is learnt from vLLM's tokenizer (reward_gateway.scorer).
+        template = ChatTemplate(
+            template.source,
+            reader.text("BOS_TOKEN", "") or template.bos_token,
+            reader.text("EOS_TOKEN", "") or template.eos_token,
+        )
     if mode == "gateway" and template is None:
         raise ConfigError(
             f"{PREFIX}CHAT_TEMPLATE_MODE=gateway needs {PREFIX}CHAT_TEMPLATE_FILE or {PREFIX}CHAT_TEMPLATE"
@@ -119,10 +119,9 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         step_aggregate=reader.choice("STEP_AGGREGATE", STEP_AGGREGATES, "min"),
         template_mode=mode,
         chat_template=template,
-        bos_token=reader.text("BOS_TOKEN", "") or None,
         max_concurrency=reader.integer("MAX_CONCURRENCY", 64, minimum=1),
         request_timeout_s=reader.seconds("REQUEST_TIMEOUT_SECONDS", 180.0),
-        scale_from_zero_timeout_s=reader.seconds("SCALE_FROM_ZERO_TIMEOUT_SECONDS", 300.0, allow_zero=True),
+        scale_from_zero_timeout_s=reader.seconds("SCALE_FROM_ZERO_TIMEOUT_SECONDS", 150.0, allow_zero=True),
         max_items=reader.integer("MAX_ITEMS", 8192, minimum=1),
         truncate_prompt_tokens=reader.integer("TRUNCATE_PROMPT_TOKENS", 0, minimum=-1) if truncate else None,
         auth_token_file=Path(token_file) if token_file else None,

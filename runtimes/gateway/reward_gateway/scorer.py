@@ -9,26 +9,33 @@ scores come back in the order of the items.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from reward_gateway.chat_template import ChatTemplateRenderer
 from reward_gateway.config import GatewayConfig
-from reward_gateway.errors import BadRequest
+from reward_gateway.errors import BadRequest, UpstreamError
 from reward_gateway.extract import Score
 from reward_gateway.kinds import KINDS
 from reward_gateway.upstream import VllmClient
 from reward_gateway.wire import ScoringItem
 
+logger = logging.getLogger("reward_gateway")
+
+TOKENIZE_PATH = "/tokenize"
+
 
 @dataclass
 class _Call:
-    """One upstream call: the positions of its items and what to send for them."""
+    """One upstream call: the positions of its items and what to send for them.
+
+    Texts go with add_special_tokens false: rendered templates write their own
+    BOS, and finished text is scored exactly as given (see ScoringItem)."""
 
     positions: list[int]
     texts: list[str] | None = None
-    add_special_tokens: bool = False
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, Any]] | None = None
 
 
 class Scorer:
@@ -40,8 +47,11 @@ class Scorer:
         self.renderer = None
         if config.template_mode == "gateway" and config.chat_template is not None:
             self.renderer = ChatTemplateRenderer(config.chat_template)
+        self._learning_bos = asyncio.Lock()
 
     async def score(self, items: list[ScoringItem]) -> list[Score]:
+        if self.renderer is not None and self.renderer.needs_bos:
+            await self._learn_bos()
         calls = self.plan(items)
         results: list[Score | None] = [None] * len(items)
 
@@ -66,43 +76,41 @@ class Scorer:
     def plan(self, items: list[ScoringItem]) -> list[_Call]:
         """Turn items into calls; raises BadRequest before anything is sent."""
         calls: list[_Call] = []
-        by_group: dict[tuple[str, bool], _Call] = {}
+        by_group: dict[str, _Call] = {}
         for position, item in enumerate(items):
             if item.conversation is not None and self.renderer is None:
                 # vLLM templates one conversation per request with the model's own template.
                 self._check_step_tags(item.conversation[-1]["content"])
                 calls.append(_Call([position], messages=item.conversation))
                 continue
-            text, add_special_tokens = self._text(item)
-            self._check_step_tags(text)
+            text = item.text if item.conversation is None else self.renderer.render(item.conversation)  # type: ignore[union-attr]
+            self._check_step_tags(text or "")
             if item.group is None:
-                calls.append(_Call([position], [text], add_special_tokens))
+                calls.append(_Call([position], [text or ""]))
                 continue
-            key = (item.group, add_special_tokens)
-            call = by_group.get(key)
+            call = by_group.get(item.group)
             if call is None:
-                call = by_group[key] = _Call([], [], add_special_tokens)
+                call = by_group[item.group] = _Call([], [])
                 calls.append(call)
             call.positions.append(position)
-            call.texts.append(text)  # type: ignore[union-attr]
+            call.texts.append(text or "")  # type: ignore[union-attr]
         return calls
 
-    def _text(self, item: ScoringItem) -> tuple[str, bool]:
-        """The text to send and whether vLLM should add special tokens to it.
+    async def _learn_bos(self) -> None:
+        """Learn the served tokenizer's BOS text from vLLM, once (its /tokenize route).
 
-        Rendered templates already hold BOS, so vLLM must add nothing. Text from
-        trainers is normalised to start with exactly one BOS when the gateway
-        knows it; otherwise vLLM adds the model's own, as verl expects.
-        """
-        if item.conversation is not None:
-            return self.renderer.render(item.conversation), False  # type: ignore[union-attr]
-        text = item.text or ""
-        bos = self.config.known_bos
-        if not bos:
-            return text, True
-        while text.startswith(bos):
-            text = text[len(bos) :]
-        return bos + text, False
+        The tokens vLLM adds in front of a text with add_special_tokens on are
+        the BOS (none for tokenizers without one, e.g. Qwen's); their strings
+        are what a chat template writes as bos_token."""
+        async with self._learning_bos:
+            if not self.renderer.needs_bos:  # type: ignore[union-attr]
+                return
+            probe = {"model": self.config.model_name, "prompt": "reward", "return_token_strs": True}
+            marked = await self.client.post(TOKENIZE_PATH, {**probe, "add_special_tokens": True})
+            plain = await self.client.post(TOKENIZE_PATH, {**probe, "add_special_tokens": False})
+            bos = special_prefix(marked, plain)
+            self.renderer.learnt_bos(bos)  # type: ignore[union-attr]
+            logger.info("the chat template's bos_token is %r, learnt from vLLM's tokenizer", bos)
 
     def _check_step_tags(self, text: str) -> None:
         if self.config.model_kind == "process" and self.config.step_tag not in text:
@@ -117,9 +125,21 @@ class Scorer:
             body["messages"] = call.messages
         else:
             body["input"] = call.texts
-            body["add_special_tokens"] = call.add_special_tokens
+            body["add_special_tokens"] = False
         if self.config.truncate_prompt_tokens is not None:
             body["truncate_prompt_tokens"] = self.config.truncate_prompt_tokens
         body.update(self._fields)
         response = await self.client.post(self.kind.path, body)
         return self.kind.extract(response, len(call.positions), self.config.step_aggregate)
+
+
+def special_prefix(marked: Any, plain: Any) -> str:
+    """The text of the tokens vLLM's /tokenize put before the text itself (the BOS)."""
+    try:
+        tokens, strings, bare = marked["tokens"], marked["token_strs"], plain["tokens"]
+        for start in range(len(tokens) - len(bare) + 1):
+            if tokens[start : start + len(bare)] == bare:
+                return "".join(strings[:start])
+    except (KeyError, TypeError):
+        pass
+    raise UpstreamError("bad_response", 502, "vLLM's /tokenize answer does not show the tokenizer's BOS")

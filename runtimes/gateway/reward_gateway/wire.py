@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from reward_gateway.errors import BadRequest
 
@@ -29,28 +29,101 @@ class _Strict(BaseModel):
 
 
 class Message(_Strict):
+    """An OpenAI-style chat message, as trainers send them (TRL's tool and reasoning turns included)."""
+
     role: str
-    content: str
+    content: str | list[Any] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+
+    @field_validator("content", mode="after")
+    @classmethod
+    def _text_parts_joined(cls, content: str | list[Any] | None) -> str | None:
+        """OpenAI content parts: text parts joined with newlines, as vLLM 0.33 joins them
+        (renderers/chat_utils/chat_message.py); anything but text cannot be scored here."""
+        if not isinstance(content, list):
+            return content
+        texts = []
+        for index, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text":
+                raise ValueError(
+                    f"part {index} is {kind or type(part).__name__!r}: this reward model scores text parts only"
+                )
+            if not isinstance(part.get("text"), str) or set(part) != {"type", "text"}:
+                raise ValueError(f'part {index}: a text part is {{"type": "text", "text": <string>}}')
+            texts.append(part["text"])
+        return "\n".join(texts)
+
+    @model_validator(mode="after")
+    def _has_content(self) -> Message:
+        # Only an assistant turn that calls tools may come without content (as in
+        # OpenAI's format); elsewhere a missing content is a mistake worth a 400.
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content: field required (only an assistant message with tool_calls may omit it)")
+        return self
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as vLLM 0.33 hands it to a chat template (renderers/chat_utils/chat_message.py).
+
+        Text parts joined (on validation) and a missing content as "", tool calls
+        and reasoning passed on (reasoning under both of its names), so a
+        template rendered here and one rendered by vLLM see the same message.
+        """
+        message: dict[str, Any] = {"role": self.role, "content": self.content or ""}
+        if self.tool_calls:
+            message["tool_calls"] = [_with_parsed_arguments(call) for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            message["name"] = self.name
+        reasoning = self.reasoning if self.reasoning is not None else self.reasoning_content
+        if reasoning is not None:
+            message["reasoning"] = message["reasoning_content"] = reasoning
+        return message
+
+
+def _with_parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call with its JSON-string arguments as an object, as templates expect them (and vLLM
+    hands them over: an unparsable or non-object string becomes {})."""
+    function = call.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
+        return call
+    try:
+        arguments = orjson.loads(function["arguments"]) if function["arguments"] else {}
+    except orjson.JSONDecodeError:
+        arguments = {}
+    return {**call, "function": {**function, "arguments": arguments if isinstance(arguments, dict) else {}}}
 
 
 class RewardItem(_Strict):
-    """One thing to score: a prompt and its response (or its steps), or a conversation."""
+    """One thing to score: a prompt and its response (or its steps), a conversation, or finished text."""
 
     prompt: str | None = None
     response: str | None = None
     steps: list[str] | None = None
     messages: list[Message] | None = None
+    # Text scored as given, with no template and no special tokens added: how
+    # TRL's own reward model scores a standard (non-chat) dataset's prompt + completion.
+    text: str | None = None
     group: str | int | None = None
 
     @model_validator(mode="after")
     def _one_shape(self) -> RewardItem:
-        if self.messages is not None:
-            if self.prompt is not None or self.response is not None or self.steps is not None:
+        shaped = self.prompt is not None or self.response is not None or self.steps is not None
+        if self.text is not None:
+            if shaped or self.messages is not None:
+                raise ValueError("give text alone, not with messages, prompt, response or steps")
+        elif self.messages is not None:
+            if shaped:
                 raise ValueError("give either messages or prompt with response/steps, not both")
             if not self.messages:
                 raise ValueError("messages must not be empty")
         elif self.prompt is None:
-            raise ValueError("each item needs prompt and response (or steps), or messages")
+            raise ValueError("each item needs prompt and response (or steps), messages, or text")
         elif (self.response is None) == (self.steps is None):
             raise ValueError("give exactly one of response or steps with a prompt")
         return self
@@ -87,9 +160,14 @@ class ClassifyRequest(BaseModel):
 
 @dataclass(frozen=True)
 class ScoringItem:
-    """What the scorer sends for one item: a conversation to template, or finished text."""
+    """What the scorer sends for one item: a conversation to template, or finished text.
 
-    conversation: list[dict[str, str]] | None = None
+    Finished text goes to vLLM exactly as given, with no special tokens added:
+    OpenRLHF's query already holds its template's BOS (its serve_rm.py tokenizes
+    with add_special_tokens=False), and so does text a client rendered itself.
+    """
+
+    conversation: list[dict[str, Any]] | None = None
     text: str | None = None
     group: str | None = None
 
@@ -150,9 +228,9 @@ def describe(error: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def conversation_of(item: RewardItem, step_tag: str) -> list[dict[str, str]]:
+def conversation_of(item: RewardItem, step_tag: str) -> list[dict[str, Any]]:
     if item.messages is not None:
-        return [message.model_dump() for message in item.messages]
+        return [message.for_template() for message in item.messages]
     # A process reward model scores each step at the tag that ends it.
     steps = item.steps
     response = "".join(step + step_tag for step in steps) if steps is not None else item.response or ""
@@ -160,7 +238,11 @@ def conversation_of(item: RewardItem, step_tag: str) -> list[dict[str, str]]:
 
 
 def scoring_items(items: list[RewardItem], step_tag: str) -> list[ScoringItem]:
-    return [
-        ScoringItem(conversation=conversation_of(item, step_tag), group=None if item.group is None else str(item.group))
-        for item in items
-    ]
+    return [scoring_item(item, step_tag) for item in items]
+
+
+def scoring_item(item: RewardItem, step_tag: str) -> ScoringItem:
+    group = None if item.group is None else str(item.group)
+    if item.text is not None:
+        return ScoringItem(text=item.text, group=group)
+    return ScoringItem(conversation=conversation_of(item, step_tag), group=group)

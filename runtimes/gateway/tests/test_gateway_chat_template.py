@@ -49,16 +49,50 @@ def test_rendered_text_gives_apply_chat_template_tokens_with_one_bos(start_gatew
     assert tokenizer(text)["input_ids"][:2] == [tokenizer.bos_token_id] * 2
 
 
-def test_trainer_text_gets_exactly_one_bos(start_gateway, backend, tokenizer_dir):
+def test_trainer_text_is_tokenised_as_openrlhf_serve_rm_does(start_gateway, backend, tokenizer_dir):
+    """OpenRLHF's query holds its policy template's BOS already; its serve_rm.py tokenises it with
+    add_special_tokens=False. The gateway sends it unchanged with the same setting, even where it
+    knows the BOS: a Llama-family model with default settings sees exactly the query's one BOS."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
     gateway = start_gateway(
         chat_template_mode="gateway", chat_template_file=str(tokenizer_dir / "tokenizer_config.json")
     )
-    gateway.post("/get_reward", json={"query": ["<s><s><|user|> two", "<|user|> four"]})
-    for _, sent in backend.calls:
+    queries = ["<s><|user|> two", "<|user|> four"]
+    gateway.post("/get_reward", json={"query": queries})
+    for query, (_, sent) in zip(queries, backend.calls, strict=True):
+        assert sent["input"] == [query] and sent["add_special_tokens"] is False
         ids = tokenizer(sent["input"][0], add_special_tokens=sent["add_special_tokens"])["input_ids"]
-        assert ids.count(tokenizer.bos_token_id) == 1
-        assert ids[0] == tokenizer.bos_token_id
+        assert ids == tokenizer(query, add_special_tokens=False)["input_ids"]  # serve_rm.py's ids
+    assert [call[1]["input"][0].count("<s>") for call in backend.calls] == [1, 0]
+
+
+def test_bos_the_template_writes_is_learnt_from_vllms_tokenizer(start_gateway, backend):
+    """A chat template from the spec (no tokenizer config) that writes bos_token, with no BOS set:
+    the gateway asks vLLM's /tokenize once and renders with the served tokenizer's BOS."""
+    backend.bos_token = "<|begin_of_text|>"
+    gateway = start_gateway(chat_template_mode="gateway", chat_template=TEMPLATE, eos_token="<|eot_id|>")
+    item = {"prompt": "what is two plus two", "response": "it is four", "group": "g"}
+    for _ in range(2):
+        answer = gateway.post("/v1/rewards", json={"items": [item, item]})
+        assert answer.status_code == 200, answer.text
+    tokenize = [body for path, body in backend.calls if path == "/tokenize"]
+    assert [body["add_special_tokens"] for body in tokenize] == [True, False], "learnt once"
+    scored = [body for path, body in backend.calls if path != "/tokenize"]
+    for body in scored:
+        assert body["add_special_tokens"] is False
+        assert all(
+            text.startswith("<|begin_of_text|><|user|>") and text.count("<|begin_of_text|>") == 1
+            for text in body["input"]
+        )
+
+
+def test_a_tokenizer_without_bos_renders_none(start_gateway, backend):
+    backend.bos_token = None  # Qwen's tokenizers add no BOS
+    gateway = start_gateway(chat_template_mode="gateway", chat_template=TEMPLATE, eos_token="<|im_end|>")
+    answer = gateway.post("/v1/rewards", json={"items": [{"prompt": "what", "response": "four"}]})
+    assert answer.status_code == 200, answer.text
+    [text] = backend.calls[-1][1]["input"]
+    assert text.startswith("<|user|> what")
 
 
 # Shapes that real reward models' templates use (written for these tests): system

@@ -34,17 +34,17 @@ def test_messages_items_are_forwarded_for_vllm_to_template(start_gateway, backen
 
 
 def test_token_model_reward_is_the_last_tokens_value(start_gateway, backend):
-    gateway = start_gateway(model_kind="token", bos_token="<s>")
+    gateway = start_gateway(model_kind="token")
     answer = gateway.post("/get_reward", json={"query": ["the cat sat", "<s>a dog ran far"]})
     assert answer.status_code == 200, answer.text
-    expected = [logit("<s>the cat sat"), logit("<s>a dog ran far")]
+    expected = [logit("the cat sat"), logit("<s>a dog ran far")]
     assert answer.json() == {"rewards": pytest.approx(expected), "scores": pytest.approx(expected), "extra_logs": {}}
     for path, body in backend.calls:
         assert path == "/pooling"
         assert body["task"] == "token_classify"
-        # BOS is in the text exactly once, so vLLM must not add another.
+        # OpenRLHF's text, scored as its serve_rm.py tokenises it: unchanged, nothing added.
         assert body["add_special_tokens"] is False
-        assert body["input"][0].count("<s>") == 1
+    assert [body["input"] for _, body in backend.calls] == [["the cat sat"], ["<s>a dog ran far"]]
 
 
 def test_process_model_returns_one_score_per_step(start_gateway, backend):
@@ -154,3 +154,83 @@ def _find_all(text: str, tag: str) -> list[int]:
         found.append(index)
         start = index + 1
     return found
+
+
+# Inputs trainers send (TRL's tool-calling and reasoning completions, OpenAI content parts,
+# standard datasets): each reaches the template, or vLLM, as vLLM 0.33 would hand it over.
+TOOL_TEMPLATE = (
+    "{% for m in messages %}<{{ m.role }}>"
+    "{% if m.reasoning_content is defined %}<think>{{ m.reasoning_content }}</think>{% endif %}"
+    "{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<call>{{ c.function.name }}{{ c.function.arguments | tojson }}</call>{% endfor %}"
+    "{% endfor %}"
+)
+TOOL_TURN = [
+    {"role": "user", "content": [{"type": "text", "text": "weather in"}, {"type": "text", "text": "Paris?"}]},
+    {
+        "role": "assistant",
+        "reasoning": "I should call the tool.",
+        "tool_calls": [{"type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    {"role": "assistant", "content": [{"type": "text", "text": "It is sunny."}]},
+]
+
+
+def test_tool_calls_reasoning_and_content_parts_reach_the_template(start_gateway, backend):
+    gateway = start_gateway(chat_template_mode="gateway", chat_template=TOOL_TEMPLATE)
+    answer = gateway.post("/v1/rewards", json={"items": [{"messages": TOOL_TURN}]})
+    assert answer.status_code == 200, answer.text
+    [text] = backend.calls[-1][1]["input"]
+    assert text == (
+        "<user>weather in\nParis?"
+        '<assistant><think>I should call the tool.</think><call>weather{"city": "Paris"}</call>'
+        "<tool>sunny<assistant>It is sunny."
+    )
+    assert answer.json()["rewards"] == pytest.approx([logit(text)])
+
+
+def test_tool_calls_reasoning_and_content_parts_reach_vllm_normalised(start_gateway, backend):
+    gateway = start_gateway()  # upstream templating: vLLM gets the messages
+    answer = gateway.post("/v1/rewards", json={"items": [{"messages": TOOL_TURN}]})
+    assert answer.status_code == 200, answer.text
+    sent = backend.calls[-1][1]["messages"]
+    assert [m["content"] for m in sent] == ["weather in\nParis?", "", "sunny", "It is sunny."]
+    assert sent[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
+    assert sent[1]["reasoning"] == sent[1]["reasoning_content"] == "I should call the tool."
+    assert sent[2]["tool_call_id"] == "c1"
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "scores text parts only"),
+        ({"role": "user", "content": [{"type": "text"}]}, 'part 0: a text part is {"type": "text", "text": <string>}'),
+        ({"role": "assistant"}, "only an assistant message with tool_calls may omit it"),
+        ({"role": "user", "content": "hi", "thinking": "x"}, "items.0.messages.0.thinking: unknown field"),
+    ],
+)
+def test_message_forms_the_gateway_cannot_score_are_400_naming_why(start_gateway, backend, message, expected):
+    gateway = start_gateway()
+    answer = gateway.post("/v1/rewards", json={"items": [{"messages": [message]}]})
+    assert answer.status_code == 400 and expected in answer.json()["error"], answer.text
+    assert backend.calls == []
+
+
+@pytest.mark.parametrize("mode", ["upstream", "gateway"])
+def test_text_items_are_scored_as_given_without_a_template(start_gateway, backend, mode):
+    """A standard (non-chat) dataset's prompt + completion, as TRL's own reward model scores it."""
+    settings = {"chat_template_mode": "gateway", "chat_template": TOOL_TEMPLATE} if mode == "gateway" else {}
+    gateway = start_gateway(**settings)
+    items = [{"text": "2+2= 4", "group": "p"}, {"text": "2+2= 5", "group": "p"}, {"text": "<s>other"}]
+    answer = gateway.post("/v1/rewards", json={"items": items})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["rewards"] == pytest.approx([logit(item["text"]) for item in items])
+    sent = sorted((body["input"], body["add_special_tokens"]) for _, body in backend.calls)
+    assert sent == [(["2+2= 4", "2+2= 5"], False), (["<s>other"], False)]  # a group in one call
+
+
+def test_text_items_take_no_other_shape(start_gateway, backend):
+    gateway = start_gateway()
+    answer = gateway.post("/v1/rewards", json={"items": [{"text": "a", "prompt": "b", "response": "c"}]})
+    assert answer.status_code == 400 and "give text alone" in answer.json()["error"]

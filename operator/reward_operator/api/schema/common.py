@@ -67,6 +67,50 @@ def key_ref(description: str) -> Schema:
     )
 
 
+# A label key (optional DNS-subdomain prefix, then a name of at most 63 characters) and value.
+LABEL_KEY_MAX_LENGTH = 317
+LABEL_VALUE_MAX_LENGTH = 63
+
+
+def label_selector(description: str) -> Schema:
+    """A metav1.LabelSelector, bounded so CEL rules over it stay within the API server's cost budget."""
+    requirement = obj(
+        "A label requirement: key, operator and values.",
+        {
+            "key": string("The label key.", maxLength=LABEL_KEY_MAX_LENGTH),
+            "operator": string("How the key's value is matched.", enum=["In", "NotIn", "Exists", "DoesNotExist"]),
+            "values": array(
+                "Values for In and NotIn; empty for Exists and DoesNotExist.",
+                {"type": "string", "maxLength": LABEL_VALUE_MAX_LENGTH},
+                maxItems=64,
+            ),
+        },
+        required=["key", "operator"],
+        **{
+            "x-kubernetes-validations": [
+                rule(
+                    "self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 "
+                    ": !has(self.values) || size(self.values) == 0",
+                    "matchExpressions[]: operators In and NotIn need values, Exists and DoesNotExist take none",
+                )
+            ]
+        },
+    )
+    return obj(
+        description,
+        {
+            "matchLabels": {
+                "type": "object",
+                "description": "Labels that must all be present with these values.",
+                "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX_LENGTH},
+                "maxProperties": 32,
+            },
+            "matchExpressions": array("Requirements that must all hold.", requirement, maxItems=16),
+        },
+        **{"x-kubernetes-map-type": "atomic"},
+    )
+
+
 CONDITION = obj(
     "A condition in the KEP-1623 shape.",
     {

@@ -14,6 +14,7 @@ from .common import (
     defaulted_obj,
     integer,
     key_ref,
+    label_selector,
     obj,
     quantity,
     rule,
@@ -38,7 +39,9 @@ KSERVE_BLOCKED_ENV = ("PYTHONPATH",)
 # Knative Serving's default max-revision-timeout-seconds.
 KNATIVE_MAX_TIMEOUT_SECONDS = 600
 # The gateway's own defaults (runtimes/gateway/README.md), for the Knative timeout rule.
-GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS = 300
+# 150 s of waiting for vLLM, then 503 + Retry-After: under OpenRLHF's 180 s client
+# timeout, so its retry sees the reason instead of a timeout of its own.
+GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS = 150
 GATEWAY_REQUEST_TIMEOUT_SECONDS = 180
 
 # vLLM flags the operator derives from the spec; extraArgs may not set them, or
@@ -316,8 +319,13 @@ GATEWAY = defaulted_obj(
             default="upstream",
         ),
         "bosToken": string(
-            "The tokenizer's BOS text (e.g. <|begin_of_text|>); lets the gateway send pre-rendered "
-            "trainer text with exactly one BOS.",
+            "The BOS text model.chatTemplate writes as bos_token (e.g. <|begin_of_text|>) with "
+            "chatTemplateMode: gateway. Unset: learnt from the served tokenizer through vLLM.",
+            maxLength=64,
+        ),
+        "eosToken": string(
+            "The EOS text model.chatTemplate writes as eos_token (e.g. </s>) with chatTemplateMode: "
+            "gateway; needed when the template uses it.",
             maxLength=64,
         ),
         "stepTag": string("Step separator text for process reward models.", maxLength=64),
@@ -352,6 +360,55 @@ GATEWAY = defaulted_obj(
                 "memory": quantity("Memory request and limit, e.g. 1Gi."),
             },
         ),
+        "allowedClients": array(
+            "Who may reach the gateway, for trainers that cannot send a bearer token (OpenRLHF, verl). "
+            "Set: the operator applies NetworkPolicies admitting only these peers to the gateway pods (and "
+            "only the gateway to vLLM). Each entry is a NetworkPolicy peer: namespaceSelector alone admits "
+            "every pod of the matching namespaces, podSelector alone the matching pods of this namespace, "
+            "both the matching pods of the matching namespaces. Enforced only by a CNI that implements "
+            "NetworkPolicy. In Knative mode Knative's activator and ingress (namespaces knative-serving and "
+            "istio-system) are admitted too, and they forward any caller that reaches them. Unset: no policies.",
+            obj(
+                "A peer allowed to reach the gateway (a NetworkPolicyPeer without ipBlock).",
+                {
+                    "namespaceSelector": label_selector(
+                        "Namespaces whose pods are admitted; {} selects every namespace."
+                    ),
+                    "podSelector": label_selector(
+                        "Pods admitted (in the namespaces namespaceSelector selects, or else in this namespace)."
+                    ),
+                },
+                **{
+                    "x-kubernetes-validations": [
+                        rule(
+                            "has(self.namespaceSelector) || has(self.podSelector)",
+                            "gateway.allowedClients[] needs namespaceSelector, podSelector or both: an entry "
+                            "without either would name no clients",
+                        )
+                    ]
+                },
+            ),
+            minItems=1,
+            maxItems=32,
+        ),
+        "monitoringNamespaceSelector": label_selector(
+            "Namespaces whose pods may scrape /metrics of the gateway and of vLLM (e.g. Prometheus's) when "
+            "allowedClients is set; they reach the metrics ports only. Unset: scrapers must be listed in "
+            "allowedClients."
+        ),
+    },
+    **{
+        "x-kubernetes-validations": [
+            rule(
+                "!has(self.allowedClients) || self.enabled",
+                "gateway.allowedClients restricts who reaches the gateway, so it needs gateway.enabled: true",
+            ),
+            rule(
+                "!has(self.monitoringNamespaceSelector) || has(self.allowedClients)",
+                "gateway.monitoringNamespaceSelector admits scrapers past the policies gateway.allowedClients "
+                "makes: set allowedClients too",
+            ),
+        ]
     },
 )
 
@@ -401,6 +458,12 @@ SPEC = obj(
                 "self.gateway.chatTemplateMode != 'gateway' || has(self.model.chatTemplate)",
                 "gateway.chatTemplateMode: gateway renders model.chatTemplate, so set model.chatTemplate "
                 "(or use chatTemplateMode: upstream)",
+            ),
+            rule(
+                "self.gateway.chatTemplateMode != 'gateway' || !has(self.model.chatTemplate) "
+                "|| !self.model.chatTemplate.contains('eos_token') || has(self.gateway.eosToken)",
+                "model.chatTemplate writes eos_token, which the gateway cannot learn from vLLM: set "
+                "gateway.eosToken to the tokenizer's EOS text (e.g. </s>), or use chatTemplateMode: upstream",
             ),
             rule(
                 "self.serving.mode != 'Standard' || self.serving.minReplicas == self.serving.maxReplicas "
