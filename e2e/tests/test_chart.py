@@ -261,6 +261,8 @@ NEEDED = [
     ("get", "serviceaccounts"),
     ("list", "deployments.apps"),
     *[(verb, "configmaps") for verb in ("get", "create", "patch")],
+    # gateway.allowedClients: applied, then pruned by label once no longer rendered
+    *[(verb, "networkpolicies.networking.k8s.io") for verb in ("create", "patch", "list", "delete")],
     ("create", "events"),
     ("patch", "events"),
 ]
@@ -284,6 +286,8 @@ NOT_NEEDED = [
     ("delete", "pods"),
     ("list", "configmaps"),
     ("delete", "configmaps"),
+    ("watch", "networkpolicies.networking.k8s.io"),
+    ("update", "networkpolicies.networking.k8s.io"),
     ("create", "deployments.apps"),
     ("update", "deployments.apps"),
     ("create", "servingruntimes.serving.kserve.io"),

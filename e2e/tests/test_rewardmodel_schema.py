@@ -44,6 +44,7 @@ def _drop(path: str):
     return change
 
 
+IN_WITHOUT_VALUES = [{"key": "app", "operator": "In"}]
 INVALID = {
     "uri-scheme": (_set("spec.model.uri", "ftp://models/rm"), "model.uri must be a storage URI"),
     "missing-uri": (_drop("spec.model.uri"), "spec.model.uri: Required value"),
@@ -115,6 +116,24 @@ INVALID = {
     "hf-token-key-kserve-cannot-read": (
         _set("spec.credentials", {"huggingFaceToken": {"name": "hf", "key": "token"}}),
         "credentials.huggingFaceToken.key must be HF_TOKEN for hf:// models",
+    ),
+    # gateway.allowedClients (NetworkPolicy peers)
+    "allowed-client-without-selectors": (
+        _set("spec.gateway", {"allowedClients": [{"podSelector": {}}, {}]}),
+        "gateway.allowedClients[] needs namespaceSelector, podSelector or both",
+    ),
+    "allowed-clients-empty": (_set("spec.gateway", {"allowedClients": []}), "should have at least 1 items"),
+    "allowed-clients-without-gateway": (
+        _set("spec.gateway", {"enabled": False, "allowedClients": [{"podSelector": {}}]}),
+        "gateway.allowedClients restricts who reaches the gateway, so it needs gateway.enabled: true",
+    ),
+    "monitoring-without-allowed-clients": (
+        _set("spec.gateway", {"monitoringNamespaceSelector": {}}),
+        "gateway.monitoringNamespaceSelector admits scrapers past the policies gateway.allowedClients makes",
+    ),
+    "selector-in-without-values": (
+        _set("spec.gateway", {"allowedClients": [{"podSelector": {"matchExpressions": IN_WITHOUT_VALUES}}]}),
+        "operators In and NotIn need values",
     ),
 }
 

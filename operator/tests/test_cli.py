@@ -18,8 +18,10 @@ def test_render_prints_the_children_of_each_sample(capsys):
         args += ["-f", str(sample)]
     assert main(args) == 0
     children = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert len(children) == len(samples)
-    assert {c["kind"] for c in children} == {"InferenceService"}
+    assert sum(c["kind"] == "InferenceService" for c in children) == len(samples)
+    # the sample with gateway.allowedClients adds its two NetworkPolicies
+    assert sum(c["kind"] == "NetworkPolicy" for c in children) == 2
+    assert {c["kind"] for c in children} == {"InferenceService", "NetworkPolicy"}
     assert {c["metadata"]["namespace"] for c in children} == {"team-a"}
 
 
