@@ -1,0 +1,205 @@
+"""The one place that talks HTTP to the reward gateway's POST /v1/rewards.
+
+Everything else in this package builds items and reads rewards; this module
+owns the URL, the bearer token, timeouts, and what each answer means:
+
+- 200: ``{"rewards": [...]}``, one per item, in the items' order.
+- 503 (a predictor waking up from zero, vLLM's queue full, the gateway's memory
+  budget full), 502 (vLLM failed or cut its answer short; the gateway never sends
+  such a call again itself) and 504 (vLLM timed out): retried here, a bounded
+  number of times, waiting what ``Retry-After`` asks (capped), else a doubling
+  back-off. Scoring has no side effects, so sending the whole request again is
+  safe; that is why 502 is retried here although the gateway does not retry it.
+- A refused or dropped connection: retried the same way (the gateway's pod may
+  be starting or rolling).
+- Any 4xx: a ``GatewayError`` carrying the gateway's ``{"error": message}`` at
+  once, never retried (the same request would get the same answer).
+- Anything else (500: a bug in the gateway): a ``GatewayError`` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+URL_ENV = "REWARD_GATEWAY_URL"
+TOKEN_ENV = "REWARD_GATEWAY_TOKEN"
+TOKEN_FILE_ENV = "REWARD_GATEWAY_TOKEN_FILE"
+REWARDS_PATH = "/v1/rewards"
+
+# The statuses worth sending the same request again for (see the module docstring).
+RETRIED_STATUSES = frozenset({502, 503, 504})
+
+
+class GatewayError(Exception):
+    """The gateway refused or failed a request; ``message`` is its ``{"error": ...}`` text."""
+
+    def __init__(self, status: int | None, message: str, attempts: int = 1):
+        self.status = status
+        self.message = message
+        self.attempts = attempts
+        where = f"HTTP {status}" if status is not None else "no answer"
+        super().__init__(f"reward gateway: {where} after {attempts} attempt(s): {message}")
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """Where the gateway is and how hard to try. Plain, hashable data: adapters holding it pickle,
+    and verl's adapter keys its batches by it.
+
+    ``url``: the gateway's base URL (``http://<name>.<namespace>.svc.cluster.local``), or
+    ``$REWARD_GATEWAY_URL``. ``token``: a bearer token, or ``$REWARD_GATEWAY_TOKEN``, or the
+    first line of ``token_file`` / ``$REWARD_GATEWAY_TOKEN_FILE`` (read on every request, so a
+    rotated Secret mount is picked up). ``timeout_s``: per attempt; the default outlasts the
+    gateway's own 180 s upstream timeout, so the gateway answers before the client gives up.
+    ``attempts``: tries in all for retried answers. ``max_backoff_s``: the longest wait between
+    two tries, whatever ``Retry-After`` says.
+    """
+
+    url: str | None = None
+    token: str | None = None
+    token_file: str | None = None
+    timeout_s: float = 200.0
+    attempts: int = 8
+    max_backoff_s: float = 30.0
+    model: str | None = None
+
+    def base_url(self) -> str:
+        url = self.url or os.environ.get(URL_ENV)
+        if not url:
+            raise ValueError(f"no reward gateway URL: pass url=... or set {URL_ENV}")
+        if "://" not in url:
+            url = f"http://{url}"  # verl-style host:port
+        return url.rstrip("/")
+
+    def bearer(self) -> str | None:
+        if self.token:
+            return self.token
+        if os.environ.get(TOKEN_ENV):
+            return os.environ[TOKEN_ENV]
+        path = self.token_file or os.environ.get(TOKEN_FILE_ENV)
+        if path:
+            with open(path, encoding="utf-8") as handle:
+                lines = [line.strip() for line in handle if line.strip()]
+            return lines[0] if lines else None
+        return None
+
+    def request_headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        token = self.bearer()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def body(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        body: dict[str, Any] = {"items": list(items)}
+        if self.model:
+            body["model"] = self.model
+        return body
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        answer = response.json()
+    except ValueError:
+        return response.text[:500] or response.reason_phrase
+    if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+        return answer["error"]
+    return str(answer)[:500]
+
+
+def _retry_after(response: httpx.Response | None) -> float | None:
+    if response is None:
+        return None
+    value = response.headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: fall back to the doubling back-off
+
+
+def _rewards(response: httpx.Response, count: int) -> list[float]:
+    rewards = response.json().get("rewards")
+    if not isinstance(rewards, list) or len(rewards) != count:
+        raise GatewayError(response.status_code, f"expected {count} rewards, got {rewards!r:.200}")
+    return [float(reward) for reward in rewards]
+
+
+class _Attempts:
+    """The retry rule shared by the sync and async clients: what to do after each try."""
+
+    def __init__(self, settings: GatewaySettings):
+        self.settings = settings
+        self.done = 0
+
+    def after(self, response: httpx.Response | None, failure: Exception | None, count: int) -> float | list[float]:
+        """The rewards, or how long to wait before the next try; raises when it is over."""
+        self.done += 1
+        if response is not None and response.status_code == 200:
+            return _rewards(response, count)
+        status = None if response is None else response.status_code
+        message = str(failure) if response is None else _error_text(response)
+        retried = response is None or status in RETRIED_STATUSES
+        if not retried or self.done >= self.settings.attempts:
+            raise GatewayError(status, message, self.done)
+        wait = _retry_after(response)
+        if wait is None:
+            wait = 2.0 ** (self.done - 1)
+        return min(wait, self.settings.max_backoff_s)
+
+
+class RewardClient:
+    """Synchronous client: ``score(items) -> rewards``. One ``httpx.Client`` per call: a
+    trainer sends one request per step, and nothing kept open has to survive forks or pickling."""
+
+    def __init__(self, settings: GatewaySettings, sleep: Callable[[float], None] = time.sleep):
+        self.settings = settings
+        self.sleep = sleep  # tests replace it to wait on a signal instead of the clock
+
+    def score(self, items: Sequence[dict[str, Any]]) -> list[float]:
+        if not items:
+            return []
+        settings, attempts = self.settings, _Attempts(self.settings)
+        url = settings.base_url() + REWARDS_PATH
+        with httpx.Client(timeout=settings.timeout_s) as http:
+            while True:
+                response, failure = None, None
+                try:
+                    response = http.post(url, json=settings.body(items), headers=settings.request_headers())
+                except httpx.TransportError as error:
+                    failure = error
+                outcome = attempts.after(response, failure, len(items))
+                if isinstance(outcome, list):
+                    return outcome
+                self.sleep(outcome)
+
+
+class AsyncRewardClient:
+    """Asynchronous client, the same rule as ``RewardClient`` on ``httpx.AsyncClient``."""
+
+    def __init__(self, settings: GatewaySettings, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        self.settings = settings
+        self.sleep = sleep
+
+    async def score(self, items: Sequence[dict[str, Any]]) -> list[float]:
+        if not items:
+            return []
+        settings, attempts = self.settings, _Attempts(self.settings)
+        url = settings.base_url() + REWARDS_PATH
+        async with httpx.AsyncClient(timeout=settings.timeout_s) as http:
+            while True:
+                response, failure = None, None
+                try:
+                    response = await http.post(url, json=settings.body(items), headers=settings.request_headers())
+                except httpx.TransportError as error:
+                    failure = error
+                outcome = attempts.after(response, failure, len(items))
+                if isinstance(outcome, list):
+                    return outcome
+                await self.sleep(outcome)
