@@ -89,12 +89,42 @@ def test_gateway_is_on_by_default_and_can_be_turned_off():
     assert "transformer" not in bare["spec"]
 
 
+def gateway_env(isvc: dict) -> dict[str, str]:
+    """The transformer's environment as the kubelet fills it in (the downward API's memory limit in bytes)."""
+    from kubernetes.utils import parse_quantity
+
+    container = isvc["spec"]["transformer"]["containers"][0]
+    env = {}
+    for variable in container["env"]:
+        if "value" in variable:
+            env[variable["name"]] = variable["value"]
+        else:
+            assert variable["valueFrom"] == {"resourceFieldRef": {"resource": "limits.memory"}}
+            env[variable["name"]] = str(int(parse_quantity(container["resources"]["limits"]["memory"])))
+    return env
+
+
+def test_the_gateways_memory_budget_follows_its_container_limit():
+    """The gateway reads its limit through the downward API: the default per kind, or the spec's."""
+    import copy
+
+    from reward_gateway.config import PROCESS_RESERVE_BYTES, load_config
+
+    gib = 1024**3
+    for case, limit in (("sequence-standard", gib), ("token-standard", 2 * gib), ("process-knative", gib)):
+        config = load_config(gateway_env(inference_service(CASES[case])))
+        assert config.memory_budget_bytes == limit - PROCESS_RESERVE_BYTES, case
+    custom = copy.deepcopy(CASES["sequence-standard"])
+    custom["spec"].setdefault("gateway", {})["resources"] = {"memory": "3Gi"}
+    assert load_config(gateway_env(inference_service(custom))).memory_budget_bytes == 3 * gib - PROCESS_RESERVE_BYTES
+
+
 def test_gateway_auth_token_is_mounted_from_the_secret_never_inlined():
     isvc = inference_service(CASES["sequence-gateway-auth"])
     transformer = isvc["spec"]["transformer"]
     (auth,) = [v for v in transformer["volumes"] if v["name"] == "gateway-auth"]
     assert auth["secret"] == {"secretName": "trainer-tokens", "items": [{"key": "token", "path": "token"}]}
-    env = {e["name"]: e["value"] for e in transformer["containers"][0]["env"]}
+    env = gateway_env(isvc)
     assert env["REWARD_GATEWAY_AUTH_TOKEN_FILE"] == "/var/run/secrets/reward-gateway/token"
 
 
@@ -107,7 +137,7 @@ def test_rendered_gateway_environment_is_one_the_gateway_accepts(tmp_path):
     for case in ("sequence-standard", "sequence-gateway-auth", "process-knative", "token-standard"):
         children = render_reward_model(CASES[case])
         isvc = inference_service(CASES[case])
-        env = {e["name"]: e["value"] for e in isvc["spec"]["transformer"]["containers"][0]["env"]}
+        env = gateway_env(isvc)
         if "REWARD_GATEWAY_AUTH_TOKEN_FILE" in env:
             env["REWARD_GATEWAY_AUTH_TOKEN_FILE"] = str(token)
         if "REWARD_GATEWAY_CHAT_TEMPLATE_FILE" in env:
@@ -147,7 +177,7 @@ def test_every_optional_gateway_setting_reaches_the_gateway():
     assert set(settings) == {field for field, _ in _OPTIONAL_ENV}, "a new optional setting needs a case here"
     reward_model["spec"].setdefault("gateway", {}).update(settings)
     isvc = inference_service(reward_model)
-    env = {e["name"]: e["value"] for e in isvc["spec"]["transformer"]["containers"][0]["env"]}
+    env = gateway_env(isvc)
     # The special tokens are the chat template's, so they are read with one (here inline).
     env |= {"REWARD_GATEWAY_CHAT_TEMPLATE_MODE": "gateway", "REWARD_GATEWAY_CHAT_TEMPLATE": "{{ messages }}"}
     config = load_config(env)

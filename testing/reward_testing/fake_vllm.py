@@ -93,7 +93,7 @@ class FakeVllm:
     """
 
     # What ``misbehaviour`` may be set to, for tests of the gateway's failure answers.
-    MISBEHAVIOURS = ("429", "cut", "duplicate_index", "index_out_of_range")
+    MISBEHAVIOURS = ("429", "cut", "duplicate_index", "index_out_of_range", "oversized")
 
     def __init__(self, delay_s: float = 0.0, engine: EngineSteps | None = None):
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -101,6 +101,7 @@ class FakeVllm:
         # None: behave. "429": vLLM's queue is full. "cut": the answer stops
         # half-way and the connection closes. "duplicate_index" and
         # "index_out_of_range": data entries with wrong `index` values.
+        # "oversized": a valid answer padded far past what its request could need.
         self.misbehaviour: str | None = None
         self.delay_s = delay_s
         self.engine = engine
@@ -160,7 +161,8 @@ class FakeVllm:
             elif self.misbehaviour == "index_out_of_range":
                 entry["index"] += 1
         self.residence[texts[0]] = time.perf_counter() - arrived
-        return 200, {
+        padding = {"padding": "x" * (100 * len(json.dumps(body)) + 2**21)} if self.misbehaviour == "oversized" else {}
+        return 200, padding | {
             "id": "fake",
             "object": "list",
             "created": int(time.time()),

@@ -16,7 +16,13 @@ from . import chat_template
 
 GATEWAY_PORT = 8080
 AUTH_MOUNT = "/var/run/secrets/reward-gateway"
+# The gateway's memory budget for the requests it holds is its container's
+# limit less what the process takes (runtimes/gateway/README.md, "Memory"); it
+# reads the limit through the downward API, so a limit set in the spec moves the
+# budget with it. A token model's answers carry a value per token, and its
+# requests cost that much more: twice the memory keeps the same request sizes.
 DEFAULT_GATEWAY_RESOURCES = {"cpu": "1", "memory": "1Gi"}
+DEFAULT_GATEWAY_MEMORY_BY_KIND = {"token": "2Gi"}
 
 # spec.gateway field -> REWARD_GATEWAY_* variable, for the optional settings.
 _OPTIONAL_ENV = (
@@ -55,7 +61,11 @@ def _env(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_name:
             env[variable] = str(gateway[field])
     if "authSecretRef" in gateway:
         env["AUTH_TOKEN_FILE"] = f"{AUTH_MOUNT}/token"
-    return [{"name": f"REWARD_GATEWAY_{key}", "value": value} for key, value in env.items()]
+    rendered: list[dict[str, Any]] = [{"name": f"REWARD_GATEWAY_{key}", "value": value} for key, value in env.items()]
+    rendered.append(
+        {"name": "REWARD_GATEWAY_MEMORY_LIMIT_BYTES", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}}
+    )
+    return rendered
 
 
 def transformer(
@@ -69,7 +79,8 @@ def transformer(
 ) -> dict[str, Any]:
     """The gateway in front of the predictor KServe creates for InferenceService ``isvc``."""
     upstream_url = cluster_local_url(predictor_name(isvc), namespace)
-    wanted = {**DEFAULT_GATEWAY_RESOURCES, **{k: str(v) for k, v in gateway.get("resources", {}).items()}}
+    defaults = {**DEFAULT_GATEWAY_RESOURCES, "memory": DEFAULT_GATEWAY_MEMORY_BY_KIND.get(model["kind"], "1Gi")}
+    wanted = {**defaults, **{k: str(v) for k, v in gateway.get("resources", {}).items()}}
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,

@@ -20,11 +20,12 @@ from reward_gateway.gateway import Answer, Gateway
 # states the arithmetic). A body may be at most MAX_BODY_BYTES (8192 items of
 # 4 KiB); once read, a request is charged what answering it costs at most
 # (measured: its parsed and validated objects and its calls to vLLM come to
-# about 13 times its bytes plus 1 KiB per JSON string), and the requests held at
-# once may cost at most MAX_HELD_BYTES, which with the process itself fits the
-# container's 1 GiB. A body still being read is charged its declared length.
+# about 13 times its bytes plus 1 KiB per JSON string, plus vLLM's answers where
+# they carry a value per token: ModelKind.answer_cost_per_byte), and the
+# requests held at once may cost at most the gateway's memory budget
+# (GatewayConfig.memory_budget_bytes: its container's limit less the process).
+# A body being read is charged its declared length, or its bytes so far.
 MAX_BODY_BYTES = 32 * 1024 * 1024
-MAX_HELD_BYTES = 512 * 1024 * 1024
 COST_PER_BYTE = 13
 COST_PER_STRING = 1024
 BUSY_RETRY_AFTER_S = 1
@@ -33,22 +34,48 @@ BUSY_RETRY_AFTER_S = 1
 BODY_TIMEOUT_S = 60.0
 
 
+class _TooLarge(Exception):
+    """The body outgrew the limit while it was read."""
+
+
+class _Busy(Exception):
+    """The bodies held at once outgrew the budget while this one was read."""
+
+
+class _Charge:
+    """What one request holds of the front's budget, resized as it is learnt."""
+
+    def __init__(self, front: ScoringFront):
+        self.front = front
+        self.bytes = 0
+
+    def resize(self, size: int) -> bool:
+        """Hold ``size`` bytes instead; False where that overfills the budget."""
+        self.front.held_bytes += size - self.bytes
+        self.bytes = size
+        return self.front.held_bytes <= self.front.max_held_bytes
+
+    def release(self) -> None:
+        self.resize(0)
+
+
 class ScoringFront:
     def __init__(
         self,
         gateway: Gateway,
         app: Any,
         max_body_bytes: int = MAX_BODY_BYTES,
-        max_held_bytes: int = MAX_HELD_BYTES,
+        max_held_bytes: int | None = None,
         body_timeout_s: float = BODY_TIMEOUT_S,
     ):
         self.gateway = gateway
         self.app = app
         self.scoring_paths = gateway.paths
         self.max_body_bytes = max_body_bytes
-        self.max_held_bytes = max_held_bytes
+        self.max_held_bytes = gateway.config.memory_budget_bytes if max_held_bytes is None else max_held_bytes
+        self.cost_per_byte = COST_PER_BYTE + gateway.scorer.kind.answer_cost_per_byte
         self.body_timeout_s = body_timeout_s
-        self.held_bytes = 0  # bodies of the requests being read or answered
+        self.held_bytes = 0  # what the requests being read or answered may cost
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         label = self.scoring_paths.get(scope.get("path", "")) if scope["type"] == "http" else None
@@ -69,34 +96,34 @@ class ScoringFront:
         if declared > self.max_body_bytes:
             await self._refuse(send, label, self._too_large())
             return
-        held = declared
-        self.held_bytes += held
+        charge = _Charge(self)
         try:
-            if self.held_bytes > self.max_held_bytes:
+            if not charge.resize(declared):
                 await self._refuse(send, label, _busy())
                 return
             try:
                 async with asyncio.timeout(self.body_timeout_s):
-                    body = await self._read_body(receive)
+                    body = await self._read_body(receive, charge, charged=declared > 0)
             except TimeoutError:
                 message = f"the request body did not arrive within {self.body_timeout_s:g} s"
                 await self._refuse(send, label, Answer(408, {"error": message}, {"Connection": "close"}))
                 return
-            if body is None:
+            except _TooLarge:
                 await self._refuse(send, label, self._too_large())
                 return
-            cost = request_cost(body)
+            except _Busy:
+                await self._refuse(send, label, _busy())
+                return
+            cost = request_cost(body, self.cost_per_byte)
             if cost > self.max_held_bytes:  # would not fit even alone
                 await self._refuse(send, label, self._too_large())
                 return
-            self.held_bytes += cost - held
-            held = cost
-            if self.held_bytes > self.max_held_bytes:
+            if not charge.resize(cost):
                 await self._refuse(send, label, _busy())
                 return
             await _send_json(send, await self.gateway.answer(label, body, authorization))  # counted there
         finally:
-            self.held_bytes -= held
+            charge.release()
 
     async def _refuse(self, send: Any, label: str, answer: Answer) -> None:
         """Answer without running the route; counted like every other answer."""
@@ -109,22 +136,25 @@ class ScoringFront:
         )
         return Answer(413, {"error": message})
 
-    async def _read_body(self, receive: Any) -> bytes | None:
-        chunks, size, limit = [], 0, self.max_body_bytes
+    async def _read_body(self, receive: Any, charge: _Charge, charged: bool) -> bytes:
+        """The whole body; one without a declared length (chunked) is charged as it arrives."""
+        chunks, size = [], 0
         while True:
             message = await receive()
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > limit:
-                return None
+            if size > self.max_body_bytes or (not charged and size > self.max_held_bytes):
+                raise _TooLarge()
+            if not charged and not charge.resize(size):
+                raise _Busy()
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
 
-def request_cost(body: bytes) -> int:
-    """The most memory answering this body takes (see MAX_HELD_BYTES), from its bytes alone."""
-    return COST_PER_BYTE * len(body) + COST_PER_STRING * (body.count(b'"') // 2)
+def request_cost(body: bytes, cost_per_byte: int = COST_PER_BYTE) -> int:
+    """The most memory answering this body takes (see the charge above), from its bytes alone."""
+    return cost_per_byte * len(body) + COST_PER_STRING * (body.count(b'"') // 2)
 
 
 def _busy() -> Answer:

@@ -21,6 +21,15 @@ MODEL_KINDS = ("sequence", "token", "process")
 TEMPLATE_MODES = ("upstream", "gateway")
 STEP_AGGREGATES = ("min", "last", "mean", "product")
 
+MIB = 1024 * 1024
+# What the process takes besides the requests it holds: about 55 MiB at start,
+# plus connections, metrics, vLLM's answers of a few numbers per text in flight,
+# and what the allocator keeps after a burst. The rest of the container's memory
+# limit is the requests' budget (reward_gateway.asgi).
+PROCESS_RESERVE_BYTES = 256 * MIB
+# Without a known limit (a local run): the budget of the operator's default 1 GiB.
+DEFAULT_MEMORY_LIMIT_BYTES = 1024 * MIB
+
 
 class ConfigError(ValueError):
     """A variable is missing or holds a value the gateway cannot use."""
@@ -75,6 +84,8 @@ class GatewayConfig:
     request_timeout_s: float = 180.0
     scale_from_zero_timeout_s: float = 150.0
     max_items: int = 8192
+    # What the requests held at once may cost (reward_gateway.asgi).
+    memory_budget_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES - PROCESS_RESERVE_BYTES
     truncate_prompt_tokens: int | None = None
     auth_token_file: Path | None = None
     port: int = 8080
@@ -123,6 +134,11 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         request_timeout_s=reader.seconds("REQUEST_TIMEOUT_SECONDS", 180.0),
         scale_from_zero_timeout_s=reader.seconds("SCALE_FROM_ZERO_TIMEOUT_SECONDS", 150.0, allow_zero=True),
         max_items=reader.integer("MAX_ITEMS", 8192, minimum=1),
+        # The container's memory limit, from the downward API (resourceFieldRef limits.memory).
+        memory_budget_bytes=reader.integer(
+            "MEMORY_LIMIT_BYTES", DEFAULT_MEMORY_LIMIT_BYTES, minimum=2 * PROCESS_RESERVE_BYTES
+        )
+        - PROCESS_RESERVE_BYTES,
         truncate_prompt_tokens=reader.integer("TRUNCATE_PROMPT_TOKENS", 0, minimum=-1) if truncate else None,
         auth_token_file=Path(token_file) if token_file else None,
         port=reader.integer("PORT", kserve.http_port or 8080, minimum=1, maximum=65535),

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
 
 class UpstreamClosed(ConnectionError):
     """The upstream closed the connection before it answered."""
@@ -30,6 +32,11 @@ class BrokenAnswer(Exception):
     the work, so the call is not sent again (nor retried as unreachable)."""
 
 
+class AnswerTooLarge(BrokenAnswer):
+    """The upstream's answer outgrew what its request can be answered with; not
+    buffered further (the gateway's memory budget counts on that bound)."""
+
+
 class _Connection(asyncio.Protocol):
     """One connection: at most one request in flight, answers parsed as they arrive."""
 
@@ -38,6 +45,8 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.answer: asyncio.Future[tuple[int, bytes]] | None = None
         self.chunks: list[bytes] = []
+        self.size = 0  # of the current answer's body
+        self.max_size = 0
         self.received = False  # any byte of the current answer
         self.reusable = True
 
@@ -73,6 +82,12 @@ class _Connection(asyncio.Protocol):
             self._fail(UpstreamClosed("the upstream sent an answer to no request"))
 
     def on_body(self, body: bytes) -> None:
+        self.size += len(body)
+        if self.size > self.max_size:
+            if self.reusable:  # the first chunk over: fail once, keep nothing
+                self.chunks = []
+                self._fail(AnswerTooLarge(f"the answer is over {self.max_size} bytes, more than its request allows"))
+            return
         self.chunks.append(body)
 
     def on_message_complete(self) -> None:
@@ -82,9 +97,10 @@ class _Connection(asyncio.Protocol):
 
     # use
 
-    def send(self, data: bytes) -> asyncio.Future[tuple[int, bytes]]:
+    def send(self, data: bytes, max_answer_bytes: int) -> asyncio.Future[tuple[int, bytes]]:
         self.answer = asyncio.get_running_loop().create_future()
         self.chunks = []
+        self.size, self.max_size = 0, max_answer_bytes
         self.received = False
         self.transport.write(data)  # type: ignore[union-attr]
         return self.answer
@@ -122,23 +138,26 @@ class HttpPool:
         self.idle: deque[_Connection] = deque()
         self.heads: dict[str, bytes] = {}
 
-    async def post_json(self, path: str, body: bytes) -> tuple[int, bytes]:
+    async def post_json(
+        self, path: str, body: bytes, max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    ) -> tuple[int, bytes]:
         """POST JSON bytes; returns status and body. Raises OSError subclasses when
         the upstream cannot be reached or drops the connection unanswered,
-        BrokenAnswer when it answered in part or not in HTTP; cancellation (a
-        timeout around this call) closes the connection it was using."""
+        BrokenAnswer when it answered in part, not in HTTP, or with a body over
+        max_answer_bytes; cancellation (a timeout around this call) closes the
+        connection it was using."""
         data = self._head(path) + str(len(body)).encode() + b"\r\n\r\n" + body
         connection = self._idle_connection()
         if connection is not None:
             try:
-                return await self._exchange(connection, data)
+                return await self._exchange(connection, data, max_answer_bytes)
             except UpstreamClosed:
                 # A kept-alive connection the upstream closed as we reused it
                 # (its idle timeout): nothing was answered, so it is safe to send
                 # once more, on a new connection. One that answered part raised
                 # BrokenAnswer instead, and is not.
                 pass
-        return await self._exchange(await self._connect(), data)
+        return await self._exchange(await self._connect(), data, max_answer_bytes)
 
     async def close(self) -> None:
         while self.idle:
@@ -170,9 +189,9 @@ class HttpPool:
             raise ConnectionError(f"no connection within {self.connect_timeout_s:g} s") from None
         return connection
 
-    async def _exchange(self, connection: _Connection, data: bytes) -> tuple[int, bytes]:
+    async def _exchange(self, connection: _Connection, data: bytes, max_answer_bytes: int) -> tuple[int, bytes]:
         try:
-            answer = await connection.send(data)
+            answer = await connection.send(data, max_answer_bytes)
         except BaseException:
             connection.close()  # an answer may still come; it must not meet the next request
             raise

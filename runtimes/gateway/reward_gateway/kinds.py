@@ -25,6 +25,10 @@ class ModelKind:
     task: str | None  # pooling task sent with the request; None: not sent
     use_activation: bool | None  # None: not sent, vLLM's default applies
     extract: Extractor
+    # Memory vLLM's answer takes per byte of text sent (reward_gateway.asgi's
+    # charge): 0 where it answers a few numbers per text (covered by the charge
+    # per string); a value per token otherwise.
+    answer_cost_per_byte: int = 0
 
     def request_fields(self) -> dict[str, Any]:
         """What every request for this kind carries besides the model and its input."""
@@ -45,7 +49,9 @@ KINDS: dict[str, ModelKind] = {
     # One value per token (ALL pooling): only /pooling's token_classify task
     # returns every token's value. The reward is the last token's raw value,
     # so no activation either.
-    "token": ModelKind("token", "/pooling", "token_classify", False, token_scores),
+    # Measured: 21 bytes of JSON per token, and 348 at the peak of parsing it
+    # (orjson, tracemalloc); a hostile text can be a token per byte.
+    "token": ModelKind("token", "/pooling", "token_classify", False, token_scores, answer_cost_per_byte=370),
     # Process reward models (Qwen2.5-Math-PRM style, STEP pooling) answer a
     # [p_negative, p_positive] pair per step tag: probabilities, which is what
     # vLLM's default activation (softmax) gives, so use_activation is not sent.

@@ -8,7 +8,8 @@ The one place that maps vLLM's outcomes to the gateway's answers:
 - 429 (vLLM's queue is full): 503 with Retry-After at once, as trainers retry that;
 - any other 4xx: 400 with vLLM's message (the input was refused);
 - 5xx: 502;
-- an answer cut short or not HTTP, or not JSON: 502 at once, never sent again
+- an answer cut short, not HTTP, not JSON, or larger than its call can be
+  answered with (ANSWER_BYTES_PER_BYTE_SENT): 502 at once, never sent again
   (vLLM was reached and may have done the work);
 - no answer within the request timeout: 504;
 - no free slot for the call (REWARD_GATEWAY_MAX_CONCURRENCY in flight) within
@@ -28,6 +29,11 @@ from reward_gateway.errors import UpstreamError, upstream_unavailable
 from reward_gateway.http_pool import BrokenAnswer, HttpPool
 from reward_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
 
+# vLLM's answer to a call is at most this many bytes per byte sent, plus a
+# base: a few numbers per text, or about 21 bytes per token for token models
+# (at most a token per byte). More is broken, and is not read into memory.
+ANSWER_BYTES_PER_BYTE_SENT = 64
+ANSWER_BASE_BYTES = 1024 * 1024
 RETRY_PAUSE_S = 0.5
 RETRY_AFTER_S = 10
 OVERLOADED_RETRY_AFTER_S = 1
@@ -74,10 +80,11 @@ class VllmClient:
 
     async def _post(self, path: str, payload: bytes) -> Any:
         deadline = time.monotonic() + self.config.scale_from_zero_timeout_s
+        max_answer_bytes = ANSWER_BYTES_PER_BYTE_SENT * len(payload) + ANSWER_BASE_BYTES
         while True:
             try:
                 async with asyncio.timeout(self.config.request_timeout_s):
-                    status, answer = await self.pool.post_json(path, payload)
+                    status, answer = await self.pool.post_json(path, payload, max_answer_bytes)
             except TimeoutError:
                 raise self._failed(
                     UpstreamError("timeout", 504, f"vLLM did not answer within {self.config.request_timeout_s:g} s")

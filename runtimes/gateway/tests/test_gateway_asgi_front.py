@@ -148,3 +148,61 @@ def test_refusals_ahead_of_the_routes_are_counted_too(gateway):
     for code in ("405", "413"):
         labels = {"model": "rm", "route": "get_reward", "code": code}
         assert gateway.metrics.registry.get_sample_value("reward_gateway_requests_total", labels) == 1
+
+
+def test_a_chunked_body_is_charged_as_it_arrives(gateway):
+    """No Content-Length (chunked): the bytes read so far count against the budget at once, so
+    many slow chunked uploads cannot each buffer up to the body limit uncharged."""
+    front = ScoringFront(gateway, None, max_held_bytes=20_000)
+    charged: list[int] = []
+    chunks = [b"x" * 3000] * 3 + [b"x" * 3000]
+
+    async def receive():
+        charged.append(front.held_bytes)
+        chunk = chunks.pop(0)
+        return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def main():
+        front.held_bytes = 9_000  # another request's
+        await front({"type": "http", "method": "POST", "path": "/get_reward", "headers": []}, receive, send)
+
+    asyncio.run(main())
+    assert charged == [9_000, 12_000, 15_000, 18_000], "each chunk charged as it is read"
+    assert sent[0]["status"] == 503 and (b"retry-after", b"1") in sent[0]["headers"]
+    assert front.held_bytes == 9_000, "the refused upload's charge is given back"
+
+
+def test_a_chunked_body_over_the_whole_budget_is_413(gateway):
+    front = ScoringFront(gateway, None, max_held_bytes=1_000)
+    status, body = call(front, "POST", "/get_reward", b"x" * 5_000, chunks=5)
+    assert status == 413 and front.held_bytes == 0
+
+
+def test_a_token_models_charge_covers_vllms_answer_per_token(backend):
+    """A token model's answer carries a value per token: its requests are charged for it."""
+    env = {"REWARD_GATEWAY_UPSTREAM_URL": backend.url, "REWARD_GATEWAY_MODEL_NAME": "rm"}
+    fronts = {
+        kind: ScoringFront(
+            Gateway(load_config({**env, "REWARD_GATEWAY_MODEL_KIND": kind}), GatewayMetrics(CollectorRegistry())), None
+        )
+        for kind in ("sequence", "token")
+    }
+    assert fronts["sequence"].cost_per_byte == 13
+    assert fronts["token"].cost_per_byte == 13 + 370
+
+
+def test_the_budget_is_the_containers_limit_less_the_process(backend):
+    env = {"REWARD_GATEWAY_UPSTREAM_URL": backend.url, "REWARD_GATEWAY_MODEL_NAME": "rm"}
+    limit = 2 * 1024**3
+    config = load_config({**env, "REWARD_GATEWAY_MEMORY_LIMIT_BYTES": str(limit)})
+    assert config.memory_budget_bytes == limit - 256 * 1024**2
+    assert (
+        ScoringFront(Gateway(config, GatewayMetrics(CollectorRegistry())), None).max_held_bytes == limit - 256 * 1024**2
+    )
+    with pytest.raises(ValueError, match="MEMORY_LIMIT_BYTES"):
+        load_config({**env, "REWARD_GATEWAY_MEMORY_LIMIT_BYTES": str(300 * 1024**2)})

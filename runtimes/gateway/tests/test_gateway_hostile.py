@@ -66,7 +66,7 @@ def test_hostile_bodies_answer_4xx_quickly(gateway, backend, route, body, status
 
 @pytest.mark.parametrize(
     ("misbehaviour", "status"),
-    [("429", 503), ("cut", 502), ("duplicate_index", 502), ("index_out_of_range", 502)],
+    [("429", 503), ("cut", 502), ("duplicate_index", 502), ("index_out_of_range", 502), ("oversized", 502)],
 )
 def test_a_misbehaving_vllm_gets_an_answer_at_once(gateway, backend, misbehaviour, status):
     backend.misbehaviour = misbehaviour
@@ -76,6 +76,8 @@ def test_a_misbehaving_vllm_gets_an_answer_at_once(gateway, backend, misbehaviou
     assert time.monotonic() - started < 5  # no scale-from-zero wait (300 s here)
     if status == 503:
         assert int(answer.headers["retry-after"]) > 0
+    if misbehaviour == "oversized":  # not read into memory past its bound
+        assert "more than its request allows" in answer.json()["error"]
     metrics = gateway.get("/metrics").text
     assert f'reward_gateway_requests_total{{code="{status}",model="rm",route="classify"}} 1.0' in metrics
 
@@ -106,3 +108,60 @@ def test_memory_stays_flat_over_rounds_of_failing_and_succeeding_requests(gatewa
     # kept alive (in reference cycles the calm collector leaves), that was about
     # 1 MiB a round. Flat is a few KiB.
     assert seen[-1] < 1024, f"RSS grew after warm-up, by round (KiB): {seen}"
+
+
+def peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+
+
+PEAK_SHAPES = {
+    # finished text: parsed, validated, sent
+    "text": ({}, lambda text: {"text": text, "group": "g"}),
+    # a conversation rendered here: parsed, validated, templated, sent (the most work per byte)
+    "rendered": (
+        {"REWARD_GATEWAY_CHAT_TEMPLATE_MODE": "gateway", "REWARD_GATEWAY_CHAT_TEMPLATE": "{{ messages }}"},
+        lambda text: {"prompt": text[: len(text) // 2], "response": text[len(text) // 2 : -100], "group": "g"},
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(PEAK_SHAPES))
+def test_the_peak_under_the_largest_allowed_requests_stays_under_the_container_limit(run_gateway, backend, shape):
+    """The operator's default transformer limit for sequence models is 1 GiB, which the gateway reads
+    through the downward API; requests of the largest allowed size sent all at once are held as far
+    as the budget goes (the rest wait with 503), and the process's peak stays under the limit."""
+    limit = 1024**3
+    port = free_port()
+    env = {
+        "REWARD_GATEWAY_UPSTREAM_URL": backend.url,
+        "REWARD_GATEWAY_MODEL_NAME": "rm",
+        "REWARD_GATEWAY_PORT": str(port),
+        "REWARD_GATEWAY_MEMORY_LIMIT_BYTES": str(limit),
+    }
+    settings, item = PEAK_SHAPES[shape]
+    url, _ = run_gateway([], env | settings, port, "rm")
+    pid = run_gateway.process.pid
+
+    def body(items: int) -> bytes:  # one group: a single vLLM call carrying every text
+        return orjson.dumps({"items": [item(f"{i:05d}" + "t" * (MAX_CHARS - 5)) for i in range(items)]})
+
+    bodies = [body(8192)] * 2 + [body(4096)] * 4 + [body(2048)] * 6
+    assert max(map(len, bodies)) <= 32 * 1024 * 1024, "the largest body the gateway accepts"
+
+    async def send_all() -> list[int]:
+        import asyncio
+
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            answers = await asyncio.gather(
+                *(client.post("/v1/rewards", content=b, headers={"content-type": "application/json"}) for b in bodies)
+            )
+        return [answer.status_code for answer in answers]
+
+    import asyncio
+
+    statuses = asyncio.run(send_all())
+    peak = peak_rss_kib(pid) * 1024
+    print(f"\n{shape}: peak RSS {peak / 2**20:.0f} MiB of a {limit / 2**20:.0f} MiB limit; answers {sorted(statuses)}")
+    assert set(statuses) <= {200, 503} and 200 in statuses, statuses
+    assert peak < limit, f"peak RSS {peak / 2**20:.0f} MiB over the {limit / 2**20:.0f} MiB limit"
