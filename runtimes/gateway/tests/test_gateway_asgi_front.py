@@ -179,7 +179,7 @@ def test_a_chunked_body_is_charged_as_it_arrives(gateway):
 
 def test_a_chunked_body_over_the_whole_budget_is_413(gateway):
     front = ScoringFront(gateway, None, max_held_bytes=1_000)
-    status, body = call(front, "POST", "/get_reward", b"x" * 5_000, chunks=5)
+    status, _ = call(front, "POST", "/get_reward", b"x" * 5_000, chunks=5)
     assert status == 413 and front.held_bytes == 0
 
 
