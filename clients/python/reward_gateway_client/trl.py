@@ -26,12 +26,15 @@ So:
 One request per step: every completion of the step in one POST /v1/rewards, in order,
 each prompt's completions kept together as one group (TRL's RepeatSampler repeats each
 prompt num_generations times in a row). ``on_error="raise"`` (default): a failed request
-raises and stops the step. ``on_error="none"``: the step's rewards are all None (TRL
-trains on NaN-masked rewards and warns) and the failure is logged.
+raises and stops the step. ``on_error="none"``: failed items get None (TRL turns it into
+NaN and trains on the rest) and the failure is logged; where the gateway refused the
+request for what it holds (400, 413) it is sent again per group, then per item within a
+failing group, so one bad completion costs only its own reward.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Sequence
@@ -43,6 +46,8 @@ from reward_gateway_client.items import reward_items
 logger = logging.getLogger("reward_gateway_client")
 
 ON_ERROR = ("raise", "none")
+# Refusals caused by what a request holds, which sending it in parts can narrow down to items.
+SPLIT_ON = frozenset({400, 413})
 
 
 class GatewayReward:
@@ -80,24 +85,49 @@ class GatewayReward:
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None, **columns: Any
     ) -> list[float | None]:
-        items = reward_items(prompts, completions)
-        try:
-            return list(self.client.score(items))
-        except GatewayError as error:
-            return self._failed(error, len(items))
+        return self._score(reward_items(prompts, completions))
 
     async def ascore(
         self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None, **columns: Any
     ) -> list[float | None]:
-        items = reward_items(prompts, completions)
-        try:
-            return list(await self.async_client.score(items))
-        except GatewayError as error:
-            return self._failed(error, len(items))
+        return await self._ascore(reward_items(prompts, completions))
 
     def as_async(self) -> functools.partial:
         """This reward as a coroutine function for TRL (see the module docstring)."""
         return functools.partial(reward_gateway, self)
+
+    def _score(self, items: list[dict[str, Any]]) -> list[float | None]:
+        try:
+            return list(self.client.score(items))
+        except GatewayError as error:
+            parts = self._parts(error, items)
+            if not parts:
+                return self._failed(error, len(items))
+        return [reward for part in parts for reward in self._score(part)]
+
+    async def _ascore(self, items: list[dict[str, Any]]) -> list[float | None]:
+        try:
+            return list(await self.async_client.score(items))
+        except GatewayError as error:
+            parts = self._parts(error, items)
+            if not parts:
+                return self._failed(error, len(items))
+        scored = await asyncio.gather(*(self._ascore(part) for part in parts))
+        return [reward for part in scored for reward in part]
+
+    def _parts(self, error: GatewayError, items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        """With on_error="none", a request refused for what is in it (400: e.g. one completion over the
+        model's context length; 413: too large) is sent again in parts, so only the items that fail
+        get None: first one request per group, then, in a group that fails, one per item. Nothing
+        else is split: a 401, 404 or an unreachable gateway would fail every part alike."""
+        if self.on_error == "raise" or error.status not in SPLIT_ON or len(items) < 2:
+            return []
+        groups: dict[Any, list[dict[str, Any]]] = {}
+        for item in items:
+            groups.setdefault(item.get("group"), []).append(item)
+        if len(groups) > 1:
+            return list(groups.values())
+        return [[item] for item in items]
 
     def _failed(self, error: GatewayError, count: int) -> list[float | None]:
         if self.on_error == "raise":

@@ -152,13 +152,28 @@ def test_a_4xx_raises_with_the_gateways_message_and_is_not_retried(gateway, back
     assert running.requests("rewards", 400) == 1
 
 
-def test_on_error_none_gives_none_for_each_item_on_a_4xx(gateway, backend):
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_on_error_none_gives_none_only_to_the_items_a_4xx_is_about(gateway, backend, form):
+    """One completion over the model's context length: the step is sent again per group, then per item
+    in the failing group; every other completion keeps its reward."""
     running = gateway()
     reward = GatewayReward(running.url, on_error="none")
-    prompts, completions = ["p", "p"], ["fine", "x" * (MAX_CHARS + 1)]
-    assert reward(prompts=prompts, completions=completions) == [None, None]
-    assert asyncio.run(reward.as_async()(prompts=prompts, completions=completions)) == [None, None]
-    assert running.requests("rewards", 400) == 2
+    prompts = ["p", "p", "q", "q"]
+    completions = [" fine", " also fine", " ok", "x" * (MAX_CHARS + 1)]
+    rewards = call_as_trl(reward if form == "sync" else reward.as_async(), prompts, completions)
+    assert rewards[:3] == pytest.approx([logit("p fine"), logit("p also fine"), logit("q ok")])
+    assert rewards[3] is None
+    # the step (400), its two groups (200, 400), the failing group's two items (200, 400)
+    assert (running.requests("rewards", 400), running.requests("rewards", 200)) == (3, 2)
+
+
+def test_on_error_none_does_not_split_what_every_part_would_fail(gateway, backend, tmp_path):
+    accepted = tmp_path / "token"
+    accepted.write_text("s3cret\n")
+    running = gateway(auth_token_file=str(accepted))
+    reward = GatewayReward(running.url, on_error="none")  # no token: 401
+    assert reward(prompts=["p", "q"], completions=["a", "b"]) == [None, None]
+    assert running.requests("rewards", 401) == 1
 
 
 @pytest.mark.parametrize("on_error", ["raise", "none"])
