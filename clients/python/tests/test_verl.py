@@ -129,3 +129,15 @@ def test_a_missing_prompt_says_where_to_put_it():
     del batch[0]["extra_info"]["prompt"]
     with pytest.raises(ValueError, match=r"extra_info\['prompt'\] is missing"):
         asyncio.run(worker_batch(verl_reward_fn(compute_score, {"url": "http://gateway"}), batch))
+
+
+def test_a_prompt_kept_as_a_numpy_object_array_is_sent_as_json(gateway, backend):
+    """verl keeps non-tensor columns as numpy object arrays; a prompt stored that way still goes as messages."""
+    import numpy  # in the test extras through transformers
+
+    running = gateway()
+    batch = samples(prompts=1, rollouts=1)
+    chat = batch[0]["extra_info"]["prompt"]
+    batch[0]["extra_info"]["prompt"] = numpy.array(chat, dtype=object)
+    [reward] = asyncio.run(worker_batch(verl_reward_fn(compute_score, {"url": running.url}), batch))
+    assert reward == pytest.approx(logit(conversation_text([*chat, {"role": "assistant", "content": "answer 0.0"}])))

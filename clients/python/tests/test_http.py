@@ -1,0 +1,69 @@
+"""The HTTP client's answer rule, against the real gateway process and the fake vLLM."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from reward_gateway_client.http import AsyncRewardClient, GatewayError, GatewaySettings, RewardClient
+
+from reward_testing.fake_vllm import conversation_text, logit
+from reward_testing.ports import free_port
+
+ITEM = {"prompt": "p", "response": "r"}
+PAIR = conversation_text([{"role": "user", "content": "p"}, {"role": "assistant", "content": "r"}])
+
+
+def test_a_502_is_retried_since_scoring_has_no_side_effects(gateway, backend):
+    """vLLM cut its answer short: the gateway answers 502 and does not send the call again; the
+    client sends the whole request again after its back-off."""
+    running = gateway()
+    backend.misbehaviour = "cut"
+    waits: list[float] = []
+
+    def vllm_recovers(wait: float) -> None:
+        waits.append(wait)
+        backend.misbehaviour = None
+
+    client = RewardClient(GatewaySettings(url=running.url), sleep=vllm_recovers)
+    assert client.score([ITEM]) == pytest.approx([logit(PAIR)])
+    assert (running.requests("rewards", 502), running.requests("rewards", 200)) == (1, 1)
+    assert waits == [1.0]  # no Retry-After on a 502: the doubling back-off's first step
+
+
+def test_the_async_client_waits_what_retry_after_asks(gateway, backend):
+    backend.healthy = False
+    running = gateway(scale_from_zero_timeout_seconds="0.2")
+    waits: list[float] = []
+
+    async def predictor_up(wait: float) -> None:
+        waits.append(wait)
+        backend.healthy = True
+
+    client = AsyncRewardClient(GatewaySettings(url=running.url, max_backoff_s=5), sleep=predictor_up)
+    assert asyncio.run(client.score([ITEM])) == pytest.approx([logit(PAIR)])
+    assert waits == [5]  # the gateway's Retry-After (10 s), capped by max_backoff_s
+
+
+def test_an_unreachable_gateway_is_retried_then_reported():
+    waits: list[float] = []
+    client = RewardClient(GatewaySettings(url=f"127.0.0.1:{free_port()}", attempts=3), sleep=waits.append)
+    with pytest.raises(GatewayError) as raised:
+        client.score([ITEM])
+    assert raised.value.status is None and raised.value.attempts == 3
+    assert waits == [1.0, 2.0]
+
+
+def test_a_wrong_model_is_a_404_with_the_gateways_message(gateway, backend):
+    running = gateway()
+    with pytest.raises(GatewayError) as raised:
+        RewardClient(GatewaySettings(url=running.url, model="other")).score([ITEM])
+    assert raised.value.status == 404 and "this gateway serves 'rm'" in raised.value.message
+    assert RewardClient(GatewaySettings(url=running.url, model="rm")).score([ITEM]) == pytest.approx([logit(PAIR)])
+
+
+def test_no_url_says_how_to_give_one(monkeypatch):
+    monkeypatch.delenv("REWARD_GATEWAY_URL", raising=False)
+    with pytest.raises(ValueError, match="REWARD_GATEWAY_URL"):
+        RewardClient(GatewaySettings()).score([ITEM])
+    assert RewardClient(GatewaySettings()).score([]) == []  # nothing to score, nothing sent
