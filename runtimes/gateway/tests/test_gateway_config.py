@@ -68,3 +68,15 @@ def test_without_variable_or_arg_the_message_names_both():
         load_config({"REWARD_GATEWAY_MODEL_NAME": "rm"})
     with pytest.raises(ConfigError, match=r"--predictor_host='ftp://x': expected an http"):
         load_config({}, KServeArgs(model_name="rm", predictor_host="ftp://x"))
+
+
+# OpenRLHF's reward client gives up on one try after 180 s in all (aiohttp ClientTimeout(total=180),
+# openrlhf/utils/agent.py in 0.11.2; ../shared/trainers.md), then tries again, 5 times.
+OPENRLHF_CLIENT_TIMEOUT_S = 180
+
+
+def test_a_cold_start_is_answered_503_before_openrlhfs_client_gives_up():
+    """The scale-from-zero wait ends in 503 + Retry-After while OpenRLHF still listens, with time
+    left for the call that follows a predictor that came up at the last moment to begin."""
+    config = load_config({"REWARD_GATEWAY_UPSTREAM_URL": "http://vllm", "REWARD_GATEWAY_MODEL_NAME": "rm"})
+    assert config.scale_from_zero_timeout_s <= OPENRLHF_CLIENT_TIMEOUT_S - 30
