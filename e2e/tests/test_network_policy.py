@@ -112,4 +112,3 @@ def test_allowed_clients_select_kserves_pods_and_go_away_with_the_field(cluster,
     )
     assert policy(cluster, namespace, f"{NAME}-by-hand") is not None
     wait_for_ready(cluster, namespace)  # the model keeps serving
-
