@@ -454,6 +454,52 @@ class ControlPlane:
             shutil.rmtree(self.directory, ignore_errors=True)
         self.state = None
 
+    # ---- chaos -------------------------------------------------------------
+
+    def restart(self, name: str, grace: float = 10, timeout: float = 60) -> int:
+        """Stop component ``name`` and start it again with the same command line and environment;
+        returns the new pid once the component answers its health check again.
+
+        For chaos tests (an API server or etcd restarted under a running operator). The
+        command line and environment are read back from /proc (Linux), so nothing about
+        how ``up`` started the component has to be kept; its log goes on in the same file.
+        ``grace``: seconds between SIGTERM and SIGKILL (0 for an abrupt kill)."""
+        assert self.state is not None
+        old = self.state.pids[name]
+        proc = Path("/proc") / str(old)
+        args = [arg.decode() for arg in (proc / "cmdline").read_bytes().split(b"\0") if arg]
+        env = {}
+        for item in (proc / "environ").read_bytes().split(b"\0"):
+            key, sep, value = item.partition(b"=")
+            if sep:
+                env[key.decode()] = value.decode()
+        log(f"restarting {name} (pid {old})")
+        _stop(old, grace)
+        with open(self.directory / "logs" / f"{name}.log", "ab") as out:
+            process = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.directory, env=env, start_new_session=True,
+            )  # fmt: skip
+        self.state.pids[name] = process.pid
+        self.state.save()
+        health = self._health_check(name)
+        if health is not None:
+            url, tls = health
+            self._wait(url, time.monotonic() + timeout, name, tls=tls)
+        return process.pid
+
+    def _health_check(self, name: str) -> tuple[str, bool] | None:
+        """(URL, over TLS) of a component's health endpoint; None for one without (kwok)."""
+        assert self.state is not None
+        ports = self.state.ports
+        return {
+            "etcd": (f"http://127.0.0.1:{ports['etcd']}/health", False),
+            "kube-apiserver": (f"{self.state.api_server}/readyz", True),
+            "kube-controller-manager": (f"https://127.0.0.1:{ports['kcm']}/healthz", True),
+            "kube-scheduler": (f"https://127.0.0.1:{ports['scheduler']}/healthz", True),
+            kserve_manager.NAME: (f"http://127.0.0.1:{ports.get('kserve-health')}/healthz", False),
+        }.get(name)
+
     def status(self) -> dict[str, str]:
         if not (self.directory / "state.json").exists():
             return {}
