@@ -183,8 +183,9 @@ class Operator:
 
 
 @pytest.fixture
-def operators(tmp_path) -> Iterator[list[Operator]]:
-    """Operators a test starts (append them); each is stopped afterwards, its log's tail printed."""
+def operators() -> Iterator[list[Operator]]:
+    """Operators a test starts (append them); each is stopped afterwards and its counts printed
+    (E2E_SHOW_OPERATOR_LOG=1 prints its whole log)."""
     started: list[Operator] = []
     yield started
     for operator in started:
