@@ -43,6 +43,7 @@ import os
 import platform
 import re
 import resource
+import shlex
 import signal
 import subprocess
 import sys
@@ -75,6 +76,13 @@ CHANGES = int(os.environ.get("BENCH_CHANGES", "50"))
 IDLE_S = float(os.environ.get("BENCH_IDLE_S", "60"))
 DRIFT_INTERVAL = os.environ.get("BENCH_DRIFT_INTERVAL", "")  # '' = the operator's (and the chart's) default
 ALT_DRIFT = os.environ.get("BENCH_ALT_DRIFT", "3600")
+# Another command in place of `reward-operator` (the same arguments follow), to compare a
+# proposed change (a wrapper that sets kopf settings, say) with the operator as it is.
+OPERATOR_COMMAND = shlex.split(os.environ.get("BENCH_OPERATOR_COMMAND", "")) or [
+    str(Path(sys.executable).parent / "reward-operator")
+]
+# Seconds to wait for convergence before reporting how far it got (default 300 + 1.5 s per object).
+TIMEOUT = os.environ.get("BENCH_TIMEOUT", "")
 PHASES = set(os.environ.get("BENCH_PHASES", "floor,operator").split(","))
 NAMESPACE = "bench"
 OPERATOR_USER = "reward-operator-bench"
@@ -478,7 +486,7 @@ class Operator:
             env.pop("REWARD_OPERATOR_DRIFT_INTERVAL", None)
         self.drift_interval = drift_interval or str(Settings().drift_interval)
         command = [
-            str(Path(sys.executable).parent / "reward-operator"),
+            *OPERATOR_COMMAND,
             "run",
             "--standalone",
             "-A",
@@ -602,7 +610,7 @@ def run_floor(n: int) -> FloorResult:
         progress(f"floor: creating {n} InferenceServices from {CONCURRENCY} threads ({load()})")
         started = time.monotonic()
         created = create_all(api, ISVC_PATH, bodies, "inferenceservices") - started
-        timeout = 300 + 1.5 * n
+        timeout = float(TIMEOUT or 300 + 1.5 * n)
         if not isvcs.wait(lambda w: "ready" in w.reached, timeout):
             progress(f"floor: not all Ready after {timeout:.0f}s: {dict(isvcs.counts)}")
         after = ApiCounts.read(api)
@@ -649,10 +657,11 @@ def _measure_operator(
     load_at_start = load()
     started = time.monotonic()
     created = create_all(api, RM_PATH, [reward_model(i) for i in range(n)], "rewardmodels") - started
-    timeout = 300 + 1.5 * n
+    timeout = float(TIMEOUT or 300 + 1.5 * n)
     done = rms.wait(lambda w: "done" in w.reached, timeout) and isvcs.wait(lambda w: "exists" in w.reached, 10)
     if not done:
         progress(f"operator: not converged after {timeout:.0f}s: RewardModels {dict(rms.counts)}")
+    counts_at_end = f"RewardModels {dict(rms.counts)}, InferenceServices {dict(isvcs.counts)}"
     converged_at = time.monotonic()
     after = ApiCounts.read(api)
     own = Counter(api.own)
@@ -759,6 +768,8 @@ def _measure_operator(
     if at.get("rm_done") and floor_ready:
         verdict = "met" if at["rm_done"] / floor_ready <= GOAL_RATIO else "NOT met"
     print(f"    goal (convergence within {GOAL_RATIO}x the floor): {verdict}")
+    if not done:
+        print(f"    not converged within {timeout:.0f} s; at that point: {counts_at_end}")
     wall = converged_at - started
     print(
         f"  operator during convergence: {cpu_converge:.1f} s CPU ({cpu_converge / wall * 100:.0f}% of one core "
@@ -811,7 +822,11 @@ def _measure_operator(
 
 def log_problems_line(log_path: Path) -> str:
     text = log_path.read_text(errors="replace")
-    return f"its log has {text.count('Traceback')} tracebacks and {len(re.findall(r'ERROR', text))} ERROR lines"
+    return (
+        f"its log has {text.count('Traceback')} tracebacks and {len(re.findall(r'ERROR', text))} ERROR lines; "
+        f"kopf ran the create handler {text.count('Creation is processed')} times, "
+        f"the drift timer {text.count('drift_backstop')} times"
+    )
 
 
 @dataclass
@@ -872,6 +887,8 @@ def print_breakdown(op: ApiCounts, op_own: Counter, floor: ApiCounts, floor_own:
 def main() -> None:
     print(f"Operator benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"Machine: {machine()}; {load()}")
+    if os.environ.get("BENCH_OPERATOR_COMMAND"):
+        print(f"Operator command: {shlex.join(OPERATOR_COMMAND)} (BENCH_OPERATOR_COMMAND)")
     print(
         f"N = {','.join(map(str, SIZES))}; {CONCURRENCY} concurrent creators; {CHANGES} changes for latency; "
         f"idle {IDLE_S:.0f} s; KServe's controller running; each run on a fresh control plane"
