@@ -39,6 +39,10 @@ integration: venv testenv-build ## integration and e2e tests on a fresh local co
 
 test: lint unit integration ## everything CI runs
 
+.PHONY: fuzz
+fuzz: venv testenv-build ## fuzz RewardModel specs on a fresh control plane with the operator (FUZZ_EXAMPLES=5000)
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-5000} $(PY) -m pytest e2e/tests/test_fuzz_rewardmodel.py -q -s
+
 # Each area adds its benchmark as a prerequisite (mk/gateway.mk: bench-gateway).
 bench: ## every benchmark: figures and ratios, printed, never asserted
 
