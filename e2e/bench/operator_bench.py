@@ -73,6 +73,8 @@ from testenv import controlplane
 SIZES = [int(n) for n in os.environ.get("BENCH_N", "100,1000").split(",") if n.strip()]
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "32"))
 CHANGES = int(os.environ.get("BENCH_CHANGES", "50"))
+# The latency phase stops starting changes after this many seconds (a backlogged operator takes minutes each).
+LATENCY_BUDGET_S = float(os.environ.get("BENCH_LATENCY_BUDGET_S", "300"))
 IDLE_S = float(os.environ.get("BENCH_IDLE_S", "60"))
 DRIFT_INTERVAL = os.environ.get("BENCH_DRIFT_INTERVAL", "")  # '' = the operator's (and the chart's) default
 ALT_DRIFT = os.environ.get("BENCH_ALT_DRIFT", "3600")
@@ -677,72 +679,7 @@ def _measure_operator(
     reconciles = reconciles_after - reconciles_before
     delta = after - before
 
-    # ---- reconcile latency for single changes while the N objects exist
-    progress(f"latency: {CHANGES} spec changes one after another ({load()})")
-    child_ms, status_ms, missed = [], [], 0
-    lat_before, lat_reconciles_before = ApiCounts.read(api), operator.reconciles()[0]
-    for k in range(CHANGES):
-        name = f"rm-{(k * 7919) % n:04d}"
-        current = rms.objects[name]["max"]
-        new = 3 if current == 2 else 2
-        started_change = time.monotonic()
-        patched = api.call(
-            "PATCH",
-            f"{RM_PATH}/{name}",
-            {"spec": {"serving": {"maxReplicas": new}}},
-            content_type="application/merge-patch+json",
-        )
-        api.count("PATCH", "rewardmodels")
-        generation = patched["metadata"]["generation"]
-
-        def child_changed(w: Watch, name: str = name, new: int = new) -> bool:
-            return (w.objects.get(name) or {}).get("max") == new
-
-        def status_caught_up(w: Watch, name: str = name, generation: int = generation) -> bool:
-            return ((w.objects.get(name) or {}).get("observed") or 0) >= generation
-
-        if isvcs.wait(child_changed, 120) and rms.wait(status_caught_up, 120):
-            child_ms.append((isvcs.changed[name]["max"] - started_change) * 1000)
-            status_ms.append((rms.changed[name]["observed"] - started_change) * 1000)
-        else:
-            missed += 1
-    lat_delta = ApiCounts.read(api) - lat_before
-    lat_reconciles = operator.reconciles()[0] - lat_reconciles_before
-
-    # ---- idle with N objects
-    time.sleep(10)  # the last change's KServe follow-ups settle
-    idle = measure_idle(api, operator)
-    hwm_end = proc_status(operator.pid, "VmHWM")
-    rss_end = proc_status(operator.pid, "VmRSS")
-
-    # ---- restart with a long drift interval: resume, then idle again
-    restart = None
-    if ALT_DRIFT:
-        operator.stop()
-        progress(f"restart with drift interval {ALT_DRIFT}s ({load()})")
-        restart_before = ApiCounts.read(api)
-        restarted_at = time.monotonic()
-        second = Operator(kubeconfig, plane.plane.bin, log_path, ALT_DRIFT)
-        operator.process, operator.pid, operator.metrics_port = second.process, second.pid, second.metrics_port
-        # Resume reconciles every RewardModel, and the first listing of the children
-        # reconciles each owner once more: done when the count has stood still for 5 s.
-        resumed, last_count, last_change = None, -1.0, time.monotonic()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            count = operator.reconciles()[0]
-            if count != last_count:
-                last_count, last_change = count, time.monotonic()
-            elif count >= n and time.monotonic() - last_change >= 5:
-                resumed = last_change - restarted_at
-                break
-            time.sleep(0.5)
-        resume_counts = ApiCounts.read(api) - restart_before
-        resume_reconciles = operator.reconciles()[0]
-        time.sleep(10)
-        restart = (resumed, resume_counts, resume_reconciles, measure_idle(api, operator))
-        restart_hwm = proc_status(operator.pid, "VmHWM")
-
-    # ---- report
+    # ---- convergence, printed at once (a later phase may run long)
     print(f"\nN = {n}: {n} RewardModels, one child InferenceService each (Standard mode, predictor and gateway)")
     print(f"  load at the start {load_at_start}; at convergence {load_at_end}")
     print(f"  operator: drift interval {operator.drift_interval}s at first; {log_problems_line(log_path)}")
@@ -788,6 +725,45 @@ def _measure_operator(
             f"({delta.total() / n:.1f} and {floor.api.total() / n:.1f} per object)"
         )
         print_breakdown(delta, own, floor.api, floor.own)
+    sys.stdout.flush()
+
+    # ---- reconcile latency for single changes while the N objects exist
+    progress(f"latency: {CHANGES} spec changes one after another ({load()})")
+    child_ms, status_ms, missed = [], [], 0
+    lat_before, lat_reconciles_before = ApiCounts.read(api), operator.reconciles()[0]
+    latency_deadline = time.monotonic() + LATENCY_BUDGET_S
+    for k in range(CHANGES):
+        if time.monotonic() > latency_deadline:
+            progress(f"latency: stopped after {k} changes, past BENCH_LATENCY_BUDGET_S ({LATENCY_BUDGET_S:.0f} s)")
+            break
+        name = f"rm-{(k * 7919) % n:04d}"
+        current = rms.objects[name]["max"]
+        new = 3 if current == 2 else 2
+        started_change = time.monotonic()
+        patched = api.call(
+            "PATCH",
+            f"{RM_PATH}/{name}",
+            {"spec": {"serving": {"maxReplicas": new}}},
+            content_type="application/merge-patch+json",
+        )
+        api.count("PATCH", "rewardmodels")
+        generation = patched["metadata"]["generation"]
+
+        def child_changed(w: Watch, name: str = name, new: int = new) -> bool:
+            return (w.objects.get(name) or {}).get("max") == new
+
+        def status_caught_up(w: Watch, name: str = name, generation: int = generation) -> bool:
+            return ((w.objects.get(name) or {}).get("observed") or 0) >= generation
+
+        change_deadline = started_change + 120
+        if isvcs.wait(child_changed, 120) and rms.wait(status_caught_up, max(0.0, change_deadline - time.monotonic())):
+            child_ms.append((isvcs.changed[name]["max"] - started_change) * 1000)
+            status_ms.append((rms.changed[name]["observed"] - started_change) * 1000)
+        else:
+            missed += 1
+    lat_delta = ApiCounts.read(api) - lat_before
+    lat_reconciles = operator.reconciles()[0] - lat_reconciles_before
+
     print(f"  reconcile latency, {len(child_ms)} single spec changes (maxReplicas) one after another, {missed} missed:")
     if child_ms:
         for title, values in (("child InferenceService changed", child_ms), ("status observedGeneration", status_ms)):
@@ -799,6 +775,14 @@ def _measure_operator(
             f"{lat_reconciles / max(1, len(child_ms)):.1f} reconciles per change "
             "(the RewardModel's update and its child's events)"
         )
+    sys.stdout.flush()
+
+    # ---- idle with N objects
+    time.sleep(10)  # the last change's KServe follow-ups settle
+    idle = measure_idle(api, operator)
+    hwm_end = proc_status(operator.pid, "VmHWM")
+    rss_end = proc_status(operator.pid, "VmRSS")
+
     print("  memory:")
     rss_verdict = "met" if hwm_end / 1024 <= GOAL_RSS_MB else "NOT met"
     print(
@@ -808,6 +792,35 @@ def _measure_operator(
         f"RSS now {rss_end / 1024:.0f} MB"
     )
     print_idle(f"idle with {n} objects, drift interval {operator.drift_interval}s", idle, n)
+    sys.stdout.flush()
+
+    # ---- restart with a long drift interval: resume, then idle again
+    restart = None
+    if ALT_DRIFT:
+        operator.stop()
+        progress(f"restart with drift interval {ALT_DRIFT}s ({load()})")
+        restart_before = ApiCounts.read(api)
+        restarted_at = time.monotonic()
+        second = Operator(kubeconfig, plane.plane.bin, log_path, ALT_DRIFT)
+        operator.process, operator.pid, operator.metrics_port = second.process, second.pid, second.metrics_port
+        # Resume reconciles every RewardModel, and the first listing of the children
+        # reconciles each owner once more: done when the count has stood still for 5 s.
+        resumed, last_count, last_change = None, -1.0, time.monotonic()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            count = operator.reconciles()[0]
+            if count != last_count:
+                last_count, last_change = count, time.monotonic()
+            elif count >= n and time.monotonic() - last_change >= 5:
+                resumed = last_change - restarted_at
+                break
+            time.sleep(0.5)
+        resume_counts = ApiCounts.read(api) - restart_before
+        resume_reconciles = operator.reconciles()[0]
+        time.sleep(10)
+        restart = (resumed, resume_counts, resume_reconciles, measure_idle(api, operator))
+        restart_hwm = proc_status(operator.pid, "VmHWM")
+
     if restart:
         resumed, resume_counts, resume_reconciles, idle2 = restart
         print(
@@ -885,6 +898,10 @@ def print_breakdown(op: ApiCounts, op_own: Counter, floor: ApiCounts, floor_own:
 
 
 def main() -> None:
+    # Stopped from outside (SIGTERM, or SIGINT even where a background shell ignores it),
+    # the `finally` blocks still stop the operator and the control planes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print(f"Operator benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"Machine: {machine()}; {load()}")
     if os.environ.get("BENCH_OPERATOR_COMMAND"):
