@@ -43,7 +43,7 @@ test: lint unit integration ## everything CI runs
 fuzz: venv testenv-build ## fuzz RewardModel specs on a fresh control plane with the operator (FUZZ_EXAMPLES=5000)
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-5000} $(PY) -m pytest e2e/tests/test_fuzz_rewardmodel.py -q -s
 
-# Each area adds its benchmark as a prerequisite (mk/gateway.mk: bench-gateway).
+# Each area adds its benchmark as a prerequisite (mk/gateway.mk: bench-gateway; mk/operator.mk: bench-operator).
 bench: ## every benchmark: figures and ratios, printed, never asserted
 
 up: venv ## start the local control plane with KServe's manager, TESTENV_KSERVE=0 without (prints the KUBECONFIG to export)
