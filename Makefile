@@ -10,7 +10,7 @@ TESTENV := $(PY) -m testenv
 # pytest exits 5 when a selection holds no tests; that is not a failure here.
 PYTEST = $(PY) -m pytest $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests selected"; [ $$rc -eq 5 ]; }
 
-.PHONY: help venv lint unit integration test bench testenv-build up down status kubeconfig demo demo-down crds clean
+.PHONY: help venv lint unit integration chaos test bench testenv-build up down status kubeconfig demo demo-down crds clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -34,14 +34,21 @@ unit: venv testenv-build ## unit tests (no cluster; the chart and rule tests use
 testenv-build: venv ## build every testenv binary into the cache (no-op when cached; `up` and `demo` build only what they run)
 	$(TESTENV) build
 
-integration: venv testenv-build ## integration and e2e tests on a fresh local control plane
-	$(call PYTEST,-m integration)
+# The chaos tests (about 14 min) and the spec fuzzing (about 6 min for 500 specs) run
+# on their own targets until a clean-clone CI run has timed them with the rest.
+SLOW_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py
+
+integration: venv testenv-build ## integration and e2e tests on a fresh local control plane (without chaos and fuzz)
+	$(call PYTEST,-m integration $(addprefix --ignore=,$(SLOW_SUITES)))
+
+chaos: venv testenv-build ## chaos tests: operator kill -9, kube-apiserver and etcd restarts, a stalled watch, peering
+	$(PY) -m pytest e2e/tests/test_chaos.py -q -s
 
 test: lint unit integration ## everything CI runs
 
 .PHONY: fuzz
-fuzz: venv testenv-build ## fuzz RewardModel specs on a fresh control plane with the operator (FUZZ_EXAMPLES=5000)
-	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-5000} $(PY) -m pytest e2e/tests/test_fuzz_rewardmodel.py -q -s
+fuzz: venv testenv-build ## fuzz RewardModel specs on a fresh control plane with the operator (500 specs; FUZZ_EXAMPLES=5000 for more)
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-500} $(PY) -m pytest e2e/tests/test_fuzz_rewardmodel.py -q -s
 
 # Each area adds its benchmark as a prerequisite (mk/gateway.mk: bench-gateway; mk/operator.mk: bench-operator).
 bench: ## every benchmark: figures and ratios, printed, never asserted
