@@ -1,3 +1,3 @@
-# Makes the ``cluster`` and ``namespace`` fixtures of e2e/testenv available to
-# every test folder (operator, gateway and e2e tests alike).
-pytest_plugins = ["testenv.pytest_plugin"]
+# Makes the ``cluster`` and ``namespace`` fixtures of e2e/testenv, and the fake
+# vLLM's ``fake_vllm`` and ``backend``, available to every test folder.
+pytest_plugins = ["testenv.pytest_plugin", "reward_testing.fake_vllm_fixtures"]

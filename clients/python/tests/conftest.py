@@ -15,27 +15,8 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
-from reward_testing.fake_vllm import FakeVllm, serve_in_thread
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
-
-
-@pytest.fixture(scope="session")
-def fake_vllm():
-    # delay_s: each call is held a multiple of it chosen by its text, so answers come back out of order.
-    fake = FakeVllm(delay_s=0.002)
-    with serve_in_thread(fake.app) as url:
-        fake.url = url
-        yield fake
-
-
-@pytest.fixture
-def backend(fake_vllm):
-    fake_vllm.calls.clear()
-    fake_vllm.healthy = True
-    fake_vllm.misbehaviour = None
-    fake_vllm.bos_token = "<s>"
-    return fake_vllm
 
 
 class Gateway:

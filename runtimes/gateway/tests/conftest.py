@@ -15,24 +15,8 @@ from reward_gateway.app import build_app
 from reward_gateway.config import load_config
 from reward_gateway.gateway import Gateway
 from reward_gateway.metrics import GatewayMetrics
-from reward_testing.fake_vllm import FakeVllm, serve_in_thread
+from reward_testing.fake_vllm import serve_in_thread
 from reward_testing.waiting import wait_until
-
-
-@pytest.fixture(scope="session")
-def fake_vllm():
-    fake = FakeVllm(delay_s=0.002)
-    with serve_in_thread(fake.app) as url:
-        fake.url = url
-        yield fake
-
-
-@pytest.fixture
-def backend(fake_vllm):
-    fake_vllm.calls.clear()
-    fake_vllm.healthy = True
-    fake_vllm.misbehaviour = None
-    return fake_vllm
 
 
 @pytest.fixture
