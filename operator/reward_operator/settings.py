@@ -29,8 +29,13 @@ def _int(environ: Mapping[str, str], name: str, default: int, minimum: int = 0) 
 @dataclass(frozen=True)
 class Settings:
     # Seconds between level-based reconciles of every object: a backstop for
-    # missed watch events, and how soon an InvalidSpec clears once fixed.
-    drift_interval: int = 60
+    # missed watch events. Long, because it wakes for every object: at 60 s and
+    # a thousand objects the backstop alone kept a core busy (make bench-operator).
+    drift_interval: int = 3600
+    # Seconds between re-checks of the objects that are not settled (status behind
+    # the spec, or Ready=False for InvalidSpec or ApplyFailed): how soon a missing
+    # Secret or runtime, once made, is noticed. Settled objects have no such timer.
+    recheck_interval: int = 30
     # Prometheus metrics port; 0 turns the endpoint off.
     metrics_port: int = 8080
     # Image of the reward gateway (the operator's own image carries it).
@@ -40,6 +45,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
         return cls(
             drift_interval=_int(environ, "REWARD_OPERATOR_DRIFT_INTERVAL", cls.drift_interval, minimum=1),
+            recheck_interval=_int(environ, "REWARD_OPERATOR_RECHECK_INTERVAL", cls.recheck_interval, minimum=1),
             metrics_port=_int(environ, "REWARD_OPERATOR_METRICS_PORT", cls.metrics_port),
             gateway_image=environ.get("REWARD_OPERATOR_GATEWAY_IMAGE") or cls.gateway_image,
         )

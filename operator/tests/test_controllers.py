@@ -22,7 +22,17 @@ def test_the_registry_logs_in_starts_up_and_answers_probes():
     assert activity_handlers(registry, Activity.PROBE)
 
 
-def test_the_drift_timer_follows_the_settings():
-    registry = build_registry(Settings(drift_interval=17), CollectorRegistry())
-    timers = [h for h in registry._spawning.get_all_handlers() if getattr(h, "interval", None) is not None]
-    assert [(timer.interval, timer.initial_delay) for timer in timers] == [(17, 17)]
+def test_the_timers_follow_the_settings():
+    registry = build_registry(Settings(drift_interval=17, recheck_interval=5), CollectorRegistry())
+    timers = {h.id: h for h in registry._spawning.get_all_handlers() if getattr(h, "interval", None) is not None}
+    assert {name: (timer.interval, timer.initial_delay) for name, timer in timers.items()} == {
+        "drift_backstop": (17, 17),
+        "recheck": (5, 5),
+    }
+    assert timers["drift_backstop"].when is None, "the backstop runs for every object"
+    assert timers["recheck"].when is not None, "the re-check runs only for objects that are not settled"
+
+
+def test_the_defaults_keep_a_thousand_settled_objects_quiet():
+    # a timer per object every 60 s kept a core busy at 1000 objects (make bench-operator)
+    assert Settings().drift_interval >= 3600

@@ -74,3 +74,25 @@ def test_a_cleared_field_is_sent_as_null():
 )
 def test_event_type_per_reason(ready, expected):
     assert status.event_type(ready) == expected
+
+
+def _body(generation: int, observed: int | None, reason: str | None) -> dict:
+    status = {} if observed is None else {"observedGeneration": observed}
+    if reason is not None:
+        status["conditions"] = [{"type": "Ready", "status": "False", "reason": reason}]
+    return {"metadata": {"generation": generation}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("generation", "observed", "reason", "settled"),
+    [
+        (1, None, None, False),  # never reconciled
+        (2, 1, api_conditions.AWAITING_KSERVE, False),  # a spec change not reconciled yet
+        (2, 2, api_conditions.INVALID_SPEC, False),  # waiting on a Secret or runtime
+        (2, 2, api_conditions.APPLY_FAILED, False),  # a child refused
+        (2, 2, api_conditions.AWAITING_KSERVE, True),  # KServe's turn: its events wake us
+        (2, 2, api_conditions.INFERENCE_SERVICE_READY, True),
+    ],
+)
+def test_settled_objects_need_no_recheck(generation, observed, reason, settled):
+    assert status.settled(_body(generation, observed, reason)) is settled

@@ -3,6 +3,7 @@ real thing runs in e2e/tests/test_rewardmodel_operator.py)."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 
@@ -35,6 +36,7 @@ class FakeCluster:
     def patch_status(self, api_version, kind, namespace, name, patch):
         self.writes.append(patch)
         self.obj["status"] = {k: v for k, v in {**self.obj.get("status", {}), **patch}.items() if v is not None}
+        return self.obj
 
     def post_event(self, owner, event_type, reason, message):
         self.events.append((event_type, reason))
@@ -66,7 +68,7 @@ def sample(registry: CollectorRegistry, metric: str, **labels: str) -> float | N
 
 
 def test_status_written_once_and_event_only_on_transition(fake_cluster):
-    runner, _, registry = make_runner(lambda obj, logger: Outcome(INVALID, {}, "invalid"))
+    runner, _, registry = make_runner(lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
     assert runner.reconcile("ns", "rm", LOG) == "invalid"
     assert len(fake_cluster.writes) == 1 and fake_cluster.events == [("Warning", "InvalidSpec")]
     assert runner.reconcile("ns", "rm", LOG) == "invalid"
@@ -77,19 +79,19 @@ def test_status_written_once_and_event_only_on_transition(fake_cluster):
 
 def test_stale_status_fields_are_cleared(fake_cluster):
     fake_cluster.obj["status"] = {"url": "http://old", "observedGeneration": 1, "conditions": []}
-    runner, _, _ = make_runner(lambda obj, logger: Outcome(INVALID, {}, "invalid"))
+    runner, _, _ = make_runner(lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
     runner.reconcile("ns", "rm", LOG)
     assert fake_cluster.writes[0]["url"] is None
 
 
 def test_a_gone_object_is_not_synced(fake_cluster):
     fake_cluster.obj = None
-    runner, _, _ = make_runner(lambda obj, logger: pytest.fail("synced a deleted object"))
+    runner, _, _ = make_runner(lambda obj, logger, child: pytest.fail("synced a deleted object"))
     assert runner.reconcile("ns", "rm", LOG) == "deleted"
 
 
 def test_api_errors_become_a_calm_retry(fake_cluster):
-    def sync(obj, logger):
+    def sync(obj, logger, child):
         raise ClusterError(503, "Service Unavailable", "etcd leader changed")
 
     runner, _, registry = make_runner(sync)
@@ -102,9 +104,10 @@ def test_api_errors_become_a_calm_retry(fake_cluster):
 
 def test_metrics_follow_the_object_and_leave_with_it(fake_cluster):
     ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "ok")
-    runner, _, registry = make_runner(lambda obj, logger: Outcome(ready, {}, "ready"))
+    runner, _, registry = make_runner(lambda obj, logger, child: Outcome(ready, {}, "ready"))
     object_labels = {"kind": REWARD_MODEL_KIND, "namespace": "ns", "name": "rm"}
-    runner.observe("ns", "rm", {"metadata": {"generation": 3}, "status": {"observedGeneration": 2}})
+    runner.observe("ns", "rm", {**fake_cluster.obj, "metadata": {"name": "rm", "namespace": "ns", "generation": 3},
+                                "status": {"observedGeneration": 2}})  # fmt: skip
     assert sample(registry, "reward_operator_object_generation_lag", **object_labels) == 1
     assert sample(registry, "reward_operator_object_ready", **object_labels) is None, "not decided yet"
 
@@ -129,7 +132,7 @@ def test_forget_waits_for_a_reconcile_in_flight(fake_cluster):
     entered, release = threading.Event(), threading.Event()
     ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "ok")
 
-    def slow_sync(obj, logger):
+    def slow_sync(obj, logger, child):
         entered.set()
         release.wait(10)
         return Outcome(ready, {}, "ready")
@@ -145,3 +148,28 @@ def test_forget_waits_for_a_reconcile_in_flight(fake_cluster):
     forget.join(10)
     labels = {"kind": REWARD_MODEL_KIND, "namespace": "ns", "name": "rm"}
     assert sample(registry, "reward_operator_object_ready", **labels) is None
+
+
+def test_a_reconcile_reads_the_watchs_copy_not_the_api_server(fake_cluster, monkeypatch):
+    runner, _, _ = make_runner(lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
+    runner.observe("ns", "rm", dict(fake_cluster.obj))
+    monkeypatch.setattr(objects, "get", lambda *args: pytest.fail("read from the API server"))
+    assert runner.reconcile("ns", "rm", LOG) == "invalid"
+
+
+def test_the_status_written_stands_until_the_watch_brings_it_back(fake_cluster):
+    """A reconcile between our status write and its watch event neither writes it twice nor
+    posts its event twice."""
+    before = copy.deepcopy(fake_cluster.obj)  # the watch's copy, without the status about to be written
+    runner, _, _ = make_runner(lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
+    runner.observe("ns", "rm", before)
+    runner.reconcile("ns", "rm", LOG)
+    runner.reconcile("ns", "rm", LOG)  # the watch has not delivered the write yet
+    assert len(fake_cluster.writes) == 1 and len(fake_cluster.events) == 1
+
+    runner.observe("ns", "rm", copy.deepcopy(fake_cluster.obj))  # the write comes back
+    someone_else = copy.deepcopy(fake_cluster.obj)
+    someone_else["status"] = {}  # then the status is cleared by hand
+    runner.observe("ns", "rm", someone_else)
+    runner.reconcile("ns", "rm", LOG)
+    assert len(fake_cluster.writes) == 2, "the watch's newer copy counts once it has caught up"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from ..api.kserve import (
     CLUSTER_SERVING_RUNTIME_KIND,
     COMPONENT_LABEL,
@@ -22,12 +25,28 @@ def secret_keys(namespace: str, name: str) -> set[str] | None:
     return set((secret.data or {}).keys()) | set((secret.string_data or {}).keys())
 
 
+# A runtime found is taken as present for this long without another read: every reconcile checks
+# one, and runtimes are installed once and rarely removed (a removal is noticed this much later).
+# A runtime not found is read again each time, so one made later is noticed at the next reconcile.
+RUNTIME_SEEN_SECONDS = 300.0
+_runtimes_seen: dict[tuple[str, str], float] = {}  # (namespace, runtime) -> monotonic time it expires
+_runtimes_lock = threading.Lock()
+
+
 def runtime_exists(namespace: str, runtime: str) -> bool:
     """A ClusterServingRuntime, or a ServingRuntime in the namespace, of that name."""
-    return (
+    key, now = (namespace, runtime), time.monotonic()
+    with _runtimes_lock:
+        if _runtimes_seen.get(key, 0.0) > now:
+            return True
+    found = (
         get(RUNTIME_API_VERSION, CLUSTER_SERVING_RUNTIME_KIND, runtime) is not None
         or get(RUNTIME_API_VERSION, SERVING_RUNTIME_KIND, runtime, namespace) is not None
     )
+    if found:
+        with _runtimes_lock:
+            _runtimes_seen[key] = now + RUNTIME_SEEN_SECONDS
+    return found
 
 
 def observe(namespace: str, wanted: References) -> Observed:

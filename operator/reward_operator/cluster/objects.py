@@ -139,9 +139,10 @@ def prune(
     return deleted
 
 
-def patch_status(api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+def patch_status(api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+    """Merge-patch an object's status; returns the object as stored after the patch."""
     group, version = _group_version(api_version)
     with translated():
-        custom().patch_namespaced_custom_object_status(
+        return custom().patch_namespaced_custom_object_status(
             group, version, namespace, plural_of(kind), name, {"status": status}, _content_type=MERGE_PATCH
         )

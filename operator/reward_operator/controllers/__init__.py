@@ -34,6 +34,9 @@ def build_registry(settings: Settings, metrics_registry: CollectorRegistry = REG
         # kopf's default watch inactivity timeout (with bookmarks) already guards
         # against silently frozen watches; server_timeout bounds each watch request.
         settings.watching.server_timeout = 300
+        # kopf's own calls (its patches of finalizers and annotations) give up after 30 s instead of
+        # 300 s on a connection that silently died, as ours do (cluster/client.py, REQUEST_TIMEOUT).
+        settings.networking.request_timeout = 30
         metrics.serve(metrics_port, metrics_registry)
 
     @kopf.on.login(registry=registry)

@@ -5,6 +5,12 @@ say what Ready is (an :class:`Outcome`). The runner does the rest, the same way
 for every kind: one reconcile at a time per object (locks dropped when the
 object goes), API errors mapped to a calm retry, the status written only when it
 changed, one event per Ready transition, and the metrics.
+
+It also keeps the newest copy of each object the watch delivered, so a reconcile
+reads no object from the API server: kopf hands every watch event to
+:meth:`Runner.observe` before any handler runs. The status it wrote last stands in
+for the stored one until the watch brings that write back, so a reconcile that
+starts in between neither writes it twice nor posts its event twice.
 """
 
 from __future__ import annotations
@@ -39,8 +45,9 @@ class Outcome:
     result: str = "progressing"
 
 
-# (the object, defaults applied; its logger) -> Outcome
-Sync = Callable[[dict[str, Any], Logger], Outcome]
+# (the object, defaults applied; its logger; the child whose change triggered this reconcile,
+# as the watch delivered it, or None) -> Outcome
+Sync = Callable[[dict[str, Any], Logger, dict[str, Any] | None], Outcome]
 
 
 class Runner:
@@ -61,21 +68,40 @@ class Runner:
         self.metrics = metrics
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()
+        # (namespace, name) -> the newest object the watch delivered
+        self._latest: dict[tuple[str, str], dict[str, Any]] = {}
+        # (namespace, name) -> the status this runner wrote, until the watch delivers it back
+        self._written: dict[tuple[str, str], dict[str, Any]] = {}
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault((namespace, name), threading.Lock())
 
-    def reconcile(self, namespace: str, name: str, logger: Logger) -> str:
-        """Bring one object's children and status in line with its spec; returns the result."""
+    def _current(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object as it stands: the watch's newest copy (read from the API server only when the
+        watch has not delivered it yet), with the status this runner wrote last."""
+        key = (namespace, name)
+        with self._guard:
+            found, written = self._latest.get(key), self._written.get(key)
+        if found is None:
+            found = objects.get(self.api_version, self.kind, name, namespace)
+        if found is not None and written is not None:
+            found = {**found, "status": written}
+        return found
+
+    def reconcile(self, namespace: str, name: str, logger: Logger, changed_child: dict[str, Any] | None = None) -> str:
+        """Bring one object's children and status in line with its spec; returns the result.
+
+        ``changed_child``: the child (as the watch delivered it) whose change is the reason for this
+        reconcile; the kind's sync may then skip what that change cannot have affected."""
         kind = self.kind
         with self._lock(namespace, name), self.metrics.duration.labels(kind=kind).time():
             try:
-                found = objects.get(self.api_version, kind, name, namespace)
+                found = self._current(namespace, name)
                 if found is None or found["metadata"].get("deletionTimestamp"):
                     return "deleted"
                 found = self.prepare(found)
-                outcome = self.sync(found, logger)
+                outcome = self.sync(found, logger, changed_child)
                 self._write_status(found, outcome, logger)
             except ClusterError as error:
                 self.metrics.errors.labels(kind=kind).inc()
@@ -91,10 +117,16 @@ class Runner:
             current, metadata["generation"], outcome.ready, outcome.fields, conditions.now_rfc3339()
         )
         if desired != current:
-            objects.patch_status(
+            key = (metadata["namespace"], metadata["name"])
+            with self._guard:
+                self._written.pop(key, None)  # if the write fails, the stored status is unknown
+            stored = objects.patch_status(
                 self.api_version, self.kind, metadata["namespace"], metadata["name"],
                 conditions.status_patch(current, desired),
             )  # fmt: skip
+            with self._guard:
+                if key in self._locks:  # not forgotten meanwhile
+                    self._written[key] = stored.get("status") or {}
         ready = outcome.ready
         if conditions.ready_transition(current, ready):
             logger.info("Ready=%s (%s): %s", ready.status, ready.reason, ready.message)
@@ -102,9 +134,15 @@ class Runner:
         self.metrics.objects.record_ready(self.kind, metadata["namespace"], metadata["name"], ready.status)
 
     def observe(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        """A watch event: record how far the status lags the spec."""
+        """A watch event: keep the object as the newest copy, and record how far its status lags the spec."""
         generation = body.get("metadata", {}).get("generation") or 0
-        observed = (body.get("status") or {}).get("observedGeneration") or 0
+        status = body.get("status") or {}
+        observed = status.get("observedGeneration") or 0
+        key = (namespace, name)
+        with self._guard:
+            self._latest[key] = body
+            if self._written.get(key) == status:
+                del self._written[key]  # the watch has caught up with our last write
         self.metrics.objects.record_generation_lag(self.kind, namespace, name, generation, observed)
 
     def forget(self, namespace: str, name: str) -> None:
@@ -116,3 +154,5 @@ class Runner:
             self.metrics.objects.forget(self.kind, namespace, name)
             with self._guard:
                 self._locks.pop((namespace, name), None)
+                self._latest.pop((namespace, name), None)
+                self._written.pop((namespace, name), None)

@@ -7,6 +7,7 @@ only when Ready's status or reason changes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -86,3 +87,23 @@ def event_type(ready: Condition) -> str:
     """Normal for Ready and while converging; Warning for a Ready=False that needs a person."""
     normal = ready.status != "False" or ready.reason in conditions.NORMAL_REASONS
     return "Normal" if normal else "Warning"
+
+
+def spec_reconciled(obj: Mapping[str, Any]) -> bool:
+    """The status was written for the spec as it is now."""
+    return (obj.get("status") or {}).get("observedGeneration") == obj["metadata"].get("generation")
+
+
+# Ready=False reasons that wait on something outside the spec (a Secret or runtime made later, a
+# webhook that refused and may accept later): worth re-checking without a change to the object.
+UNSETTLED_REASONS = (conditions.INVALID_SPEC, conditions.APPLY_FAILED)
+
+
+def settled(obj: Mapping[str, Any]) -> bool:
+    """Nothing to wait for but a change: the status is for the current spec, and Ready is not held
+    up by something outside it."""
+    if not spec_reconciled(obj):
+        return False
+    found = (obj.get("status") or {}).get("conditions") or []
+    ready = next((c for c in found if c.get("type") == conditions.READY), None)
+    return ready is not None and ready.get("reason") not in UNSETTLED_REASONS

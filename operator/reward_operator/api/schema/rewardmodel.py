@@ -94,7 +94,9 @@ MODEL = obj(
             pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
         ),
         "chatTemplate": string(
-            "A Jinja chat template replacing the tokenizer's; mounted from a ConfigMap the RewardModel owns.",
+            "A Jinja chat template replacing the tokenizer's; mounted from a ConfigMap the RewardModel owns. "
+            "Omit it (rather than leave it empty) to keep the tokenizer's.",
+            minLength=1,
             maxLength=65536,
         ),
         "stepTagId": integer("Token id that ends each step, for kind: process (vLLM's step_tag_id).", minimum=0),
