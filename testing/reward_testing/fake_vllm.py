@@ -1,7 +1,10 @@
 """A small HTTP server with vLLM 0.33's /classify, /pooling and /health shapes.
 
 Scores are a deterministic function of the text, so tests can compute the
-reward they expect for any input. Every request body is recorded.
+reward they expect for any input. Every request body is recorded. Two fakes can
+stand for two reward models that disagree (a rollout's stable model and its
+candidate): ``scale`` and ``offset`` change a fake's raw scores, and ``fixed``
+gives chosen texts chosen scores, for figures computed by hand.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ class FakeVllm:
     """
 
     # What ``misbehaviour`` may be set to, for tests of the gateway's failure answers.
-    MISBEHAVIOURS = ("429", "cut", "duplicate_index", "index_out_of_range", "oversized")
+    MISBEHAVIOURS = ("429", "cut", "duplicate_index", "index_out_of_range", "oversized", "hang")
 
     def __init__(self, delay_s: float = 0.0, engine: EngineSteps | None = None):
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -102,7 +105,14 @@ class FakeVllm:
         # half-way and the connection closes. "duplicate_index" and
         # "index_out_of_range": data entries with wrong `index` values.
         # "oversized": a valid answer padded far past what its request could need.
+        # "hang": no answer until the caller gives up and closes the connection
+        # (counted in ``abandoned``): a model too slow for a shadow call's wait.
         self.misbehaviour: str | None = None
+        self.abandoned = 0
+        # This fake's raw score of a text: scale * logit(text) + offset, or fixed[text].
+        self.scale = 1.0
+        self.offset = 0.0
+        self.fixed: dict[str, float] = {}
         self.delay_s = delay_s
         self.engine = engine
         self.residence: dict[str, float] = {}
@@ -124,7 +134,7 @@ class FakeVllm:
         elif path == "/fake/residence":
             status, answer, self.residence = 200, self.residence, {}
         elif path in self.scorers and scope["method"] == "POST":
-            status, answer = await self._answer(path, json.loads(await _read(receive)), self.scorers[path])
+            status, answer = await self._answer(path, json.loads(await _read(receive)), self.scorers[path], receive)
         elif path == "/tokenize" and scope["method"] == "POST":
             status, answer = 200, self._tokenize(json.loads(await _read(receive)))
         else:
@@ -136,9 +146,14 @@ class FakeVllm:
         # Cut: uvicorn closes a connection whose app returned before its answer's length was sent.
         await send({"type": "http.response.body", "body": payload})
 
-    async def _answer(self, path, body, score) -> tuple[int, dict[str, Any]]:
+    async def _answer(self, path, body, score, receive) -> tuple[int, dict[str, Any]]:
         arrived = time.perf_counter()
         self.calls.append((path, body))
+        if self.misbehaviour == "hang":
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            self.abandoned += 1
+            return 499, {}  # nobody reads it: the connection is gone
         if not self.healthy:
             return 503, {"error": {"message": "loading", "code": 503}}
         if self.misbehaviour == "429":
@@ -187,27 +202,30 @@ class FakeVllm:
         value = body["input"]
         return [value] if isinstance(value, str) else list(value)
 
-    @staticmethod
-    def _classify(index: int, text: str, body: dict[str, Any]) -> dict[str, Any]:
-        raw = logit(text)
+    def raw_score(self, text: str) -> float:
+        """This fake's reward head's raw output for a text."""
+        fixed = self.fixed.get(text)
+        return fixed if fixed is not None else self.scale * logit(text) + self.offset
+
+    def _classify(self, index: int, text: str, body: dict[str, Any]) -> dict[str, Any]:
+        raw = self.raw_score(text)
         # vLLM's default for one-label heads is the sigmoid, not the logit.
         score = raw if body.get("use_activation") is False else sigmoid(raw)
         return {"index": index, "label": "LABEL_0", "probs": [score], "num_classes": 1}
 
-    @staticmethod
-    def _pooling(index: int, text: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _pooling(self, index: int, text: str, body: dict[str, Any]) -> dict[str, Any]:
         if STEP_TAG in text:
             # STEP pooling: [p_negative, p_positive] at each step tag.
             pieces = text.split(STEP_TAG)[:-1]
             steps, prefix = [], ""
             for piece in pieces:
                 prefix += piece + STEP_TAG
-                p = step_probability(prefix)
+                p = round(sigmoid(self.raw_score(prefix) / 5), 6)  # step_probability(prefix) for plain scores
                 steps.append([1 - p, p])
             return {"index": index, "object": "pooling", "data": steps}
         # ALL pooling: one value per token (whitespace words here).
         words = text.split(" ")
-        values = [[logit(" ".join(words[: i + 1]))] for i in range(len(words))]
+        values = [[self.raw_score(" ".join(words[: i + 1]))] for i in range(len(words))]
         return {"index": index, "object": "pooling", "data": values}
 
 

@@ -19,11 +19,32 @@ def fake_vllm():
         yield fake
 
 
+def _reset(fake: FakeVllm) -> FakeVllm:
+    """Behave: no recorded calls, healthy, a BOS like Llama's, the plain scores."""
+    fake.calls.clear()
+    fake.healthy = True
+    fake.misbehaviour = None
+    fake.abandoned = 0
+    fake.bos_token = "<s>"
+    fake.scale, fake.offset, fake.fixed = 1.0, 0.0, {}
+    return fake
+
+
 @pytest.fixture
 def backend(fake_vllm):
-    """The session's fake, reset to behave: no recorded calls, healthy, a BOS like Llama's."""
-    fake_vllm.calls.clear()
-    fake_vllm.healthy = True
-    fake_vllm.misbehaviour = None
-    fake_vllm.bos_token = "<s>"
-    return fake_vllm
+    """The session's fake, reset to behave."""
+    return _reset(fake_vllm)
+
+
+@pytest.fixture(scope="session")
+def second_fake_vllm():
+    fake = FakeVllm(delay_s=0.002)
+    with serve_in_thread(fake.app) as url:
+        fake.url = url
+        yield fake
+
+
+@pytest.fixture
+def candidate_backend(second_fake_vllm):
+    """A second fake, reset to behave, for a rollout's candidate model beside `backend`."""
+    return _reset(second_fake_vllm)
