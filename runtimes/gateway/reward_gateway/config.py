@@ -20,6 +20,11 @@ PREFIX = "REWARD_GATEWAY_"
 MODEL_KINDS = ("sequence", "token", "process")
 TEMPLATE_MODES = ("upstream", "gateway")
 STEP_AGGREGATES = ("min", "last", "mean", "product")
+CANARY_MODES = ("shadow", "split")
+CANARY_STICKY = ("group", "client")
+CANARY_PREFIX = "CANARY_"
+# A header name is an HTTP token (RFC 9110): what a client can send and a proxy passes on.
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
 
 MIB = 1024 * 1024
 # What the process takes besides the requests it holds: about 55 MiB at start,
@@ -72,6 +77,23 @@ def parse_kserve_args(argv: list[str]) -> tuple[KServeArgs, list[str]]:
 
 
 @dataclass(frozen=True)
+class CanaryConfig:
+    """A candidate reward model rolled out beside the stable one (reward_gateway.canary)."""
+
+    upstream_url: str  # the candidate's vLLM
+    model_name: str  # its --served-model-name, sent in each call
+    name: str  # its name in metrics, /canary and the `model` label of its own series
+    mode: str = "shadow"
+    percent: int = 0  # split: the share of requests the candidate answers
+    sticky: str = "group"
+    client_header: str = "x-reward-client"  # lower case, as ASGI hands headers over
+    shadow_wait_s: float = 2.0
+    half_life_s: float | None = 600.0  # None: the window keeps everything since start
+    # The candidate's own template where it has one; None: the stable model's.
+    chat_template: ChatTemplate | None = None
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     upstream_url: str
     model_name: str
@@ -94,6 +116,7 @@ class GatewayConfig:
     # where it differs from model_name: the v1 routes answer to it as well,
     # as KServe's InferenceGraph calls /v1/models/<isvc name>:predict.
     isvc_name: str | None = None
+    canary: CanaryConfig | None = None
 
     @property
     def v1_names(self) -> tuple[str, ...]:
@@ -107,14 +130,6 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
     reader = _Reader(env)
     mode = reader.choice("CHAT_TEMPLATE_MODE", TEMPLATE_MODES, "upstream")
     template = _load_template(reader)
-    if template is not None:
-        # Set on their own, the special tokens win over a tokenizer config's; a
-        # BOS known from neither is learnt from vLLM's tokenizer (reward_gateway.scorer).
-        template = ChatTemplate(
-            template.source,
-            reader.text("BOS_TOKEN", "") or template.bos_token,
-            reader.text("EOS_TOKEN", "") or template.eos_token,
-        )
     if mode == "gateway" and template is None:
         raise ConfigError(
             f"{PREFIX}CHAT_TEMPLATE_MODE=gateway needs {PREFIX}CHAT_TEMPLATE_FILE or {PREFIX}CHAT_TEMPLATE"
@@ -144,6 +159,7 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         port=reader.integer("PORT", kserve.http_port or 8080, minimum=1, maximum=65535),
         access_log=reader.choice("ACCESS_LOG", ("true", "false"), "false") == "true",
         isvc_name=kserve.model_name if kserve.model_name and kserve.model_name != model_name else None,
+        canary=_load_canary(reader, model_name),
     )
     if config.model_kind == "process" and not config.step_tag:
         raise ConfigError(f"{PREFIX}STEP_TAG must not be empty for a process reward model")
@@ -152,11 +168,67 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
     return config
 
 
-def _load_template(reader: _Reader) -> ChatTemplate | None:
-    inline = reader.text("CHAT_TEMPLATE", "")
-    path = reader.text("CHAT_TEMPLATE_FILE", "")
+def _load_canary(reader: _Reader, model_name: str) -> CanaryConfig | None:
+    """The candidate of a rollout, where REWARD_GATEWAY_CANARY_URL names one."""
+    c = CANARY_PREFIX
+    if not reader.text(c + "URL", ""):
+        # A canary setting without its URL is a half-rendered rollout: better a
+        # refusal at start than a gateway that silently serves the stable model only.
+        stray = sorted(name for name in reader.env if name.startswith(PREFIX + c) and reader.env[name].strip())
+        if stray:
+            raise ConfigError(f"{', '.join(stray)} set without {PREFIX}{c}URL (the candidate's vLLM)")
+        return None
+    mode = reader.choice(c + "MODE", CANARY_MODES, "shadow")
+    percent = reader.integer(c + "PERCENT", 0, minimum=0, maximum=100)
+    if mode == "shadow" and percent:
+        raise ConfigError(
+            f"{PREFIX}{c}PERCENT={percent} applies to {PREFIX}{c}MODE=split; in shadow mode the trainer "
+            "always gets the stable model's scores"
+        )
+    served = reader.text(c + "MODEL_NAME", "") or model_name
+    # Both models are often served under the InferenceService's one name; the
+    # metrics and /canary must still tell them apart.
+    name = reader.text(c + "NAME", "") or (served if served != model_name else f"{model_name}-candidate")
+    if name == model_name:
+        raise ConfigError(f"{PREFIX}{c}NAME={name!r} is the stable model's name; give the candidate its own")
+    header = reader.text(c + "CLIENT_HEADER", "X-Reward-Client").lower()
+    if not header or not set(header) <= _TOKEN_CHARS:
+        raise ConfigError(f"{PREFIX}{c}CLIENT_HEADER={header!r}: expected an HTTP header name")
+    half_life = reader.seconds(c + "HALF_LIFE_SECONDS", 600.0, allow_zero=True)
+    return CanaryConfig(
+        upstream_url=reader.url(c + "URL"),
+        model_name=served,
+        name=name,
+        mode=mode,
+        percent=percent,
+        sticky=reader.choice(c + "STICKY", CANARY_STICKY, "group"),
+        client_header=header,
+        shadow_wait_s=reader.seconds(c + "SHADOW_WAIT_SECONDS", 2.0, allow_zero=True),
+        half_life_s=half_life or None,
+        chat_template=_load_template(reader, c),
+    )
+
+
+def _load_template(reader: _Reader, prefix: str = "") -> ChatTemplate | None:
+    """The template of REWARD_GATEWAY_<prefix>CHAT_TEMPLATE(_FILE), with its special tokens."""
+    template = _read_template(reader, prefix)
+    if template is None:
+        return None
+    # Set on their own, the special tokens win over a tokenizer config's; a
+    # BOS known from neither is learnt from vLLM's tokenizer (reward_gateway.scorer).
+    return ChatTemplate(
+        template.source,
+        reader.text(prefix + "BOS_TOKEN", "") or template.bos_token,
+        reader.text(prefix + "EOS_TOKEN", "") or template.eos_token,
+    )
+
+
+def _read_template(reader: _Reader, prefix: str) -> ChatTemplate | None:
+    inline_name, file_name = f"{prefix}CHAT_TEMPLATE", f"{prefix}CHAT_TEMPLATE_FILE"
+    inline = reader.text(inline_name, "")
+    path = reader.text(file_name, "")
     if inline and path:
-        raise ConfigError(f"set only one of {PREFIX}CHAT_TEMPLATE and {PREFIX}CHAT_TEMPLATE_FILE")
+        raise ConfigError(f"set only one of {PREFIX}{inline_name} and {PREFIX}{file_name}")
     if inline:
         return ChatTemplate(inline)
     if not path:
@@ -164,19 +236,19 @@ def _load_template(reader: _Reader) -> ChatTemplate | None:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
-        raise ConfigError(f"{PREFIX}CHAT_TEMPLATE_FILE={path}: {error.strerror}") from None
+        raise ConfigError(f"{PREFIX}{file_name}={path}: {error.strerror}") from None
     if path.endswith(".json"):
-        return _template_from_tokenizer_config(path, text)
+        return _template_from_tokenizer_config(path, text, file_name)
     return ChatTemplate(text)
 
 
-def _template_from_tokenizer_config(path: str, text: str) -> ChatTemplate:
+def _template_from_tokenizer_config(path: str, text: str, variable: str = "CHAT_TEMPLATE_FILE") -> ChatTemplate:
     # A model's tokenizer_config.json carries the template and the special tokens
     # it names, so one file reproduces what transformers' apply_chat_template does.
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ConfigError(f"{PREFIX}CHAT_TEMPLATE_FILE={path}: not valid JSON ({error})") from None
+        raise ConfigError(f"{PREFIX}{variable}={path}: not valid JSON ({error})") from None
     template = data.get("chat_template")
     if isinstance(template, list):  # named templates; "default" is what apply_chat_template uses
         template = next((t.get("template") for t in template if t.get("name") == "default"), None)
@@ -185,7 +257,7 @@ def _template_from_tokenizer_config(path: str, text: str) -> ChatTemplate:
         # transformers 4.50+ saves the template beside the config instead of in it.
         template = sibling.read_text(encoding="utf-8")
     if not isinstance(template, str):
-        raise ConfigError(f"{PREFIX}CHAT_TEMPLATE_FILE={path}: no chat_template in this tokenizer config")
+        raise ConfigError(f"{PREFIX}{variable}={path}: no chat_template in this tokenizer config")
     return ChatTemplate(template, _token_text(data.get("bos_token")), _token_text(data.get("eos_token")))
 
 

@@ -80,3 +80,70 @@ def test_a_cold_start_is_answered_503_before_openrlhfs_client_gives_up():
     left for the call that follows a predictor that came up at the last moment to begin."""
     config = load_config({"REWARD_GATEWAY_UPSTREAM_URL": "http://vllm", "REWARD_GATEWAY_MODEL_NAME": "rm"})
     assert config.scale_from_zero_timeout_s <= OPENRLHF_CLIENT_TIMEOUT_S - 30
+
+
+CANARY = {**BASE, "REWARD_GATEWAY_CANARY_URL": "rm-v2-predictor.ns"}
+
+
+def test_no_canary_unless_its_url_is_set_and_its_defaults():
+    assert load_config(BASE).canary is None
+    canary = load_config(CANARY).canary
+    assert canary is not None
+    assert (canary.upstream_url, canary.model_name, canary.name) == ("http://rm-v2-predictor.ns", "rm", "rm-candidate")
+    assert (canary.mode, canary.percent, canary.sticky, canary.client_header) == (
+        "shadow",
+        0,
+        "group",
+        "x-reward-client",
+    )
+    assert (canary.shadow_wait_s, canary.half_life_s, canary.chat_template) == (2.0, 600.0, None)
+
+
+def test_canary_settings_are_read():
+    env = {
+        **CANARY,
+        "REWARD_GATEWAY_CANARY_MODEL_NAME": "rm-v2",
+        "REWARD_GATEWAY_CANARY_MODE": "split",
+        "REWARD_GATEWAY_CANARY_PERCENT": "25",
+        "REWARD_GATEWAY_CANARY_STICKY": "client",
+        "REWARD_GATEWAY_CANARY_CLIENT_HEADER": "X-Job-Id",
+        "REWARD_GATEWAY_CANARY_SHADOW_WAIT_SECONDS": "0.5",
+        "REWARD_GATEWAY_CANARY_HALF_LIFE_SECONDS": "0",
+        "REWARD_GATEWAY_CANARY_CHAT_TEMPLATE": "{{ messages }}",
+        "REWARD_GATEWAY_CANARY_BOS_TOKEN": "<|begin_of_text|>",
+    }
+    canary = load_config(env).canary
+    assert (canary.model_name, canary.name, canary.mode, canary.percent) == ("rm-v2", "rm-v2", "split", 25)
+    assert (canary.sticky, canary.client_header, canary.shadow_wait_s) == ("client", "x-job-id", 0.5)
+    assert canary.half_life_s is None  # 0: everything since start
+    assert (canary.chat_template.source, canary.chat_template.bos_token) == ("{{ messages }}", "<|begin_of_text|>")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"REWARD_GATEWAY_CANARY_MODE": "mirror"}, "expected one of shadow, split"),
+        ({"REWARD_GATEWAY_CANARY_PERCENT": "101"}, "between 0 and 100"),
+        ({"REWARD_GATEWAY_CANARY_PERCENT": "12.5"}, "expected an integer"),
+        ({"REWARD_GATEWAY_CANARY_PERCENT": "10"}, "PERCENT=10 applies to REWARD_GATEWAY_CANARY_MODE=split"),
+        ({"REWARD_GATEWAY_CANARY_STICKY": "pod"}, "expected one of group, client"),
+        ({"REWARD_GATEWAY_CANARY_CLIENT_HEADER": "X Client"}, "expected an HTTP header name"),
+        ({"REWARD_GATEWAY_CANARY_NAME": "rm"}, "is the stable model's name"),
+        ({"REWARD_GATEWAY_CANARY_URL": "ftp://x"}, "REWARD_GATEWAY_CANARY_URL='ftp://x': expected an http"),
+        ({"REWARD_GATEWAY_CANARY_SHADOW_WAIT_SECONDS": "-1"}, "positive number of seconds"),
+        ({"REWARD_GATEWAY_CANARY_CHAT_TEMPLATE_FILE": "/nonexistent/t.jinja"}, "CANARY_CHAT_TEMPLATE_FILE="),
+    ],
+)
+def test_bad_canary_values_are_refused_with_the_variable_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config({**CANARY, **override})
+
+
+def test_canary_settings_without_its_url_are_refused():
+    env = {**BASE, "REWARD_GATEWAY_CANARY_MODE": "split", "REWARD_GATEWAY_CANARY_PERCENT": "10"}
+    with pytest.raises(
+        ConfigError,
+        match="REWARD_GATEWAY_CANARY_MODE, REWARD_GATEWAY_CANARY_PERCENT set without REWARD_GATEWAY_CANARY_URL",
+    ):
+        load_config(env)
+    assert load_config({**BASE, "REWARD_GATEWAY_CANARY_MODE": ""}).canary is None  # empty is unset
