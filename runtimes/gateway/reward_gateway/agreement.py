@@ -46,9 +46,11 @@ Definitions (x: the stable model's score of an item, y: the candidate's):
   ones (divided by the total weight): defined for a single item, and for weighted
   data without choosing a weighting convention; over a window of hundreds of items
   the difference from n - 1 is negligible.
-- **Errors and latency.** The shadow path calls `CanaryTracker.record_request(role,
-  ok, seconds)` once per model and request: `ok` False when that model failed to
-  score the request (any answer but scores); the error ratio is errors / requests.
+- **Errors and latency.** The canary path (reward_gateway.canary) calls
+  `CanaryTracker.record_request(role, ok, seconds)` once per model asked to score a
+  request: `ok` False when that model failed to score it (any answer but scores, or
+  given up on); the error ratio is errors / requests. `record_answer(role)` counts
+  whose scores the trainer got: in a split, the share each model answers.
 - **Window.** The gateway keeps, per stable/candidate pair, an exponentially decayed
   window: every count and every item's weight halves each `half_life_s` seconds
   (default 600), so the figures describe the last several minutes of a rollout step
@@ -65,7 +67,7 @@ Prometheus (labels `model`: the stable model's name, as in `reward_gateway.metri
   `..._discordant_pairs_total`, `..._candidate_tied_pairs_total`,
   `..._stable_tied_pairs_total`, `..._both_tied_pairs_total`, `..._items_total`,
   `..._invalid_scores_total{role}`, `..._requests_total{role,result}` (result `ok` or
-  `error`) and the histogram `..._request_duration_seconds{role}`. Agreement and tau-b
+  `error`), `..._answers_total{role}` and the histogram `..._request_duration_seconds{role}`. Agreement and tau-b
   are exported as counters of pairs, not as a ratio, because only counters add up:
   across gateway replicas (sum the rates by model and candidate, then divide),
   across restarts (rate handles resets), and over any window the query picks. A
@@ -346,6 +348,11 @@ class Snapshot:
     difference_mean: float | None  # of candidate - stable
     difference_stddev: float | None
     error_ratio: dict[str, float | None]  # role -> errors / requests
+    requests: dict[str, float]  # role -> decayed requests the model was asked to score
+    errors: dict[str, float]
+    answers: dict[str, float]  # role -> decayed requests answered with the model's scores
+    latency_mean: dict[str, float | None]  # role -> seconds
+    latency_stddev: dict[str, float | None]
 
 
 class CanaryWindow:
@@ -360,6 +367,8 @@ class CanaryWindow:
         self.moments = {"stable": RunningMoments(), "candidate": RunningMoments(), "difference": RunningMoments()}
         self.requests = dict.fromkeys(ROLES, 0.0)
         self.errors = dict.fromkeys(ROLES, 0.0)
+        self.answers = dict.fromkeys(ROLES, 0.0)
+        self.latency = {role: RunningMoments() for role in ROLES}
 
     def _advance(self) -> None:
         """Decays everything to now, once per update, not per item."""
@@ -369,9 +378,9 @@ class CanaryWindow:
         factor = 0.5 ** ((now - self._at) / self.half_life_s)
         self._at = now
         self.pairs = self.pairs.scaled(factor)
-        for moments in self.moments.values():
+        for moments in (*self.moments.values(), *self.latency.values()):
             moments.decay(factor)
-        for counts in (self.requests, self.errors):
+        for counts in (self.requests, self.errors, self.answers):
             for role in counts:
                 counts[role] *= factor
 
@@ -384,11 +393,17 @@ class CanaryWindow:
             self.moments["candidate"].add_many([y for _, y in scores])
             self.moments["difference"].add_many([y - x for x, y in scores])
 
-    def add_request(self, role: str, ok: bool) -> None:
+    def add_request(self, role: str, ok: bool, seconds: float | None = None) -> None:
         self._advance()
         self.requests[role] += 1
         if not ok:
             self.errors[role] += 1
+        if seconds is not None:
+            self.latency[role].add(seconds)
+
+    def add_answer(self, role: str) -> None:
+        self._advance()
+        self.answers[role] += 1
 
     def snapshot(self) -> Snapshot:
         self._advance()
@@ -405,6 +420,11 @@ class CanaryWindow:
             error_ratio={
                 role: self.errors[role] / self.requests[role] if self.requests[role] else None for role in ROLES
             },
+            requests=dict(self.requests),
+            errors=dict(self.errors),
+            answers=dict(self.answers),
+            latency_mean={role: self.latency[role].mean for role in ROLES},
+            latency_stddev={role: self.latency[role].stddev for role in ROLES},
         )
 
 
@@ -433,6 +453,7 @@ class CanaryTracker:
             for ok in (True, False)
         }
         self._durations = {role: metrics.duration.labels(*labels, role) for role in ROLES}
+        self._answers = {role: metrics.answers.labels(*labels, role) for role in ROLES}
 
     def observe(
         self, stable: Sequence[object], candidate: Sequence[object], groups: Sequence[Hashable | None] | None = None
@@ -455,7 +476,12 @@ class CanaryTracker:
         """One model's answer to one request: whether it scored every item, and how long it took."""
         self._requests[role, ok].inc()
         self._durations[role].observe(seconds)
-        self.window.add_request(role, ok)
+        self.window.add_request(role, ok, seconds)
+
+    def record_answer(self, role: str) -> None:
+        """The trainer got this model's scores for one request."""
+        self._answers[role].inc()
+        self.window.add_answer(role)
 
 
 class CanaryMetrics:
@@ -481,8 +507,13 @@ class CanaryMetrics:
         )
         self.requests = counter(
             "reward_gateway_canary_requests",
-            "Requests each model was asked to score while both score, by result (ok, error).",
+            "Requests each model was asked to score during a rollout, by result (ok, error).",
             [*pair, "role", "result"],
+        )
+        self.answers = counter(
+            "reward_gateway_canary_answers",
+            "Requests answered with each model's scores during a rollout (a split's share).",
+            [*pair, "role"],
         )
         self.duration = Histogram(
             "reward_gateway_canary_request_duration_seconds",
@@ -510,6 +541,7 @@ class CanaryMetrics:
         for role in ROLES:
             self.invalid_scores.remove(model, candidate, role)
             self.duration.remove(model, candidate, role)
+            self.answers.remove(model, candidate, role)
             for result in ("ok", "error"):
                 self.requests.remove(model, candidate, role, result)
 

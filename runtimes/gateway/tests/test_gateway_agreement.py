@@ -324,6 +324,29 @@ def test_the_windows_error_ratio_decays_too():
     assert now.error_ratio["stable"] == 0
 
 
+def test_the_windows_latency_and_answers_by_hand():
+    clock = Clock()
+    window = CanaryWindow(half_life_s=10, clock=clock)
+    window.add_request("candidate", ok=True, seconds=0.1)
+    window.add_request("candidate", ok=True, seconds=0.3)
+    clock.now += 10  # both weigh 1/2 now
+    window.add_request("candidate", ok=False, seconds=0.6)
+    window.add_request("stable", ok=True)  # no time given: counted, no latency
+    window.add_answer("stable")
+    window.add_answer("candidate")
+    clock.now += 10
+    window.add_answer("stable")
+    now = window.snapshot()
+    # Latency weights 1/4, 1/4, 1/2: mean .025 + .075 + .3 = .4; variance
+    # (.09 + .01) / 4 + .04 / 2 = .045.
+    assert now.latency_mean["candidate"] == pytest.approx(0.4)
+    assert now.latency_stddev["candidate"] == pytest.approx(math.sqrt(0.045))
+    assert now.latency_mean["stable"] is None
+    assert now.requests == pytest.approx({"stable": 0.5, "candidate": 1.0})
+    assert now.errors == pytest.approx({"stable": 0, "candidate": 0.5})
+    assert now.answers == pytest.approx({"stable": 1.5, "candidate": 0.5})
+
+
 def test_the_window_equals_the_weighted_batch_formula_on_a_generated_stream():
     rng = random.Random(21)
     clock, half_life = Clock(), 30.0
@@ -374,6 +397,7 @@ def test_counters_and_window_gauges_in_prometheus():
     tracker.record_request("stable", ok=True, seconds=0.02)
     tracker.record_request("candidate", ok=True, seconds=0.03)
     tracker.record_request("candidate", ok=False, seconds=2.0)
+    tracker.record_answer("stable")
     pair = {"model": "rm", "candidate": "rm-v2"}
 
     def value(name, **labels):
@@ -386,6 +410,7 @@ def test_counters_and_window_gauges_in_prometheus():
     assert value("requests_total", role="candidate", result="ok") == 1
     assert value("requests_total", role="stable", result="error") == 0
     assert value("request_duration_seconds_count", role="candidate") == 2
+    assert value("answers_total", role="stable") == 1 and value("answers_total", role="candidate") == 0
     assert value("request_duration_seconds_sum", role="candidate") == pytest.approx(2.03)
     # The documented PromQL, on the counters: (C + Tc / 2) / (C + D + Tc).
     c, d, tc = value("concordant_pairs_total"), value("discordant_pairs_total"), value("candidate_tied_pairs_total")
@@ -410,7 +435,7 @@ def test_names_and_labels_follow_the_gateways_conventions():
     metrics = CanaryMetrics(registry)
     metrics.tracker("rm", "rm-v2").observe([1.0, 2.0], [1.0, 2.0], ["g", "g"])
     families = list(registry.collect())
-    assert len(families) == 9 + 9  # counters and the histogram; the window's gauges
+    assert len(families) == 10 + 9  # counters and the histogram; the window's gauges
     for family in families:
         assert family.name.startswith("reward_gateway_canary_")
         for sample in family.samples:
