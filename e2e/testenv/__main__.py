@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="run KServe's manager (controller and webhooks); default: yes, unless TESTENV_KSERVE=0",
     )
+    up.add_argument(
+        "--keda",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run KEDA's operator and external metrics API server; default: no, unless TESTENV_KEDA=1",
+    )
     sub.add_parser("down", help="stop every process of the control plane and remove its folder")
     sub.add_parser("status", help="show which components are running")
     sub.add_parser("kubeconfig", help="print the kubeconfig path (use: export KUBECONFIG=$(...))")
@@ -44,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     plane = controlplane.ControlPlane()
     if args.command == "up":
-        state = plane.up(timeout=args.timeout, kserve=args.kserve)
+        state = plane.up(timeout=args.timeout, kserve=args.kserve, keda=args.keda)
         print(f"export KUBECONFIG={state.kubeconfig}")
         print(f"export PATH={build.bin_dir()}:$PATH   # kubectl, helm of the pinned releases")
         return 0

@@ -78,6 +78,18 @@ COMPONENTS = (
             "kserve-localmodel": "github.com/kserve/kserve/cmd/localmodel",
         },
     ),
+    # KEDA's operator (ScaledObjects: the HPA it owns, scaling 0 <-> 1 itself) and its
+    # external metrics API server (what the HPA asks for 1..N); see keda.py. The version
+    # its logs print is set the way KEDA's Makefile sets it (the default says "main").
+    Component(
+        "keda",
+        {
+            "keda-operator": "github.com/kedacore/keda/v2/cmd/operator",
+            "keda-adapter": "github.com/kedacore/keda/v2/cmd/adapter",
+        },
+        ldflags="-X github.com/kedacore/keda/v2/version.Version="
+        + _required_version("keda", "github.com/kedacore/keda/v2").lstrip("v"),
+    ),
 )
 BY_NAME = {component.module_dir: component for component in COMPONENTS}
 

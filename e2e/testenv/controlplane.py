@@ -1,7 +1,8 @@
 """Start and stop a real Kubernetes control plane as local processes.
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (and, when
-asked for, KServe's manager: see ``kserve_manager``) run on free loopback ports
+asked for, KServe's manager: see ``kserve_manager``; KEDA's operator and metrics
+API server: see ``keda``) run on free loopback ports
 inside one state folder. ``up`` leaves them running and records them in
 ``state.json`` so that ``down`` (from another process, or the pytest fixture)
 stops exactly those processes and removes the folder.
@@ -30,6 +31,7 @@ from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
 from . import build, kserve, kserve_manager
+from . import keda as keda_setup
 from .helpers import condition
 
 HERE = Path(__file__).resolve().parent
@@ -39,12 +41,15 @@ FAKE_NODES = HERE / "fake-nodes.yaml"
 OUR_CRDS = REPO_ROOT / "crds"
 
 # Start order; ``down`` stops them in reverse.
-COMPONENT_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", kserve_manager.NAME)
+COMPONENT_ORDER = (
+    "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+    kserve_manager.NAME, keda_setup.OPERATOR, keda_setup.ADAPTER,
+)  # fmt: skip
 
 
-def needed_components(with_kserve: bool) -> tuple[str, ...]:
+def needed_components(with_kserve: bool, with_keda: bool = False) -> tuple[str, ...]:
     """The build components (see ``build.COMPONENTS``) whose binaries a control plane runs."""
-    return ("kubernetes", "etcd", "kwok", *(("kserve",) if with_kserve else ()))
+    return ("kubernetes", "etcd", "kwok", *(("kserve",) if with_kserve else ()), *(("keda",) if with_keda else ()))
 
 
 def log(message: str) -> None:
@@ -139,16 +144,18 @@ class ControlPlane:
 
     # ---- start -------------------------------------------------------------
 
-    def up(self, timeout: float = 120, kserve: bool | None = None) -> State:
+    def up(self, timeout: float = 120, kserve: bool | None = None, keda: bool | None = None) -> State:
         """Start everything and wait until it is ready; ``kserve`` (default: the
-        TESTENV_KSERVE=1 environment variable) adds KServe's manager and webhooks."""
+        TESTENV_KSERVE=1 environment variable) adds KServe's manager and webhooks,
+        ``keda`` (default: TESTENV_KEDA=1) KEDA's operator and metrics API server."""
         with_kserve = kserve_manager.enabled_by_env() if kserve is None else kserve
+        with_keda = keda_setup.enabled_by_env() if keda is None else keda
         if (self.directory / "state.json").exists():
             raise RuntimeError(
                 f"a control plane is already recorded in {self.directory}; "
                 "run `python -m testenv down` first (or set TESTENV_DIR)"
             )
-        components = needed_components(with_kserve)
+        components = needed_components(with_kserve, with_keda)
         missing = build.missing_binaries(components)
         if missing:
             log(f"binaries missing ({', '.join(missing)}): building them first")
@@ -164,18 +171,25 @@ class ControlPlane:
         self.state = State(str(self.directory), str(kubeconfig), server, ports)
         self.state.save()
         try:
-            self._start_api_server(keys, deadline=time.monotonic() + timeout)
+            # aggregated API servers (KEDA's metrics API) need kube-apiserver's front-proxy identity
+            front_proxy = keda_setup.front_proxy_flags(keys, self.directory / "pki") if with_keda else []
+            self._start_api_server(keys, deadline=time.monotonic() + timeout, extra_flags=front_proxy)
             # CRDs before the controller-manager: its garbage collector finds new kinds
             # only on a discovery resync every 30 s, and until then leaves the children
-            # of a deleted InferenceService or RewardModel in place
-            self._install_crds()
-            self._start_controllers(keys, deadline=time.monotonic() + timeout)
+            # of a deleted InferenceService or RewardModel in place; KEDA's before
+            # KServe's manager, which watches ScaledObjects only if their CRD is there
+            self._install_crds(with_keda)
+            self._start_controllers(keys, deadline=time.monotonic() + timeout, with_keda=with_keda)
             if with_kserve:
                 # the manager starts while the fake nodes register: neither waits on the other
                 kserve_started = self._start_kserve(keys)
+            if with_keda:
+                keda_started = self._start_keda(keys)
             self._add_fake_nodes(deadline=time.monotonic() + timeout)
             if with_kserve:
                 self._wait_kserve(keys, kserve_started, deadline=time.monotonic() + timeout)
+            if with_keda:
+                self._wait_keda(keda_started, deadline=time.monotonic() + timeout)
         except BaseException:
             log(f"start-up failed; logs are in {self.directory / 'logs'}")
             self._print_log_tails()
@@ -216,7 +230,7 @@ class ControlPlane:
         self.state.pids[name] = process.pid
         self.state.save()
 
-    def _start_api_server(self, keys: pki.Pki, deadline: float) -> None:
+    def _start_api_server(self, keys: pki.Pki, deadline: float, extra_flags: list[str] | None = None) -> None:
         assert self.state is not None
         ports, b, d = self.state.ports, self.bin, self.directory
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
@@ -262,11 +276,12 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 "--allow-privileged=true",
                 f"--cert-dir={d / 'pki'}",
+                *(extra_flags or []),
             ],
         )
         self._wait(f"{self.state.api_server}/readyz", deadline, "kube-apiserver")
 
-    def _start_controllers(self, keys: pki.Pki, deadline: float) -> None:
+    def _start_controllers(self, keys: pki.Pki, deadline: float, with_keda: bool = False) -> None:
         assert self.state is not None
         ports, b, kubeconfig = self.state.ports, self.bin, self.state.kubeconfig
         log("starting kube-controller-manager, kube-scheduler and kwok")
@@ -287,6 +302,8 @@ class ControlPlane:
                 # quicker reaction to fake nodes and deletions than a production cluster wants
                 "--node-monitor-grace-period=60s",
                 "--concurrent-gc-syncs=5",
+                # HPAs (KEDA's 1..N) act within seconds instead of the default 15 s
+                *(["--horizontal-pod-autoscaler-sync-period=2s"] if with_keda else []),
             ],
         )
         self._spawn(
@@ -364,6 +381,57 @@ class ControlPlane:
         )
         log(f"KServe webhooks answering {time.monotonic() - started:.1f}s after the manager's start")
 
+    def _start_keda(self, keys: pki.Pki) -> float:
+        """Namespace and certificates, then KEDA's operator and metrics API server (its CRDs are
+        installed). Returns when they were started (time.monotonic()), for the progress lines."""
+        assert self.state is not None
+        log(f"starting KEDA {keda_setup.KEDA_VERSION} operator and metrics API server")
+        for name in keda_setup.PORTS:
+            self.state.ports[name] = free_port()
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": keda_setup.NAMESPACE}}
+        self.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-", input=yaml.safe_dump(namespace))
+        cert_dir = self.directory / "keda" / "certs"
+        keda_setup.certificates(keys, cert_dir)
+        env = keda_setup.environment(self.state.kubeconfig)
+        ports, kubeconfig = self.state.ports, self.state.kubeconfig
+        self._spawn(
+            keda_setup.OPERATOR,
+            keda_setup.operator_command(self.bin / keda_setup.OPERATOR, kubeconfig, cert_dir, ports),
+            env=env,
+        )
+        self._spawn(
+            keda_setup.ADAPTER,
+            keda_setup.adapter_command(self.bin / keda_setup.ADAPTER, kubeconfig, cert_dir, ports),
+            env=env,
+        )
+        return time.monotonic()
+
+    def _wait_keda(self, started: float, deadline: float) -> None:
+        """The operator's health probe, the adapter's, then the external metrics API served
+        through kube-apiserver (the path the HPA controller takes)."""
+        assert self.state is not None
+        ports = self.state.ports
+        self._wait(f"http://127.0.0.1:{ports['keda-health']}/readyz", deadline, keda_setup.OPERATOR, tls=False)
+        log(f"KEDA operator healthy {time.monotonic() - started:.1f}s after its start")
+        self._wait(f"https://127.0.0.1:{ports['keda-adapter']}/readyz", deadline, keda_setup.ADAPTER)
+        log(f"KEDA metrics API server healthy {time.monotonic() - started:.1f}s after its start; registering it")
+        ca_bundle = (self.directory / "pki" / "ca.crt").read_bytes()
+        objects = keda_setup.api_service_objects(ports["keda-adapter"], ca_bundle)
+        self.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-", input=yaml.safe_dump_all(objects))
+
+        def available() -> bool:
+            self._fail_if_exited(keda_setup.ADAPTER)
+            api_service = json.loads(self.kubectl("get", "apiservice", keda_setup.API_SERVICE, "-o", "json").stdout)
+            return (condition(api_service, "Available") or {}).get("status") == "True"
+
+        wait_until(
+            f"APIService {keda_setup.API_SERVICE} Available (kube-apiserver reaches KEDA's metrics API server)",
+            available,
+            timeout=max(5.0, deadline - time.monotonic()),
+            interval=0.2,
+        )
+        log(f"KEDA's external metrics API available {time.monotonic() - started:.1f}s after the start")
+
     # ---- readiness -----------------------------------------------------------
 
     def _ssl_context(self) -> ssl.SSLContext:
@@ -406,7 +474,7 @@ class ControlPlane:
         assert self.state is not None
         return run_kubectl(self.bin / "kubectl", self.state.kubeconfig, args, input=input, check=check)
 
-    def _install_crds(self) -> None:
+    def _install_crds(self, with_keda: bool = False) -> None:
         crd_files = kserve.crd_files()
         log(f"installing {len(crd_files)} KServe {kserve.KSERVE_VERSION} CRDs (server-side apply)")
         args = ["apply", "--server-side", "--field-manager=testenv", "--force-conflicts"]
@@ -416,6 +484,13 @@ class ControlPlane:
         for path in ours:
             args += ["-f", str(path)]
         self.kubectl(*args)
+        if with_keda:
+            keda_crds = keda_setup.crds()
+            log(f"installing {len(keda_crds)} KEDA {keda_setup.KEDA_VERSION} CRDs")
+            self.kubectl(
+                "apply", "--server-side", "--field-manager=testenv", "--force-conflicts", "-f", "-",
+                input=yaml.safe_dump_all(keda_crds),
+            )  # fmt: skip
 
         def established() -> bool:
             listed = json.loads(self.kubectl("get", "crd", "-o", "json").stdout)["items"]
@@ -498,6 +573,8 @@ class ControlPlane:
             "kube-controller-manager": (f"https://127.0.0.1:{ports['kcm']}/healthz", True),
             "kube-scheduler": (f"https://127.0.0.1:{ports['scheduler']}/healthz", True),
             kserve_manager.NAME: (f"http://127.0.0.1:{ports.get('kserve-health')}/healthz", False),
+            keda_setup.OPERATOR: (f"http://127.0.0.1:{ports.get('keda-health')}/readyz", False),
+            keda_setup.ADAPTER: (f"https://127.0.0.1:{ports.get('keda-adapter')}/readyz", True),
         }.get(name)
 
     def status(self) -> dict[str, str]:

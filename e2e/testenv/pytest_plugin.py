@@ -5,6 +5,7 @@ real one with KServe's CRDs installed); otherwise one local control plane is
 started for the whole session and stopped at its end, with KServe's own manager
 (controller and webhooks) on it unless ``TESTENV_KSERVE=0``; tests that need
 KServe use ``kserve_cluster``, which brings its own control plane in that case.
+Tests that need KEDA use ``keda_cluster`` likewise (KEDA is off unless TESTENV_KEDA=1).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from . import build, controlplane, kserve_manager
+from . import build, controlplane, keda, kserve_manager
 
 
 @dataclass
@@ -43,10 +44,10 @@ class Cluster:
 
 
 @contextmanager
-def _local_cluster(kserve: bool | None = None) -> Iterator[Cluster]:
+def _local_cluster(kserve: bool | None = None, keda: bool | None = None) -> Iterator[Cluster]:
     with tempfile.TemporaryDirectory(prefix="reward-operator-testenv-") as scratch:
         plane = controlplane.ControlPlane(Path(scratch) / "plane")
-        state = plane.up(kserve=kserve)
+        state = plane.up(kserve=kserve, keda=keda)
         try:
             yield Cluster(kubeconfig=state.kubeconfig, bin_dir=plane.bin, local=True)
         finally:
@@ -82,6 +83,24 @@ def kserve_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         yield local
 
 
+@pytest.fixture(scope="module")
+def keda_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A cluster on which KEDA's operator and external metrics API server run.
+
+    The session's ``cluster`` when it has KEDA (TESTENV_KEDA=1, or an E2E_KUBECONFIG
+    cluster with KEDA installed); otherwise a control plane with KEDA (and KServe's
+    manager unless TESTENV_KSERVE=0) for this module alone, stopped after it.
+    """
+    if os.environ.get("E2E_KUBECONFIG") or keda.enabled_by_env():
+        shared: Cluster = request.getfixturevalue("cluster")
+        if shared.kubectl("get", f"apiservice/{keda.API_SERVICE}", check=False).returncode != 0:
+            pytest.skip(f"KEDA's external metrics API is not registered on {shared.kubeconfig}")
+        yield shared
+        return
+    with _local_cluster(keda=True) as local:
+        yield local
+
+
 @contextmanager
 def _fresh_namespace(cluster: Cluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
@@ -112,5 +131,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Anything that needs a cluster is an integration test, so `-m "not integration"`
     # gives the fast unit run without marking each test by hand.
     for item in items:
-        if {"cluster", "kserve_cluster"} & set(getattr(item, "fixturenames", ())):
+        if {"cluster", "kserve_cluster", "keda_cluster"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)

@@ -1,0 +1,245 @@
+"""KEDA's operator and external metrics API server on the local control plane.
+
+Off by default (``TESTENV_KEDA=1``, ``python -m testenv up --keda`` or
+``ControlPlane.up(keda=True)`` bring it): the build adds KEDA's module, and most
+tests never create a ScaledObject. Both binaries come from the pinned KEDA module
+(``go/keda``), and so do the CRDs, taken from ``config/crd`` with the patches of
+KEDA's own kustomization applied, so the schemas are the ones KEDA ships.
+
+What runs, and why:
+
+- ``keda-operator``: the ScaledObject controller. It creates the HPA for 1..N and
+  itself moves the target between 0 and 1 (``minReplicaCount: 0``) through the
+  scale subresource when the triggers' activity changes; scale to zero and back
+  needs nothing else.
+- ``keda-adapter``: KEDA's external metrics API server, registered as the
+  APIService ``v1beta1.external.metrics.k8s.io``. The HPA controller in
+  kube-controller-manager reads the ScaledObject's metrics through it (the
+  adapter asks the operator over mutual-TLS gRPC), so without it the HPA shows
+  ``<unknown>`` and never goes past one replica. The APIService points at an
+  ExternalName Service whose name is ``localhost``: the aggregator resolves an
+  ExternalName to that host and the APIService's port, and verifies the
+  adapter's certificate for ``<service>.<namespace>.svc``. kube-apiserver then
+  needs its front-proxy flags (``front_proxy_flags``) so that the adapter knows
+  who asks.
+- KEDA's admission webhooks are left out: they only refuse ScaledObjects that
+  clash (two on one target, a hand-made HPA on the same target), which
+  scaling does not depend on.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from reward_testing import pki
+
+from . import build
+
+KEDA_MODULE = "github.com/kedacore/keda/v2"
+# One pin: the version go/keda/go.mod requires (the binaries and the CRDs agree).
+KEDA_VERSION = build._required_version("keda", KEDA_MODULE)
+
+NAMESPACE = "keda"  # KEDA_CLUSTER_OBJECT_NAMESPACE and POD_NAMESPACE
+OPERATOR = "keda-operator"  # process names in the State, and binary names
+ADAPTER = "keda-adapter"
+PORTS = ("keda-metrics", "keda-health", "keda-grpc", "keda-adapter", "keda-adapter-metrics")
+
+# The APIService and the Service it names, as KEDA's own manifests call them.
+API_SERVICE = "v1beta1.external.metrics.k8s.io"
+ADAPTER_SERVICE = "keda-metrics-apiserver"
+FRONT_PROXY_CLIENT = "front-proxy-client"  # the CN kube-apiserver presents to aggregated API servers
+
+
+def enabled_by_env() -> bool:
+    """KEDA runs only with TESTENV_KEDA=1 (its build and two more processes are for autoscaling tests)."""
+    return os.environ.get("TESTENV_KEDA", "0") == "1"
+
+
+@functools.cache
+def module_dir() -> Path:
+    """The pinned KEDA module, downloaded (or found) in the Go module cache."""
+    with tempfile.TemporaryDirectory() as scratch:
+        result = subprocess.run(
+            ["go", "mod", "download", "-json", f"{KEDA_MODULE}@{KEDA_VERSION}"],
+            cwd=scratch,  # outside any module: a plain download
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, GOFLAGS="-mod=mod"),
+        )
+    info = json.loads(result.stdout or "{}")
+    if result.returncode != 0 or "Dir" not in info:
+        reason = info.get("Error") or result.stderr.strip()
+        raise RuntimeError(f"cannot download {KEDA_MODULE}@{KEDA_VERSION}: {reason}")
+    return Path(info["Dir"])
+
+
+def _json_patch(document: dict, operations: list[dict]) -> None:
+    """The two operations KEDA's CRD patches use (RFC 6902 ``add`` and ``remove``), in place."""
+    for operation in operations:
+        *parents, last = [part.replace("~1", "/").replace("~0", "~") for part in operation["path"].split("/")[1:]]
+        target = document
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target.setdefault(part, {})
+        if operation["op"] == "remove":
+            del target[int(last) if isinstance(target, list) else last]
+        elif operation["op"] == "add":
+            if isinstance(target, list):
+                target.insert(len(target) if last == "-" else int(last), operation["value"])
+            else:
+                target[last] = operation["value"]
+        else:
+            raise ValueError(f"unsupported JSON patch operation {operation['op']!r} in KEDA's CRD patches")
+
+
+def crds() -> list[dict]:
+    """KEDA's CRDs as its ``config/crd`` kustomization renders them: the bases plus its JSON patches."""
+    folder = module_dir() / "config" / "crd"
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    documents = [yaml.safe_load((folder / path).read_text()) for path in kustomization["resources"]]
+    by_name = {doc["metadata"]["name"]: doc for doc in documents}
+    for patch in kustomization.get("patches") or []:
+        target = by_name[patch["target"]["name"]]
+        _json_patch(target, yaml.safe_load((folder / patch["path"]).read_text()))
+    for doc in documents:
+        doc["metadata"].pop("creationTimestamp", None)
+    return documents
+
+
+def front_proxy_flags(keys: pki.Pki, directory: Path) -> list[str]:
+    """kube-apiserver flags for aggregated API servers: the client certificate it presents to
+    them and the headers that carry the caller's identity. The control plane's CA signs it
+    (a cluster would have a front-proxy CA of its own; here the allowed name is what limits
+    who may assert an identity)."""
+    pki.issue(
+        directory,
+        FRONT_PROXY_CLIENT,
+        f"/CN={FRONT_PROXY_CLIENT}",
+        [
+            "basicConstraints=critical,CA:FALSE",
+            "subjectKeyIdentifier=hash",
+            "authorityKeyIdentifier=keyid",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+            "extendedKeyUsage=clientAuth",
+        ],
+        (keys.ca_cert, keys.ca_key),
+    )
+    return [
+        f"--requestheader-client-ca-file={keys.ca_cert}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={directory / (FRONT_PROXY_CLIENT + '.crt')}",
+        f"--proxy-client-key-file={directory / (FRONT_PROXY_CLIENT + '.key')}",
+    ]
+
+
+def certificates(keys: pki.Pki, cert_dir: Path) -> None:
+    """``ca.crt``, ``tls.crt`` and ``tls.key`` in one folder that both processes read, as KEDA's
+    own certificate rotation lays them out: the operator serves its metrics gRPC with them and
+    requires a client certificate from the same CA, the adapter presents the same pair as
+    that client and serves the external metrics API with it."""
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    (cert_dir / "ca.crt").write_bytes(keys.ca_cert.read_bytes())
+    names = [
+        f"{OPERATOR}.{NAMESPACE}.svc",
+        f"{OPERATOR}.{NAMESPACE}.svc.cluster.local",
+        f"{ADAPTER_SERVICE}.{NAMESPACE}.svc",
+        "localhost",
+    ]
+    pki.issue(
+        cert_dir,
+        "tls",
+        "/CN=keda",
+        [
+            "basicConstraints=critical,CA:FALSE",
+            "subjectKeyIdentifier=hash",
+            "authorityKeyIdentifier=keyid",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+            "extendedKeyUsage=serverAuth,clientAuth",
+            "subjectAltName=IP:127.0.0.1," + ",".join(f"DNS:{name}" for name in names),
+        ],
+        (keys.ca_cert, keys.ca_key),
+    )
+
+
+def environment(kubeconfig: str) -> dict[str, str]:
+    """What KEDA reads from a pod's environment: its namespace (for Secrets of
+    ClusterTriggerAuthentications and leader election), the namespaces it watches (set
+    and empty: all of them) and, here, the kubeconfig."""
+    return dict(
+        os.environ,
+        KEDA_CLUSTER_OBJECT_NAMESPACE=NAMESPACE,
+        POD_NAMESPACE=NAMESPACE,
+        WATCH_NAMESPACE="",
+        KUBECONFIG=kubeconfig,
+    )
+
+
+def operator_command(binary: Path, kubeconfig: str, cert_dir: Path, ports: dict[str, int]) -> list[str]:
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--cert-dir={cert_dir}",
+        f"--metrics-bind-address=127.0.0.1:{ports['keda-metrics']}",
+        f"--health-probe-bind-address=127.0.0.1:{ports['keda-health']}",
+        f"--metrics-service-bind-address=127.0.0.1:{ports['keda-grpc']}",
+        # the certificates come from the control plane's CA; nothing for KEDA to rotate or patch
+        "--enable-cert-rotation=false",
+        "--enable-webhook-patching=false",
+        "--enable-apiservice-patching=false",
+        "--leader-elect=false",
+        "--zap-encoder=console",
+    ]
+
+
+def adapter_command(binary: Path, kubeconfig: str, cert_dir: Path, ports: dict[str, int]) -> list[str]:
+    return [
+        str(binary),
+        # its own client reads KUBECONFIG (see ``environment``)
+        f"--lister-kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports['keda-adapter']}",
+        f"--cert-dir={cert_dir}",
+        f"--tls-cert-file={cert_dir / 'tls.crt'}",
+        f"--tls-private-key-file={cert_dir / 'tls.key'}",
+        f"--metrics-service-address=127.0.0.1:{ports['keda-grpc']}",
+        # KEDA's adapter binds its own /metrics on all interfaces: a free port of ours at least
+        f"--port={ports['keda-adapter-metrics']}",
+        "--zap-encoder=console",
+    ]
+
+
+def api_service_objects(port: int, ca_bundle: bytes) -> list[dict]:
+    """The ExternalName Service (host ``localhost``) and the APIService that routes
+    ``external.metrics.k8s.io`` through it to the adapter's port."""
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": ADAPTER_SERVICE, "namespace": NAMESPACE},
+        "spec": {"type": "ExternalName", "externalName": "localhost"},
+    }
+    api_service = {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": API_SERVICE},
+        "spec": {
+            "group": "external.metrics.k8s.io",
+            "version": "v1beta1",
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+            "service": {"name": ADAPTER_SERVICE, "namespace": NAMESPACE, "port": port},
+            "caBundle": base64.b64encode(ca_bundle).decode(),
+        },
+    }
+    return [service, api_service]

@@ -1,0 +1,347 @@
+"""KEDA for real (issue #12): a ScaledObject scales a Deployment 0 -> 1 -> N -> 0.
+
+KEDA's operator and external metrics API server run against the local control
+plane (``keda_cluster``: see ``testenv/keda.py``), and the trigger is KEDA's
+``external`` scaler: a gRPC server that this test runs on a loopback port, speaking
+KEDA's ``externalscaler.ExternalScaler`` service exactly as the reward gateway
+will (IsActive, StreamIsActive, GetMetricSpec, GetMetrics). The test turns its
+activity and its metric up and down and waits on the Deployment's
+``spec.replicas``, which only KEDA (0 <-> 1) and the HPA it owns (1 <-> N) change.
+kwok runs the pods, so nothing here waits on a container.
+
+The messages are built from a descriptor written out below field by field after
+KEDA's ``pkg/scalers/externalscaler/externalscaler.proto`` (same package, names and
+numbers), so no generated code is needed: grpcio serves them, protobuf encodes them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+import pytest
+import yaml
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from reward_testing.waiting import wait_until
+from testenv.helpers import condition, get_json
+
+pytestmark = pytest.mark.integration
+
+SERVICE = "externalscaler.ExternalScaler"
+METRIC = "inflight"  # what the gateway will report: requests it holds or has in flight
+
+
+def _external_scaler_messages() -> dict[str, type]:
+    """Message classes for KEDA's external scaler protocol (proto3), by short name."""
+    proto = descriptor_pb2.FileDescriptorProto(name="externalscaler.proto", package="externalscaler", syntax="proto3")
+    F = descriptor_pb2.FieldDescriptorProto
+    optional, repeated = F.LABEL_OPTIONAL, F.LABEL_REPEATED
+
+    def message(name: str, *fields: tuple[str, int, int, int, str]):
+        described = proto.message_type.add(name=name)
+        for field_name, number, label, kind, type_name in fields:
+            added = described.field.add(name=field_name, number=number, label=label, type=kind)
+            if type_name:
+                added.type_name = type_name
+        return described
+
+    ref = message(
+        "ScaledObjectRef",
+        ("name", 1, optional, F.TYPE_STRING, ""),
+        ("namespace", 2, optional, F.TYPE_STRING, ""),
+        ("scalerMetadata", 3, repeated, F.TYPE_MESSAGE, ".externalscaler.ScaledObjectRef.ScalerMetadataEntry"),
+    )
+    entry = ref.nested_type.add(name="ScalerMetadataEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, label=optional, type=F.TYPE_STRING)
+    entry.field.add(name="value", number=2, label=optional, type=F.TYPE_STRING)
+    message("IsActiveResponse", ("result", 1, optional, F.TYPE_BOOL, ""))
+    message("GetMetricSpecResponse", ("metricSpecs", 1, repeated, F.TYPE_MESSAGE, ".externalscaler.MetricSpec"))
+    message(
+        "MetricSpec",
+        ("metricName", 1, optional, F.TYPE_STRING, ""),
+        ("targetSize", 2, optional, F.TYPE_INT64, ""),
+        ("targetSizeFloat", 3, optional, F.TYPE_DOUBLE, ""),
+    )
+    message(
+        "GetMetricsRequest",
+        ("scaledObjectRef", 1, optional, F.TYPE_MESSAGE, ".externalscaler.ScaledObjectRef"),
+        ("metricName", 2, optional, F.TYPE_STRING, ""),
+    )
+    message("GetMetricsResponse", ("metricValues", 1, repeated, F.TYPE_MESSAGE, ".externalscaler.MetricValue"))
+    message(
+        "MetricValue",
+        ("metricName", 1, optional, F.TYPE_STRING, ""),
+        ("metricValue", 2, optional, F.TYPE_INT64, ""),
+        ("metricValueFloat", 3, optional, F.TYPE_DOUBLE, ""),
+    )
+    # a pool of its own: the process's default pool may already know a file of that name
+    classes = message_factory.GetMessages([proto], pool=descriptor_pool.DescriptorPool())
+    return {name.rsplit(".", 1)[-1]: cls for name, cls in classes.items()}
+
+
+@dataclass
+class ExternalScaler:
+    """KEDA's external scaler, served over plaintext gRPC on a loopback port.
+
+    ``active`` is what IsActive answers (and StreamIsActive pushes on each change);
+    ``value`` is the metric GetMetrics reports against a target of ``target`` per
+    replica, so the HPA wants ceil(value / target) replicas."""
+
+    active: bool = False
+    value: float = 0.0
+    target: float = 1.0
+    calls: Counter = field(default_factory=Counter)
+    refs: list[dict] = field(default_factory=list)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    address: str = ""
+
+    def set(self, active: bool, value: float) -> float:
+        """Change what the scaler reports; returns when (time.monotonic())."""
+        with self.changed:
+            self.active, self.value = active, value
+            self.changed.notify_all()
+        return time.monotonic()
+
+    def seen(self, method: str, ref) -> None:
+        with self.changed:
+            self.calls[method] += 1
+            self.refs.append({"name": ref.name, "namespace": ref.namespace, "metadata": dict(ref.scalerMetadata)})
+            del self.refs[:-20]
+
+
+@pytest.fixture
+def external_scaler() -> Iterator[ExternalScaler]:
+    messages = _external_scaler_messages()
+    scaler = ExternalScaler()
+
+    def is_active(ref, context):
+        scaler.seen("IsActive", ref)
+        return messages["IsActiveResponse"](result=scaler.active)
+
+    def stream_is_active(ref, context):
+        scaler.seen("StreamIsActive", ref)
+        last = None
+        while context.is_active():
+            with scaler.changed:
+                if scaler.active == last:
+                    scaler.changed.wait(timeout=0.5)
+                    continue
+                last = scaler.active
+            yield messages["IsActiveResponse"](result=last)
+
+    def get_metric_spec(ref, context):
+        scaler.seen("GetMetricSpec", ref)
+        spec = messages["MetricSpec"](metricName=METRIC, targetSizeFloat=scaler.target)
+        return messages["GetMetricSpecResponse"](metricSpecs=[spec])
+
+    def get_metrics(request, context):
+        scaler.seen("GetMetrics", request.scaledObjectRef)
+        value = messages["MetricValue"](metricName=request.metricName, metricValueFloat=scaler.value)
+        return messages["GetMetricsResponse"](metricValues=[value])
+
+    def handler(behaviour, request_type, streaming=False):
+        make = grpc.unary_stream_rpc_method_handler if streaming else grpc.unary_unary_rpc_method_handler
+        return make(
+            behaviour,
+            request_deserializer=messages[request_type].FromString,
+            response_serializer=lambda message: message.SerializeToString(),
+        )
+
+    # StreamMetricSpec (optional in KEDA's proto) is left out: gRPC answers Unimplemented,
+    # and KEDA then keeps reading GetMetricSpec.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                SERVICE,
+                {
+                    "IsActive": handler(is_active, "ScaledObjectRef"),
+                    "StreamIsActive": handler(stream_is_active, "ScaledObjectRef", streaming=True),
+                    "GetMetricSpec": handler(get_metric_spec, "ScaledObjectRef"),
+                    "GetMetrics": handler(get_metrics, "GetMetricsRequest"),
+                },
+            )
+        ]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    scaler.address = f"127.0.0.1:{port}"
+    try:
+        yield scaler
+    finally:
+        server.stop(grace=0)
+
+
+@pytest.fixture
+def keda_namespace(keda_cluster) -> Iterator[str]:
+    name = f"keda-{uuid.uuid4().hex[:8]}"
+    keda_cluster.kubectl("create", "namespace", name)
+    keda_cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
+    try:
+        yield name
+    finally:
+        keda_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _deployment(name: str, replicas: int) -> dict:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    # kwok's fake nodes run it: no image is pulled
+                    "nodeSelector": {"type": "kwok"},
+                    "containers": [{"name": "predictor", "image": "predictor:fake"}],
+                },
+            },
+        },
+    }
+
+
+def _scaled_object(name: str, target: str, trigger: dict, polling: int, cooldown: int) -> dict:
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"name": target},
+            "minReplicaCount": 0,
+            "maxReplicaCount": 3,
+            "pollingInterval": polling,
+            "cooldownPeriod": cooldown,
+            "advanced": {
+                # scale down as soon as the metric drops (the HPA's default waits 5 minutes)
+                "horizontalPodAutoscalerConfig": {"behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}}},
+            },
+            "triggers": [trigger],
+        },
+    }
+
+
+def _apply(cluster, namespace: str, *documents: dict) -> None:
+    cluster.kubectl(
+        "apply", "--server-side", "--field-manager=e2e", "-n", namespace, "-f", "-",
+        input=yaml.safe_dump_all(documents),
+    )  # fmt: skip
+
+
+def _replicas(cluster, namespace: str, name: str) -> tuple[int, int]:
+    """(spec.replicas, status.readyReplicas) of the Deployment."""
+    deployment = get_json(cluster, "deployment", name, "-n", namespace) or {}
+    return deployment.get("spec", {}).get("replicas", -1), deployment.get("status", {}).get("readyReplicas", 0)
+
+
+def _wait_replicas(cluster, namespace: str, name: str, wanted: int, timeout: float, ready: bool = True) -> float:
+    """Wait until KEDA or its HPA set spec.replicas to ``wanted`` (and, with ``ready``, kwok has
+    that many pods Ready); returns when spec.replicas got there (time.monotonic())."""
+    decided: list[float] = []
+
+    def reached() -> bool:
+        spec, ready_count = _replicas(cluster, namespace, name)
+        if spec == wanted and not decided:
+            decided.append(time.monotonic())
+        return bool(decided) and spec == wanted and (not ready or ready_count == wanted)
+
+    wait_until(f"deployment/{name} at {wanted} replicas", reached, timeout=timeout, interval=0.2)
+    return decided[0]
+
+
+def _events(cluster, namespace: str, name: str) -> list[str]:
+    selector = f"involvedObject.name={name}"
+    result = cluster.kubectl("get", "events", "-n", namespace, "--field-selector", selector, "-o", "json")
+    listed = json.loads(result.stdout)["items"]
+    return [f"{event.get('reason')}: {event.get('message')}" for event in listed]
+
+
+def test_external_scaler_scales_a_deployment_from_zero_to_n_and_back(keda_cluster, keda_namespace, external_scaler):
+    """Polled ``external`` trigger: idle -> 0, active -> 1 (KEDA), load -> 3 (the HPA through
+    KEDA's metrics API), idle again -> 1 -> 0 after the cooldown."""
+    cluster, namespace = keda_cluster, keda_namespace
+    started = time.monotonic()
+    trigger = {
+        "type": "external",
+        "metadata": {"scalerAddress": external_scaler.address, "rewardModel": "rm"},
+    }
+    _apply(cluster, namespace, _deployment("predictor", 1), _scaled_object("predictor", "predictor", trigger, 1, 2))
+
+    def ready() -> bool:
+        scaled = get_json(cluster, "scaledobject", "predictor", "-n", namespace)
+        return (condition(scaled, "Ready") or {}).get("status") == "True"
+
+    wait_until("ScaledObject Ready", ready, timeout=60)
+    hpa = get_json(cluster, "hpa", "keda-hpa-predictor", "-n", namespace)
+    assert hpa is not None, "KEDA made no HPA for the ScaledObject"
+    assert hpa["spec"]["minReplicas"] == 1 and hpa["spec"]["maxReplicas"] == 3
+
+    # idle: KEDA itself takes the Deployment to zero (no cooldown before the first activity)
+    _wait_replicas(cluster, namespace, "predictor", 0, timeout=60)
+    print(f"\nidle -> 0 replicas {time.monotonic() - started:.1f}s after the ScaledObject was applied")
+
+    # active: KEDA scales 0 -> 1 through the scale subresource at its next poll
+    activated = external_scaler.set(active=True, value=1)
+    decided = _wait_replicas(cluster, namespace, "predictor", 1, timeout=60)
+    print(f"active -> 1 replica: scale-up decision {decided - activated:.1f}s after activation (polling 1 s)")
+
+    # load: 3 per 1 target -> the HPA wants 3, reading the metric through KEDA's adapter
+    loaded = external_scaler.set(active=True, value=3)
+    decided = _wait_replicas(cluster, namespace, "predictor", 3, timeout=90)
+    print(f"load 3x target -> 3 replicas {decided - loaded:.1f}s after the metric rose (HPA sync 2 s)")
+
+    def hpa_read_the_metric() -> dict | None:
+        # the HPA's own record of what it read through external.metrics.k8s.io
+        status = (get_json(cluster, "hpa", "keda-hpa-predictor", "-n", namespace) or {}).get("status", {})
+        for metric in status.get("currentMetrics") or []:
+            external = metric.get("external") or {}
+            if external.get("metric", {}).get("name") == f"s0-{METRIC}" and external.get("current"):
+                return external["current"]
+        return None
+
+    # 3 per replica while it had one, 1 once it has three: either proves the path
+    current = wait_until("the HPA's current value of s0-inflight", hpa_read_the_metric, timeout=30)
+    assert current.get("averageValue") in ("3", "1"), current
+    print(f"the HPA read s0-{METRIC} through KEDA's metrics API: {current}")
+
+    # idle again: the HPA goes back to its minimum (1), then KEDA to 0 after the 2 s cooldown
+    idled = external_scaler.set(active=False, value=0)
+    decided = _wait_replicas(cluster, namespace, "predictor", 0, timeout=120, ready=False)
+    print(f"idle -> 0 replicas {decided - idled:.1f}s after the metric dropped (cooldown 2 s)")
+
+    # KEDA passed the ScaledObject's identity and the trigger's metadata to the scaler
+    seen = external_scaler.refs[-1]
+    assert seen["name"] == "predictor" and seen["namespace"] == namespace
+    assert seen["metadata"]["rewardModel"] == "rm"
+    print(f"scaler calls: {dict(external_scaler.calls)}")
+    scaled_events = [event for event in _events(cluster, namespace, "predictor") if "Scaled" in event]
+    print("KEDA events: " + "; ".join(scaled_events[-3:]))
+
+
+def test_external_push_wakes_a_sleeping_deployment_at_once(keda_cluster, keda_namespace, external_scaler):
+    """``external-push``: KEDA holds StreamIsActive open and scales 0 -> 1 on the first ``true``,
+    without waiting for its poll (60 s here). This is the path for the gateway's first held
+    request. Deactivation is not pushed: KEDA ignores ``false`` on the stream and scales down
+    through its polling (IsActive) after the cooldown."""
+    cluster, namespace = keda_cluster, keda_namespace
+    polling = 60
+    trigger = {"type": "external-push", "metadata": {"scalerAddress": external_scaler.address}}
+    _apply(cluster, namespace, _deployment("sleeper", 1), _scaled_object("sleeper", "sleeper", trigger, polling, 2))
+    _wait_replicas(cluster, namespace, "sleeper", 0, timeout=60)
+    wait_until("KEDA holding StreamIsActive open", lambda: external_scaler.calls["StreamIsActive"] > 0, timeout=30)
+
+    activated = external_scaler.set(active=True, value=1)
+    decided = _wait_replicas(cluster, namespace, "sleeper", 1, timeout=polling / 2)
+    print(f"\npushed activation -> 1 replica: scale-up decision {decided - activated:.2f}s later (polling {polling} s)")
