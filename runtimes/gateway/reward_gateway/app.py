@@ -4,8 +4,10 @@ The scoring routes (the v1 predict route among them, so that it shares the item
 validation, authentication and error answers of the RLHF routes) are served by
 the ASGI front in reward_gateway.asgi, ahead of the framework. Behind it,
 FastAPI answers the routes KServe expects of a transformer: liveness at /,
-readiness at /v1/models/<name>, the model list at /v1/models, plus /health and
-/metrics. Nothing else: no docs, no OpenAPI schema, no v2 protocol.
+readiness at /v1/models/<name>, the model list at /v1/models, plus /health,
+/metrics and, during a rollout, /canary. Nothing else: no docs, no OpenAPI
+schema, no v2 protocol. None of these asks for the bearer token: they carry no
+scores or texts, and the kubelet, Prometheus and the operator read them.
 """
 
 from __future__ import annotations
@@ -55,4 +57,13 @@ def build_app(gateway: Gateway) -> ScoringFront:
     for name in names:
         app.add_api_route(f"/v1/models/{name}", model_ready(name), methods=["GET"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
+    if gateway.canary is not None:
+        rollout = gateway.canary
+
+        async def canary() -> dict[str, object]:
+            # The rollout's figures for the operator's promotion gates (reward_gateway.canary).
+            return rollout.summary()
+
+        # Only during a rollout: elsewhere it is a 404 like any unknown route.
+        app.add_api_route("/canary", canary, methods=["GET"])
     return ScoringFront(gateway, app)

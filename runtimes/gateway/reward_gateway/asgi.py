@@ -25,6 +25,9 @@ from reward_gateway.gateway import Answer, Gateway
 # requests held at once may cost at most the gateway's memory budget
 # (GatewayConfig.memory_budget_bytes: its container's limit less the process).
 # A body being read is charged its declared length, or its bytes so far.
+# During a rollout two models may score a request at once (reward_gateway.canary),
+# each with its own payloads and answers: the whole charge is doubled, an upper
+# bound (parsing and validation happen once), not a measurement.
 MAX_BODY_BYTES = 32 * 1024 * 1024
 COST_PER_BYTE = 13
 COST_PER_STRING = 1024
@@ -74,6 +77,8 @@ class ScoringFront:
         self.max_body_bytes = max_body_bytes
         self.max_held_bytes = gateway.config.memory_budget_bytes if max_held_bytes is None else max_held_bytes
         self.cost_per_byte = COST_PER_BYTE + gateway.scorer.kind.answer_cost_per_byte
+        self.copies = gateway.models_per_request
+        self.client_header = gateway.client_header  # lower case, or None
         self.body_timeout_s = body_timeout_s
         self.held_bytes = 0  # what the requests being read or answered may cost
 
@@ -85,12 +90,14 @@ class ScoringFront:
         if scope["method"] != "POST":
             await self._refuse(send, label, Answer(405, {"error": f"{scope['path']} takes POST"}, {"Allow": "POST"}))
             return
-        authorization, declared = None, 0
+        authorization, client, declared = None, None, 0
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value.decode("latin-1")
             elif name == b"content-length" and value.isdigit():
                 declared = int(value)
+            elif name == self.client_header:
+                client = value.decode("latin-1")
         # Refused before a byte of the body is read: a declared length over the
         # limit, or no room for it among the bodies held now.
         if declared > self.max_body_bytes:
@@ -114,14 +121,14 @@ class ScoringFront:
             except _Busy:
                 await self._refuse(send, label, _busy())
                 return
-            cost = request_cost(body, self.cost_per_byte)
+            cost = request_cost(body, self.cost_per_byte) * self.copies
             if cost > self.max_held_bytes:  # would not fit even alone
                 await self._refuse(send, label, self._too_large())
                 return
             if not charge.resize(cost):
                 await self._refuse(send, label, _busy())
                 return
-            await _send_json(send, await self.gateway.answer(label, body, authorization))  # counted there
+            await _send_json(send, await self.gateway.answer(label, body, authorization, client))  # counted there
         finally:
             charge.release()
 

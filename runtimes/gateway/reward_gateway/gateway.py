@@ -1,18 +1,21 @@
 """The gateway's routes as plain async functions from request bytes to answers.
 
 Kept free of the web framework (reward_gateway.asgi calls them ahead of it);
-`answer` does the bookkeeping every route shares.
+`answer` does the bookkeeping every route shares. Each route scores through
+`_run`: the stable model alone, or, during a rollout, the model(s)
+reward_gateway.canary picks for the whole request.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from reward_gateway.auth import BearerTokenCheck
+from reward_gateway.canary import Backend, Caller, Canary
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized, forget
 from reward_gateway.extract import Score
@@ -34,6 +37,11 @@ from reward_gateway.wire import (
 
 logger = logging.getLogger("reward_gateway")
 
+# The answer's header naming the model whose scores it carries (stable or candidate), during a rollout.
+MODEL_HEADER = "X-Reward-Model"
+
+T = TypeVar("T")
+
 
 @dataclass
 class Answer:
@@ -44,9 +52,12 @@ class Answer:
 
 @dataclass
 class _Tally:
-    """What a route learnt about its request, for the metrics."""
+    """What a route learnt about its request, for the metrics and the answer's headers;
+    and who sent it, for a rollout's sticky key."""
 
+    caller: Caller
     items: int = 0
+    backend: Backend | None = None  # the model whose scores (or failure) the answer carries
 
 
 Handler = Callable[[bytes, _Tally], Awaitable[dict[str, Any]]]
@@ -62,6 +73,15 @@ class Gateway:
         self.metrics = metrics or GatewayMetrics()
         self.client = VllmClient(config, self.metrics)
         self.scorer = Scorer(config, self.client)
+        model = config.model_name
+        self.stable = Backend("stable", model, config, self.client, self.scorer, self.metrics.scores.labels(model))
+        self.canary = Canary.build(config, self.metrics, self.stable) if config.canary is not None else None
+        # The header a sticky split reads the client's identity from (None: not read).
+        self.client_header = (
+            config.canary.client_header.encode("latin-1")
+            if config.canary is not None and config.canary.sticky == "client"
+            else None
+        )
         self.auth = BearerTokenCheck(config.auth_token_file) if config.auth_token_file else None
         self.routes: dict[str, Handler] = {
             "rewards": self.rewards,
@@ -75,21 +95,28 @@ class Gateway:
             self.paths[f"/v1/models/{name}:predict"] = "v1_predict"
         # Metric children bound once: prometheus-client's labels() validates and
         # looks its labels up under a lock on every call, several times a request.
-        model = config.model_name
         self._inflight = self.metrics.inflight.labels(model)
         self._durations = {route: self.metrics.duration.labels(model, route) for route in self.routes}
-        self._scores = self.metrics.scores.labels(model)
         self._outcomes: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    @property
+    def models_per_request(self) -> int:
+        """How many models may score one request at once (the ASGI front charges its memory as many times)."""
+        return 1 if self.canary is None else 2
 
     async def close(self) -> None:
         await self.client.close()
+        if self.canary is not None:
+            await self.canary.close()
 
     def authorized(self, authorization: str | None) -> bool:
         return self.auth is None or self.auth.allows(authorization)
 
-    async def answer(self, route: str, body: bytes, authorization: str | None) -> Answer:
-        """Run one route and record requests, items, latency and in-flight count."""
-        tally = _Tally()
+    async def answer(self, route: str, body: bytes, authorization: str | None, client: str | None = None) -> Answer:
+        """Run one route and record requests, items, latency and in-flight count.
+
+        `client`: the value of the rollout's client header, where a sticky split reads one."""
+        tally = _Tally(Caller(client, authorization, body))
         started = time.perf_counter()
         self._inflight.inc()
         try:
@@ -105,6 +132,8 @@ class Gateway:
             forget(error)
         finally:
             self._inflight.dec()
+        if self.canary is not None and tally.backend is not None:
+            answer.headers = {**answer.headers, MODEL_HEADER: tally.backend.role}
         self._durations[route].observe(time.perf_counter() - started)
         requests, items = self._outcome(route, answer.status)
         requests.inc()
@@ -150,8 +179,10 @@ class Gateway:
         request = parse(OpenRLHFRequest, body, self.config.max_items)
         if request.prompts is not None and len(request.prompts) != len(request.query):
             raise BadRequest(f"prompts has {len(request.prompts)} entries but query has {len(request.query)}")
-        # OpenRLHF's query is the finished text (prompt and response, already templated).
-        rewards = [score.reward for score in await self._score([ScoringItem(text=q) for q in request.query], tally)]
+        # OpenRLHF's query is the finished text (prompt and response, already templated);
+        # its prompts, where sent, tell which completions answer one prompt (a group).
+        items = [ScoringItem(text=q) for q in request.query]
+        rewards = [score.reward for score in await self._score(items, tally, request.prompts)]
         return {"rewards": rewards, "scores": rewards, "extra_logs": {}}
 
     async def classify(self, body: bytes, tally: _Tally) -> dict[str, Any]:
@@ -163,8 +194,6 @@ class Gateway:
             )
         forwarded = parse_json(body, self.config.max_items)
         request = validate(ClassifyRequest, forwarded)
-        # One model sits behind this gateway, whatever name the trainer was configured with.
-        forwarded["model"] = self.config.model_name
         # The kind's own settings unless the caller chose otherwise: the raw
         # logit, as vLLM's default sigmoid would squash rewards silently.
         for name, value in kind.request_fields().items():
@@ -173,23 +202,61 @@ class Gateway:
         self._admit(count, tally)
         if count == 0:
             raise BadRequest("input is empty")
-        response = await self.client.post(kind.path, forwarded)
-        self._observe(kind.extract(response, count, self.config.step_aggregate))
+
+        async def classify(backend: Backend) -> tuple[Any, list[Score]]:
+            # One model answers per backend, whatever name the trainer was configured with.
+            response = await backend.client.post(kind.path, {**forwarded, "model": backend.config.model_name})
+            return response, kind.extract(response, count, self.config.step_aggregate)
+
+        response, scores = await self._run(classify, lambda result: _rewards(result[1]), None, tally)
+        self._observe(scores, tally)
         return response
 
-    async def _score(self, items: list[ScoringItem], tally: _Tally) -> list[Score]:
+    async def _score(
+        self, items: list[ScoringItem], tally: _Tally, groups: Sequence[str | None] | None = None
+    ) -> list[Score]:
+        """Scores items with one model; `groups` (default: the items' own) key the comparison of two."""
         self._admit(len(items), tally)
         if not items:
             return []
-        scores = await self.scorer.score(items)
-        self._observe(scores)
+
+        async def score(backend: Backend) -> list[Score]:
+            return await backend.scorer.score(items)
+
+        if groups is None:
+            groups = [item.group for item in items]
+        scores = await self._run(score, _rewards, groups, tally)
+        self._observe(scores, tally)
         return scores
+
+    async def _run(
+        self,
+        call: Callable[[Backend], Awaitable[T]],
+        rewards: Callable[[T], Sequence[object]],
+        groups: Sequence[str | None] | None,
+        tally: _Tally,
+    ) -> T:
+        """Scores one request: with the stable model, or as the rollout says."""
+        if self.canary is None:
+            tally.backend = self.stable
+            return await call(self.stable)
+
+        def answered_by(backend: Backend) -> None:
+            tally.backend = backend
+
+        return await self.canary.run(call, rewards, groups, tally.caller, answered_by)
 
     def _admit(self, count: int, tally: _Tally) -> None:
         if count > self.config.max_items:
             raise BadRequest(f"{count} items in one request; at most {self.config.max_items} are allowed")
         tally.items = count
 
-    def _observe(self, scores: list[Score]) -> None:
+    def _observe(self, scores: list[Score], tally: _Tally) -> None:
+        # Each model's scores under its own name: a split must not blur the drift alert's histogram.
+        histogram = tally.backend.scores if tally.backend is not None else self.stable.scores
         for score in scores:
-            self._scores.observe(score.reward)
+            histogram.observe(score.reward)
+
+
+def _rewards(scores: list[Score]) -> list[float]:
+    return [score.reward for score in scores]

@@ -40,9 +40,12 @@ OVERLOADED_RETRY_AFTER_S = 1
 
 
 class VllmClient:
-    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics):
+    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics, label: str | None = None):
         self.config = config
         self.metrics = metrics
+        # The `model` label of its errors: a candidate's vLLM may serve under the
+        # stable model's name, and its failures must not count as the stable's.
+        self.label = label or config.model_name
         # One connection per concurrent call, kept alive: reconnecting per call
         # would cost more than the gateway's whole latency budget.
         self.pool = HttpPool(
@@ -54,7 +57,7 @@ class VllmClient:
         # Every reason's series exists from the start at 0, so rate() and the
         # error-ratio alerts see the first error as an increase, not a new series.
         for reason in UPSTREAM_ERROR_REASONS:
-            metrics.upstream_errors.labels(config.model_name, reason)
+            metrics.upstream_errors.labels(self.label, reason)
 
     async def close(self) -> None:
         await self.pool.close()
@@ -121,7 +124,7 @@ class VllmClient:
             raise self._failed(error) from None
 
     def _failed(self, error: UpstreamError) -> UpstreamError:
-        self.metrics.upstream_errors.labels(self.config.model_name, error.reason).inc()
+        self.metrics.upstream_errors.labels(self.label, error.reason).inc()
         return error
 
 

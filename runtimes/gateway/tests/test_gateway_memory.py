@@ -99,3 +99,31 @@ def test_a_failing_group_request_leaves_nothing_alive(backend, monkeypatch):
     status, alive = leftovers(backend, monkeypatch, "rewards", {"items": items})
     assert status == 400
     assert alive == []
+
+
+@pytest.mark.parametrize(
+    ("case", "status"),
+    [
+        ("both answer", 200),
+        ("candidate down", 200),
+        ("candidate too slow", 200),
+        ("split to a failing candidate", 200),
+        ("both refuse the input", 400),
+    ],
+)
+def test_a_rollouts_request_leaves_nothing_alive(backend, candidate_backend, monkeypatch, case, status):
+    """Two models per request: the shadow call's outcome, its cancellation and a fallback drop everything too."""
+    env = {"canary_url": candidate_backend.url, "canary_half_life_seconds": "0", "canary_shadow_wait_seconds": "0.05"}
+    items = [{"prompt": "p", "response": f"r{i}", "group": "a"} for i in range(3)]
+    if case == "candidate down":
+        candidate_backend.healthy = False
+    elif case == "candidate too slow":
+        candidate_backend.misbehaviour = "hang"
+    elif case == "split to a failing candidate":
+        candidate_backend.healthy = False
+        env |= {"canary_mode": "split", "canary_percent": "100"}
+    else:
+        items[1]["response"] = OVER_LONG if case == "both refuse the input" else "r1"
+    answer_status, alive = leftovers(backend, monkeypatch, "rewards", {"items": items}, **env)
+    assert answer_status == status
+    assert alive == []

@@ -1,0 +1,332 @@
+"""A candidate reward model beside the stable one: shadow scoring and sticky splits (issue #13).
+
+Two rules of reward models decide everything here. A request is scored by one
+model: all of its items (every GRPO group of a batch) get one scale, never two,
+because two scales mixed in one batch corrupt the advantages without any error.
+And the trainer gets the stable model's scores unless a split hands its whole
+request to the candidate.
+
+Modes (REWARD_GATEWAY_CANARY_MODE):
+
+- **shadow**: both models score every request at once; the trainer gets the
+  stable model's answer; the candidate's scores are compared
+  (reward_gateway.agreement) and dropped.
+- **split**: REWARD_GATEWAY_CANARY_PERCENT of the requests are answered by the
+  candidate, chosen by a hash of the request's sticky key (below). A request the
+  candidate answers is also scored by the stable model in shadow, so agreement is
+  still measured at every step of a progressive rollout: the stable model is
+  sized for all of the traffic anyway, so this asks of it no more than before
+  the rollout, while the candidate serves only its share. A request that stays
+  on the stable model is scored by it alone.
+
+The shadow call never holds the trainer's answer for long: once the answering
+model has scored, the shadow call gets at most REWARD_GATEWAY_CANARY_SHADOW_WAIT_SECONDS
+more, then it is cancelled (its connection closed) and counted as that model's
+error. Cancelled rather than left to finish in the background: a background call
+would hold the request's items and answers after the ASGI front released the
+request's memory charge (reward_gateway.asgi), and a candidate too slow to keep
+up would pile up calls; as errors it shows up where the operator looks. When
+the answering model fails, the shadow call is cancelled at once and not counted
+(it says nothing about its model), except in one case: a candidate that fails a
+request a split gave it (unreachable, 5xx, timeout, refused the input) is
+replaced by the stable model's scores for that whole request, waited for within
+the stable model's own timeouts. The whole request is still scored by one
+model, so no batch mixes scales, and a broken candidate cannot fail a training
+job before the operator rolls it back.
+
+Sticky key (REWARD_GATEWAY_CANARY_STICKY): `group` (the default) keys a request by
+its first item's group (OpenRLHF: its first prompt), or by its bytes where it has
+no group, so a request sent again is scored by the same model; `client` keys it
+by the client's identity: the REWARD_GATEWAY_CANARY_CLIENT_HEADER header
+(`X-Reward-Client`), else a hash of its Authorization header (never kept or
+logged), else as `group`. A key picks the candidate when its bucket, a hash of
+the candidate's name and the key into 0..9999, is below 100 x the percent. So:
+
+- the choice is deterministic and spread evenly: over N requests with distinct
+  keys the candidate's count is binomial(N, p), within 3 sqrt(N p (1 - p)) of
+  N p in 99.7 % of draws (keys repeat by design, so the share is per key, not
+  per request);
+- it is monotone in the percent: a key on the candidate at 10 % stays there at
+  25 %, so progressive steps only move keys from the stable model to the
+  candidate, and a rollback to 0 moves them all back;
+- keyed by the candidate's name: each rollout draws its own keys, so the same
+  clients are not always the first to meet a new model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from reward_gateway.agreement import ROLES, CanaryMetrics, CanaryTracker
+from reward_gateway.config import CanaryConfig, GatewayConfig
+from reward_gateway.errors import UpstreamError, forget
+from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.scorer import Scorer
+from reward_gateway.upstream import VllmClient
+
+logger = logging.getLogger("reward_gateway")
+
+BUCKETS = 10_000  # a percent in steps of 0.01
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One model the gateway can ask: its settings, its vLLM, its scorer, its score histogram."""
+
+    role: str  # "stable" or "candidate"
+    name: str  # in metrics and /canary
+    config: GatewayConfig  # the stable model's, with this model's URL, served name and template
+    client: VllmClient
+    scorer: Scorer
+    scores: Any  # its reward_gateway_score child
+
+
+def candidate_backend(config: GatewayConfig, canary: CanaryConfig, metrics: GatewayMetrics) -> Backend:
+    """The candidate: the stable model's settings with its own vLLM, served name and template.
+
+    It never waits for a cold start (scale-from-zero wait 0): the stable model is
+    there to answer, and a shadow call must not be held for minutes."""
+    own = dataclasses.replace(
+        config,
+        upstream_url=canary.upstream_url,
+        model_name=canary.model_name,
+        chat_template=canary.chat_template or config.chat_template,
+        scale_from_zero_timeout_s=0.0,
+        canary=None,
+    )
+    client = VllmClient(own, metrics, label=canary.name)
+    return Backend("candidate", canary.name, own, client, Scorer(own, client), metrics.scores.labels(canary.name))
+
+
+def bucket(salt: bytes, key: bytes) -> int:
+    """The key's place in 0..BUCKETS-1 for this rollout (salt: the candidate's name)."""
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(len(salt).to_bytes(4, "big") + salt)  # length first: (ab, c) and (a, bc) differ
+    digest.update(key)
+    return int.from_bytes(digest.digest(), "big") % BUCKETS
+
+
+def takes_candidate(salt: bytes, key: bytes, percent: float) -> bool:
+    return bucket(salt, key) < percent * BUCKETS / 100
+
+
+def sticky_key(
+    sticky: str, client: str | None, authorization: str | None, groups: Sequence[str | None] | None, body: bytes
+) -> bytes:
+    """What a request is routed by (see the module's docstring)."""
+    if sticky == "client":
+        if client:
+            return b"client:" + client.encode()
+        if authorization:
+            # Hashed at once: the routing needs a stable value, not the token.
+            return b"token:" + hashlib.sha256(authorization.encode("latin-1")).digest()
+    first = next((group for group in groups or () if group is not None), None)
+    if first is not None:
+        return b"group:" + first.encode()
+    return b"request:" + body
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request, for the sticky key."""
+
+    client: str | None  # the client header's value
+    authorization: str | None
+    body: bytes
+
+
+@dataclass
+class _Outcome(Generic[T]):
+    """One model's try at a request: its result, or the error it ended with."""
+
+    backend: Backend
+    seconds: float
+    result: T | None = None
+    error: Exception | None = None
+
+
+class Canary:
+    """Routes each request to the stable model, the candidate, or both, and keeps the score."""
+
+    def __init__(self, config: CanaryConfig, stable: Backend, candidate: Backend, tracker: CanaryTracker):
+        self.config = config
+        self.backends = {"stable": stable, "candidate": candidate}
+        self.tracker = tracker
+        self._salt = candidate.name.encode()
+
+    @classmethod
+    def build(cls, config: GatewayConfig, metrics: GatewayMetrics, stable: Backend) -> Canary:
+        canary = config.canary
+        assert canary is not None
+        candidate = candidate_backend(config, canary, metrics)
+        tracker = CanaryMetrics(metrics.registry, canary.half_life_s).tracker(stable.name, candidate.name)
+        share = f" ({canary.percent} % to the candidate, sticky by {canary.sticky})" if canary.mode == "split" else ""
+        # No URL in the log: it may carry credentials.
+        logger.info("rolling out %s beside %s: %s%s", candidate.name, stable.name, canary.mode, share)
+        return cls(canary, stable, candidate, tracker)
+
+    async def close(self) -> None:
+        await self.backends["candidate"].client.close()
+
+    def answering(self, caller: Caller, groups: Sequence[str | None] | None) -> str:
+        """The role whose scores the trainer gets for this request."""
+        config = self.config
+        if config.mode == "shadow" or config.percent == 0:
+            return "stable"
+        if config.percent == 100:
+            return "candidate"
+        key = sticky_key(config.sticky, caller.client, caller.authorization, groups, caller.body)
+        return "candidate" if takes_candidate(self._salt, key, config.percent) else "stable"
+
+    async def run(
+        self,
+        call: Callable[[Backend], Awaitable[T]],
+        rewards: Callable[[T], Sequence[object]],
+        groups: Sequence[str | None] | None,
+        caller: Caller,
+        answered_by: Callable[[Backend], None],
+    ) -> T:
+        """Scores one request as the mode says, and returns the answer.
+
+        `call` scores the request with one model; `rewards` takes its rewards from
+        the result, for the comparison; `groups` are the items' group keys;
+        `answered_by` is told the model whose result, or failure, the trainer gets."""
+        role = self.answering(caller, groups)
+        primary = self.backends[role]
+        answered_by(primary)
+        if self.config.mode == "split" and role == "stable":
+            return self._answer(self._record(await _attempt(primary, call)))
+        other = self.backends["candidate" if role == "stable" else "stable"]
+        started = time.perf_counter()
+        shadow = asyncio.create_task(_attempt(other, call))
+        try:
+            first = self._record(await _attempt(primary, call))
+            if first.error is not None:
+                if role == "candidate" and isinstance(first.error, UpstreamError):
+                    # The stable model's scores replace the failed candidate's, for the whole request.
+                    _drop(first)
+                    answered_by(other)
+                    return self._answer(self._record(await shadow))
+                if shadow.done():  # it has finished: its outcome is known and counts
+                    _drop(self._record(shadow.result()))
+                raise first.error
+            done, _ = await asyncio.wait({shadow}, timeout=self.config.shadow_wait_s)
+            if done:
+                second = self._record(shadow.result())
+                if second.error is None:
+                    self._compare(first, second, rewards, groups)
+                _drop(second)
+            else:  # given up on: the trainer's answer does not wait for it
+                await _cancel(shadow)
+                self.tracker.record_request(other.role, False, time.perf_counter() - started)
+            return self._answer(first)
+        finally:
+            await _cancel(shadow)  # the trainer's answer is decided: nothing may outlive the request
+
+    def _record(self, outcome: _Outcome[T]) -> _Outcome[T]:
+        """Counts a model's outcome: scores, or its vLLM's failure (the gateway's own refusals,
+        such as an item without a step tag, say nothing about either model)."""
+        if outcome.error is None or isinstance(outcome.error, UpstreamError):
+            self.tracker.record_request(outcome.backend.role, outcome.error is None, outcome.seconds)
+        return outcome
+
+    def _answer(self, outcome: _Outcome[T]) -> T:
+        if outcome.error is not None:
+            raise outcome.error
+        self.tracker.record_answer(outcome.backend.role)
+        return outcome.result  # type: ignore[return-value]
+
+    def _compare(
+        self,
+        first: _Outcome[T],
+        second: _Outcome[T],
+        rewards: Callable[[T], Sequence[object]],
+        groups: Sequence[str | None] | None,
+    ) -> None:
+        stable, candidate = (first, second) if first.backend.role == "stable" else (second, first)
+        self.tracker.observe(rewards(stable.result), rewards(candidate.result), groups)  # type: ignore[arg-type]
+
+    def summary(self) -> dict[str, Any]:
+        """GET /canary: the rollout's settings and its decayed window's figures (None: undefined).
+
+        Weights, not only ratios, so that a reader can pool several replicas:
+        add the requests, errors, answers, items and pair counts, and weigh the
+        means and standard deviations by their items (or requests, for latency)."""
+        now = self.tracker.window.snapshot()
+        answered = sum(now.answers.values())
+        models = {}
+        for role in ROLES:
+            models[role] = {
+                "name": self.backends[role].name,
+                "requests": now.requests[role],
+                "errors": now.errors[role],
+                "error_ratio": now.error_ratio[role],
+                "answers": now.answers[role],
+                "latency_mean_seconds": now.latency_mean[role],
+                "latency_stddev_seconds": now.latency_stddev[role],
+                "score_mean": now.mean[role],
+                "score_stddev": now.stddev[role],
+            }
+        pairs = dataclasses.asdict(now.pairs)
+        return {
+            "model": self.backends["stable"].name,
+            "candidate": self.backends["candidate"].name,
+            "mode": self.config.mode,
+            "percent": self.config.percent,
+            "sticky": self.config.sticky,
+            "half_life_seconds": self.config.half_life_s,
+            "answer_share": now.answers["candidate"] / answered if answered else None,
+            "models": models,
+            "items": now.items,
+            "pairs": {**pairs, "ordered_by_stable": now.pairs.ordered_by_stable},
+            "agreement": now.agreement,
+            "kendall_tau_b": now.tau_b,
+            "score_difference_mean": now.difference_mean,
+            "score_difference_stddev": now.difference_stddev,
+        }
+
+
+async def _attempt(backend: Backend, call: Callable[[Backend], Awaitable[T]]) -> _Outcome[T]:
+    """One model's try, its error caught (a cancellation is not: it ends the try)."""
+    started = time.perf_counter()
+    try:
+        result = await call(backend)
+    except Exception as error:
+        return _Outcome(backend, time.perf_counter() - started, error=error)
+    return _Outcome(backend, time.perf_counter() - started, result=result)
+
+
+def _drop(outcome: _Outcome[Any]) -> None:
+    """Lets go of an outcome's error that no answer carries (reward_gateway.errors.forget: its
+    frames hold the request, which the server's calm collector would keep for hours)."""
+    if outcome.error is not None:
+        forget(outcome.error)
+
+
+async def _cancel(task: asyncio.Task[_Outcome[Any]]) -> None:
+    """Cancels a call and waits until it has let go (its connection closed, so a late
+    answer cannot reach the next call on it); whatever it ended with is dropped."""
+    if task.done():
+        return
+    task.cancel()
+    # asyncio.wait, not `await task`: a CancelledError here is then this request's own,
+    # never the call's (Python 3.11's TaskGroup leaves a task's cancelling() count raised,
+    # so that count cannot tell them apart).
+    await asyncio.wait({task})
+    try:
+        # A call may still end with an outcome: a TaskGroup whose own call failed as
+        # the cancellation came raises that failure instead.
+        _drop(task.result())
+    except asyncio.CancelledError as cancelled:
+        # Its traceback holds the call's frames, which hold the request (and, through a
+        # TaskGroup's exit, the error itself: a cycle the calm collector would keep).
+        forget(cancelled)
