@@ -66,7 +66,7 @@ from typing import Any, Generic, TypeVar
 
 from reward_gateway.agreement import ROLES, CanaryMetrics, CanaryTracker
 from reward_gateway.config import CanaryConfig, GatewayConfig
-from reward_gateway.errors import UpstreamError, forget
+from reward_gateway.errors import GatewayError, UpstreamError, forget
 from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.scorer import Scorer
 from reward_gateway.upstream import VllmClient
@@ -209,19 +209,23 @@ class Canary:
         started = time.perf_counter()
         shadow = asyncio.create_task(_attempt(other, call))
         try:
-            first = self._record(await _attempt(primary, call))
+            first = await _attempt(primary, call)
             if first.error is not None:
-                if role == "candidate" and isinstance(first.error, UpstreamError):
-                    # The stable model's scores replace the failed candidate's, for the whole request.
-                    _drop(first)
+                if role == "candidate":
+                    # The stable model's answer replaces the failed candidate's, for the whole request.
                     answered_by(other)
-                    return self._answer(self._record(await shadow))
+                    second = self._record(await shadow)
+                    _drop(self._record(first, own_fault=second.error is None))
+                    return self._answer(second)
+                self._record(first)
                 if shadow.done():  # it has finished: its outcome is known and counts
                     _drop(self._record(shadow.result()))
                 raise first.error
+            self._record(first)
             done, _ = await asyncio.wait({shadow}, timeout=self.config.shadow_wait_s)
             if done:
-                second = self._record(shadow.result())
+                # Whatever stopped it, the answering model scored the same request: its own fault.
+                second = self._record(shadow.result(), own_fault=True)
                 if second.error is None:
                     self._compare(first, second, rewards, groups)
                 _drop(second)
@@ -232,10 +236,12 @@ class Canary:
         finally:
             await _cancel(shadow)  # the trainer's answer is decided: nothing may outlive the request
 
-    def _record(self, outcome: _Outcome[T]) -> _Outcome[T]:
-        """Counts a model's outcome: scores, or its vLLM's failure (the gateway's own refusals,
-        such as an item without a step tag, say nothing about either model)."""
-        if outcome.error is None or isinstance(outcome.error, UpstreamError):
+    def _record(self, outcome: _Outcome[T], own_fault: bool = False) -> _Outcome[T]:
+        """Counts a model's outcome: scores, or its failure. Its vLLM's failure is always its
+        own; a refusal by the gateway (an item without a step tag, a template that cannot
+        render it) only where the other model scored the same request (`own_fault`), as
+        otherwise it says something about the input, not about either model."""
+        if outcome.error is None or own_fault or isinstance(outcome.error, UpstreamError):
             self.tracker.record_request(outcome.backend.role, outcome.error is None, outcome.seconds)
         return outcome
 
@@ -308,8 +314,11 @@ async def _attempt(backend: Backend, call: Callable[[Backend], Awaitable[T]]) ->
 def _drop(outcome: _Outcome[Any]) -> None:
     """Lets go of an outcome's error that no answer carries (reward_gateway.errors.forget: its
     frames hold the request, which the server's calm collector would keep for hours)."""
-    if outcome.error is not None:
-        forget(outcome.error)
+    if outcome.error is None:
+        return
+    if not isinstance(outcome.error, GatewayError):  # a bug, which no answer will log
+        logger.error("unexpected error scoring with %s", outcome.backend.name, exc_info=outcome.error)
+    forget(outcome.error)
 
 
 async def _cancel(task: asyncio.Task[_Outcome[Any]]) -> None:

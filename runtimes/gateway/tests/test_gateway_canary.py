@@ -361,3 +361,21 @@ def test_a_rollouts_requests_are_charged_for_two_models(rollout, start_gateway):
     """Two models may score a request at once: the ASGI front's memory charge counts both."""
     assert rollout().app.copies == 2
     assert start_gateway().app.copies == 1
+
+
+def test_the_candidate_renders_its_own_template_and_a_refusal_of_its_own_is_its_error(
+    rollout, backend, candidate_backend
+):
+    stable_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    env = {"chat_template_mode": "gateway", "chat_template": stable_template}
+    gateway = rollout(env, chat_template="{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }} {% endfor %}")
+    rewards, model = score_rewards(gateway, [{"prompt": "q", "response": "a", "group": "g"}])
+    assert (rewards, model) == (pytest.approx([logit("<user>q<assistant>a")]), "stable")
+    assert backend.calls[-1][1]["input"] == ["<user>q<assistant>a"]
+    assert candidate_backend.calls[-1][1]["input"] == ["[user] q [assistant] a "]
+    # A candidate whose template refuses what the stable model scores: in a split, the stable model answers.
+    gateway = rollout(env, mode="split", percent="100", chat_template="{{ raise_exception('no assistant turns') }}")
+    rewards, model = score_rewards(gateway, [{"prompt": "q", "response": "b", "group": "g"}])
+    assert (rewards, model) == (pytest.approx([logit("<user>q<assistant>b")]), "stable")
+    candidate = gateway.get("/canary").json()["models"]["candidate"]
+    assert (candidate["requests"], candidate["errors"], candidate["answers"]) == (1, 1, 0)

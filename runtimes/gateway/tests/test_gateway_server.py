@@ -114,3 +114,37 @@ def test_probes_write_no_log_lines_with_the_access_log_off(run_gateway, backend)
         assert httpx.get(f"{url}{path}", timeout=10).status_code == 200
     assert httpx.post(f"{url}/get_reward", json={"query": ["a"]}, timeout=10).status_code == 200
     assert log.read_text() == before
+
+
+def test_a_rollout_from_the_environment_in_the_real_process(run_gateway, backend, candidate_backend, tmp_path):
+    """The CANARY_ variables as the operator renders them, a token-keyed split, and /canary's door."""
+    candidate_backend.offset = 1000.0
+    port = free_port()
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    env = {
+        "REWARD_GATEWAY_CANARY_URL": candidate_backend.url.removeprefix("http://"),  # a bare host:port, as KServe's
+        "REWARD_GATEWAY_CANARY_MODEL_NAME": "rm-v2",
+        "REWARD_GATEWAY_CANARY_MODE": "split",
+        "REWARD_GATEWAY_CANARY_PERCENT": "100",
+        "REWARD_GATEWAY_CANARY_STICKY": "client",
+        "REWARD_GATEWAY_AUTH_TOKEN_FILE": str(token),
+    }
+    url, log = run_gateway(kserve_args("rm", backend.url.removeprefix("http://"), port), env, port, "rm")
+    headers = {"Authorization": "Bearer s3cret-token"}
+    answer = httpx.post(f"{url}/get_reward", json={"query": ["a", "bb"]}, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["X-Reward-Model"] == "candidate"
+    assert answer.json()["rewards"] == pytest.approx([logit("a") + 1000, logit("bb") + 1000])
+    summary = httpx.get(f"{url}/canary", timeout=10).json()  # no token: figures only
+    assert (summary["model"], summary["candidate"], summary["mode"], summary["percent"]) == (
+        "rm",
+        "rm-v2",
+        "split",
+        100,
+    )
+    assert summary["models"]["candidate"]["answers"] == pytest.approx(1, rel=0.01)  # decayed a little since
+    assert summary["items"] == pytest.approx(2, rel=0.01)  # the stable model scored it too, in shadow
+    text = log.read_text()
+    assert "rolling out rm-v2 beside rm: split (100 % to the candidate, sticky by client)" in text
+    assert "s3cret-token" not in text
