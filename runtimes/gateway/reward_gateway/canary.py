@@ -61,7 +61,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from reward_gateway.agreement import ROLES, CanaryMetrics, CanaryTracker
@@ -140,8 +140,8 @@ class Caller:
     """Who sent a request, for the sticky key."""
 
     client: str | None  # the client header's value
-    authorization: str | None
-    body: bytes
+    authorization: str | None = field(repr=False)  # never shown, not even in a debugger's or pytest's view
+    body: bytes = field(repr=False)
 
 
 @dataclass

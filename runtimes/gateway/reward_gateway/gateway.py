@@ -219,13 +219,17 @@ class Gateway:
         self._admit(len(items), tally)
         if not items:
             return []
+        if self.canary is None:  # the common case, kept as lean as before rollouts existed
+            tally.backend = self.stable
+            scores = await self.scorer.score(items)
+        else:
 
-        async def score(backend: Backend) -> list[Score]:
-            return await backend.scorer.score(items)
+            async def score(backend: Backend) -> list[Score]:
+                return await backend.scorer.score(items)
 
-        if groups is None:
-            groups = [item.group for item in items]
-        scores = await self._run(score, _rewards, groups, tally)
+            if groups is None:
+                groups = [item.group for item in items]
+            scores = await self._run(score, _rewards, groups, tally)
         self._observe(scores, tally)
         return scores
 
