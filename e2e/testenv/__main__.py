@@ -17,7 +17,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         type=lambda names: [name.strip() for name in names.split(",") if name.strip()],
         metavar="NAMES",
-        help=f"comma-separated components to build (default: all of {','.join(build.BY_NAME)})",
+        help=f"comma-separated components to build, of {','.join(build.BY_NAME)} "
+        f"(default: all but {','.join(c.module_dir for c in build.COMPONENTS if not c.default)})",
     )
     sub.add_parser("bin-dir", help="print the folder of the cached binaries")
     up = sub.add_parser("up", help="start etcd, kube-apiserver, controller-manager, scheduler and kwok")
