@@ -7,7 +7,9 @@ a second build is a no-op and a version bump builds into a fresh folder.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -98,6 +100,24 @@ COMPONENTS = (
     ),
 )
 BY_NAME = {component.module_dir: component for component in COMPONENTS}
+
+
+@functools.cache
+def module_source(module: str, version: str) -> Path:
+    """The folder of a Go module's source, downloaded (or found) in the Go module cache: where the
+    components' CRDs and manifests are read from, at the version their binaries are built from."""
+    with tempfile.TemporaryDirectory() as scratch:
+        result = subprocess.run(
+            ["go", "mod", "download", "-json", f"{module}@{version}"],
+            cwd=scratch,  # outside any module: a plain download
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, GOFLAGS="-mod=mod"),
+        )
+    info = json.loads(result.stdout or "{}")
+    if result.returncode != 0 or "Dir" not in info:
+        raise RuntimeError(f"cannot download {module}@{version}: {info.get('Error') or result.stderr.strip()}")
+    return Path(info["Dir"])
 
 
 def select(only: Iterable[str] | None = None) -> tuple[Component, ...]:

@@ -30,11 +30,7 @@ What runs, and why:
 from __future__ import annotations
 
 import base64
-import functools
-import json
 import os
-import subprocess
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -63,22 +59,9 @@ def enabled_by_env() -> bool:
     return os.environ.get("TESTENV_KEDA", "0") == "1"
 
 
-@functools.cache
 def module_dir() -> Path:
     """The pinned KEDA module, downloaded (or found) in the Go module cache."""
-    with tempfile.TemporaryDirectory() as scratch:
-        result = subprocess.run(
-            ["go", "mod", "download", "-json", f"{KEDA_MODULE}@{KEDA_VERSION}"],
-            cwd=scratch,  # outside any module: a plain download
-            capture_output=True,
-            text=True,
-            env=dict(os.environ, GOFLAGS="-mod=mod"),
-        )
-    info = json.loads(result.stdout or "{}")
-    if result.returncode != 0 or "Dir" not in info:
-        reason = info.get("Error") or result.stderr.strip()
-        raise RuntimeError(f"cannot download {KEDA_MODULE}@{KEDA_VERSION}: {reason}")
-    return Path(info["Dir"])
+    return build.module_source(KEDA_MODULE, KEDA_VERSION)
 
 
 def _json_patch(document: dict, operations: list[dict]) -> None:

@@ -7,12 +7,10 @@ children are exactly the ones KServe ships.
 
 from __future__ import annotations
 
-import functools
-import json
 import os
-import subprocess
-import tempfile
 from pathlib import Path
+
+from . import build
 
 KSERVE_MODULE = "github.com/kserve/kserve"
 # Newest release the Go module proxy serves (its version list is refused; v0.20.0
@@ -24,22 +22,8 @@ KSERVE_VERSION = os.environ.get("TESTENV_KSERVE_VERSION", "v0.20.0")
 CRD_FOLDERS = (".", "localmodel", "clusterstoragecontainer")
 
 
-@functools.cache
 def module_dir() -> Path:
-    with tempfile.TemporaryDirectory() as scratch:
-        result = subprocess.run(
-            ["go", "mod", "download", "-json", f"{KSERVE_MODULE}@{KSERVE_VERSION}"],
-            cwd=scratch,  # outside any module: a plain download
-            capture_output=True,
-            text=True,
-            env=dict(os.environ, GOFLAGS="-mod=mod"),
-        )
-    info = json.loads(result.stdout or "{}")
-    if result.returncode != 0 or "Dir" not in info:
-        raise RuntimeError(
-            f"cannot download {KSERVE_MODULE}@{KSERVE_VERSION}: {info.get('Error') or result.stderr.strip()}"
-        )
-    return Path(info["Dir"])
+    return build.module_source(KSERVE_MODULE, KSERVE_VERSION)
 
 
 def crd_files() -> list[Path]:

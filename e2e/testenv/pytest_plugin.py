@@ -127,6 +127,13 @@ def kserve_namespace(kserve_cluster: Cluster) -> Iterator[str]:
         yield name
 
 
+@pytest.fixture
+def keda_namespace(keda_cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace per test on ``keda_cluster``."""
+    with _fresh_namespace(keda_cluster) as name:
+        yield name
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Anything that needs a cluster is an integration test, so `-m "not integration"`
     # gives the fast unit run without marking each test by hand.

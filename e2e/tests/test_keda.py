@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent import futures
@@ -179,17 +178,6 @@ def external_scaler() -> Iterator[ExternalScaler]:
         yield scaler
     finally:
         server.stop(grace=0)
-
-
-@pytest.fixture
-def keda_namespace(keda_cluster) -> Iterator[str]:
-    name = f"keda-{uuid.uuid4().hex[:8]}"
-    keda_cluster.kubectl("create", "namespace", name)
-    keda_cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
-    try:
-        yield name
-    finally:
-        keda_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def _deployment(name: str, replicas: int) -> dict:

@@ -36,8 +36,9 @@ def sigmoid(value: float) -> float:
     return 1.0 / (1.0 + math.exp(-value))
 
 
-def step_probability(text_up_to_step: str) -> float:
-    return round(sigmoid(logit(text_up_to_step) / 5), 6)
+def step_probability(text_up_to_step: str, raw: float | None = None) -> float:
+    """A step's positive probability, from the text up to it (or from a fake's own raw score of it)."""
+    return round(sigmoid((logit(text_up_to_step) if raw is None else raw) / 5), 6)
 
 
 def conversation_text(messages: list[dict[str, str]]) -> str:
@@ -75,7 +76,7 @@ class EngineSteps:
         while self.waiting:
             batch = [self.waiting.popleft() for _ in range(min(self.texts_per_step, len(self.waiting)))]
             self.step_began.set()
-            await asyncio.sleep(self.step_s)
+            await asyncio.sleep(self.step_s)  # allow-sleep: the simulated GPU time of one engine step
             self.steps_done += 1
             for text in batch:
                 text.set_result(None)
@@ -168,7 +169,7 @@ class FakeVllm:
             await self.engine.run(texts)
         elif self.delay_s:
             # Later texts answer sooner, so a gateway that kept arrival order would fail.
-            await asyncio.sleep(self.delay_s * (zlib.crc32(texts[0].encode()) % 5))
+            await asyncio.sleep(self.delay_s * (zlib.crc32(texts[0].encode()) % 5))  # allow-sleep: simulated model time
         data = [score(index, text, body) for index, text in enumerate(texts)]
         for entry in data:
             if self.misbehaviour == "duplicate_index":
@@ -220,7 +221,7 @@ class FakeVllm:
             steps, prefix = [], ""
             for piece in pieces:
                 prefix += piece + STEP_TAG
-                p = round(sigmoid(self.raw_score(prefix) / 5), 6)  # step_probability(prefix) for plain scores
+                p = step_probability(prefix, self.raw_score(prefix))
                 steps.append([1 - p, p])
             return {"index": index, "object": "pooling", "data": steps}
         # ALL pooling: one value per token (whitespace words here).
@@ -250,7 +251,7 @@ def serve_in_thread(app, port: int | None = None, **settings: Any):
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("server did not start")
-        time.sleep(0.02)
+        time.sleep(0.02)  # allow-sleep: uvicorn's `started` is a plain flag, with no event to wait on
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -10,13 +10,17 @@ import pytest
 from reward_testing.fake_vllm import FakeVllm, serve_in_thread
 
 
-@pytest.fixture(scope="session")
-def fake_vllm():
+def _served():
     # delay_s: each call is held a multiple of it chosen by its text, so answers come back out of order.
     fake = FakeVllm(delay_s=0.002)
     with serve_in_thread(fake.app) as url:
         fake.url = url
         yield fake
+
+
+@pytest.fixture(scope="session")
+def fake_vllm():
+    yield from _served()
 
 
 def _reset(fake: FakeVllm) -> FakeVllm:
@@ -38,10 +42,7 @@ def backend(fake_vllm):
 
 @pytest.fixture(scope="session")
 def second_fake_vllm():
-    fake = FakeVllm(delay_s=0.002)
-    with serve_in_thread(fake.app) as url:
-        fake.url = url
-        yield fake
+    yield from _served()
 
 
 @pytest.fixture
