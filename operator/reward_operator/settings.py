@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from .api.names import DEFAULT_GATEWAY_IMAGE
 
@@ -40,6 +41,12 @@ class Settings:
     metrics_port: int = 8080
     # Image of the reward gateway (the operator's own image carries it).
     gateway_image: str = DEFAULT_GATEWAY_IMAGE
+    # Seconds between looks at a rollout (spec.canary): the gateways' figures, the gates, the next
+    # step. Only RewardModels with spec.canary have this timer.
+    canary_interval: int = 30
+    # The operator's own namespace, admitted to the gateways' pods for their rollout figures where
+    # NetworkPolicies guard them; unknown (None) outside a cluster.
+    operator_namespace: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -48,4 +55,17 @@ class Settings:
             recheck_interval=_int(environ, "REWARD_OPERATOR_RECHECK_INTERVAL", cls.recheck_interval, minimum=1),
             metrics_port=_int(environ, "REWARD_OPERATOR_METRICS_PORT", cls.metrics_port),
             gateway_image=environ.get("REWARD_OPERATOR_GATEWAY_IMAGE") or cls.gateway_image,
+            canary_interval=_int(environ, "REWARD_OPERATOR_CANARY_INTERVAL", cls.canary_interval, minimum=1),
+            operator_namespace=environ.get("REWARD_OPERATOR_NAMESPACE") or _service_account_namespace(),
         )
+
+
+# Where a pod finds its own namespace (the service account's mount).
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _service_account_namespace() -> str | None:
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or None
+    except OSError:
+        return None

@@ -23,14 +23,19 @@ def test_the_registry_logs_in_starts_up_and_answers_probes():
 
 
 def test_the_timers_follow_the_settings():
-    registry = build_registry(Settings(drift_interval=17, recheck_interval=5), CollectorRegistry())
+    registry = build_registry(Settings(drift_interval=17, recheck_interval=5, canary_interval=3), CollectorRegistry())
     timers = {h.id: h for h in registry._spawning.get_all_handlers() if getattr(h, "interval", None) is not None}
     assert {name: (timer.interval, timer.initial_delay) for name, timer in timers.items()} == {
         "drift_backstop": (17, 17),
         "recheck": (5, 5),
+        "canary": (3, 3),
     }
     assert timers["drift_backstop"].when is None, "the backstop runs for every object"
     assert timers["recheck"].when is not None, "the re-check runs only for objects that are not settled"
+    with_canary = timers["canary"].when
+    assert with_canary(spec={"model": {}, "canary": {}}) and not with_canary(spec={"model": {}}), (
+        "the rollout's timer runs only for objects with spec.canary"
+    )
 
 
 def test_the_defaults_keep_a_thousand_settled_objects_quiet():

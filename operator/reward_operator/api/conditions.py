@@ -10,6 +10,10 @@ from __future__ import annotations
 # ---- condition types --------------------------------------------------------
 
 READY = "Ready"  # the reward model answers requests at status.url
+# With spec.canary only (removed with it):
+CANARY_READY = "CanaryReady"  # the candidate's predictor (KServe's canary) is Ready
+CANARY_PROGRESSING = "CanaryProgressing"  # the rollout moves (or may move) on; False: it stopped, see reason
+CANARY_CONDITIONS = (CANARY_READY, CANARY_PROGRESSING)
 
 # ---- reasons for Ready --------------------------------------------------------
 
@@ -40,3 +44,22 @@ DEGRADED_SUFFIX = "Failed"
 # Reasons worth only a Normal event on a transition (so is any Ready=True or
 # Ready=Unknown: still converging); any other Ready=False gets a Warning.
 NORMAL_REASONS = (INFERENCE_SERVICE_READY, AWAITING_KSERVE, GATEWAY_NOT_READY)
+
+# ---- reasons for CanaryReady ------------------------------------------------------
+
+CANDIDATE_READY = "CandidateReady"  # True: KServe reports the canary predictor's Deployment available
+CANDIDATE_NOT_READY = "CandidateNotReady"  # False: KServe reports it not available (yet, or any more)
+AWAITING_CANDIDATE = "AwaitingCandidate"  # Unknown: KServe has not reported on the canary yet
+
+# ---- reasons for CanaryProgressing ---------------------------------------------------
+# (AWAITING_CANDIDATE too: Unknown, the share is held at 0 until the candidate is Ready)
+
+SHADOWING = "Shadowing"  # True: shadow mode; both models score, the figures are in status.canary
+STEP_RUNNING = "StepRunning"  # True: a split step runs; it advances after the interval while the gates hold
+AWAITING_EVIDENCE = "AwaitingEvidence"  # True: the interval passed, too few pairs or calls compared to judge yet
+ROLLOUT_COMPLETE = "RolloutComplete"  # False: the last step holds; promote the candidate in Git
+ROLLED_BACK = "RolledBack"  # False: a gate failed; share 0 (one Warning event) until the rollout changes
+GATE_FAILED = "GateFailed"  # False: shadow mode, a gate fails (one Warning event); nothing to roll back
+
+# CanaryProgressing reasons worth a Warning event, once, on the transition into them.
+CANARY_WARNING_REASONS = (ROLLED_BACK, GATE_FAILED)

@@ -69,9 +69,16 @@ def reward_model_crd() -> dict[str, Any]:
         _column("Mode", ".spec.serving.mode", description="KServe deployment mode"),
         _column("Replicas", ".status.replicas", "integer", description="Ready predictor replicas"),
         _column("URL", ".status.url", description="Where clients reach the model"),
+        _column(
+            "Canary",
+            ".status.canary.percent",
+            "integer",
+            description="The candidate's share of requests during a rollout (0 in shadow)",
+        ),
         _column("Age", ".metadata.creationTimestamp", "date"),
         _column("Reason", f"{READY}.reason", priority=1),
         _column("Message", f"{READY}.message", priority=1),
+        _column("Agreement", ".status.canary.agreement", "number", priority=1, description="Candidate agreement"),
     ]
     return namespaced_crd(REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, ["rwm"], columns, REWARD_MODEL)
 

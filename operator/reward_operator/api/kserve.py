@@ -43,6 +43,20 @@ def predictor_name(isvc: str) -> str:
     return f"{isvc}-predictor"
 
 
+# The name of the candidate's predictor in spec.canary[] (KServe v0.20, Standard mode): KServe
+# makes a Deployment and a Service <isvc>-canary-predictor (62 characters at our 45-character limit).
+CANARY_PREDICTOR = "canary"
+
+
+def canary_predictor_name(isvc: str) -> str:
+    """The canary predictor's Deployment and Service (KServe's constants.PredictorServiceName)."""
+    return f"{isvc}-{CANARY_PREDICTOR}-predictor"
+
+
+# KServe's condition on the InferenceService that sums up its canaries (Standard mode).
+CANARY_PREDICTOR_READY = "CanaryPredictorReady"
+
+
 def transformer_name(isvc: str) -> str:
     """The transformer's Service (both modes) and Deployment (Standard mode)."""
     return f"{isvc}-transformer"

@@ -108,6 +108,42 @@ class GatewaySpec(TypedDict):
     monitoringNamespaceSelector: NotRequired[LabelSelector]
 
 
+class CandidateModelSpec(TypedDict):
+    uri: str
+    servedName: NotRequired[str]
+    chatTemplate: NotRequired[str]
+    stepTagId: NotRequired[int]
+    returnedTokenIds: NotRequired[list[int]]
+    maxModelLen: NotRequired[int]
+    dtype: NotRequired[str]
+    quantization: NotRequired[str]
+    tensorParallelSize: NotRequired[int]
+    maxNumBatchedTokens: NotRequired[int]
+    extraArgs: NotRequired[list[str]]
+
+
+class CandidateResources(TypedDict, total=False):
+    gpus: int
+    cpu: int | str
+    memory: int | str
+
+
+class CanarySpec(TypedDict):
+    model: CandidateModelSpec
+    replicas: int  # defaulted
+    mode: str  # shadow | split (defaulted)
+    interval: str  # a Go duration (defaulted)
+    sticky: str  # group | client (defaulted)
+    minAgreement: float  # defaulted
+    maxErrorRatio: float  # defaulted
+    minPairs: int  # defaulted
+    minRequests: int  # defaulted
+    resources: NotRequired[CandidateResources]
+    percent: NotRequired[int]
+    steps: NotRequired[list[int]]
+    clientHeader: NotRequired[str]
+
+
 class RewardModelSpec(TypedDict):
     model: ModelSpec
     runtime: str  # defaulted
@@ -118,6 +154,7 @@ class RewardModelSpec(TypedDict):
     tolerations: NotRequired[list[Toleration]]
     env: NotRequired[list[EnvVar]]
     credentials: NotRequired[CredentialsSpec]
+    canary: NotRequired[CanarySpec]
 
 
 class Condition(TypedDict):
@@ -129,6 +166,24 @@ class Condition(TypedDict):
     observedGeneration: NotRequired[int]
 
 
+class CanaryStatus(TypedDict, total=False):
+    candidate: str
+    revision: str
+    mode: str
+    phase: str
+    step: int
+    percent: int
+    stepStartedAt: str
+    agreement: float
+    kendallTauB: float
+    pairs: float
+    errorRatio: float
+    requests: float
+    scoreShift: float
+    gateways: int
+    message: str
+
+
 class RewardModelStatus(TypedDict, total=False):
     observedGeneration: int
     conditions: list[Condition]
@@ -136,6 +191,7 @@ class RewardModelStatus(TypedDict, total=False):
     externalURL: str
     inferenceService: str
     replicas: int
+    canary: CanaryStatus
 
 
 class RewardModel(TypedDict):

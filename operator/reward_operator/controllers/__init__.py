@@ -37,6 +37,11 @@ def build_registry(settings: Settings, metrics_registry: CollectorRegistry = REG
         # kopf's own calls (its patches of finalizers and annotations) give up after 30 s instead of
         # 300 s on a connection that silently died, as ours do (cluster/client.py, REQUEST_TIMEOUT).
         settings.networking.request_timeout = 30
+        # After its own patch (finalizer, last-handled state) kopf waits this long for the watch to bring
+        # that version back before it handles the object again from an older copy. kopf's 5 s is too
+        # short for a busy API server: hundreds of objects created at once got their create handler run
+        # twice (make bench-operator). An event that is not the awaited version still waits at most this.
+        settings.persistence.consistency_timeout = 30
         metrics.serve(metrics_port, metrics_registry)
 
     @kopf.on.login(registry=registry)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -23,12 +24,14 @@ import kopf
 from ..api import API_VERSION, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION, conditions, kserve
 from ..api.defaults import apply_defaults
 from ..api.names import MANAGED_BY, owner_label
-from ..cluster import Refused, gather, objects
+from ..cluster import Refused, gateways, gather, objects
 from ..metrics import OperatorMetrics
+from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness
 from ..policy.conditions import not_ready, settled
-from ..render import PRUNED_KINDS, render_reward_model
+from ..render import PRUNED_KINDS, canary_identity, render_reward_model
+from ..render.canary import interval_seconds
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner
 
@@ -67,12 +70,16 @@ def sync(
         existing = changed_child or objects.get(
             kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace
         )
-        return Outcome(
-            not_ready(conditions.INVALID_SPEC, problem), readiness.inference_service_fields(existing), "invalid"
-        )
+        fields = {**readiness.inference_service_fields(existing), **_kept_rollout(reward_model)}
+        return Outcome(not_ready(conditions.INVALID_SPEC, problem), fields, "invalid")
 
+    identity = canary_identity(reward_model)  # type: ignore[arg-type]
+    previous_rollout = (reward_model.get("status") or {}).get("canary")
+    percent = 0
+    if identity is not None and previous_rollout and previous_rollout.get("revision") == identity[1]:
+        percent = int(previous_rollout.get("percent") or 0)  # the share the gateways run now
     applied = []
-    children = render_reward_model(reward_model, settings.gateway_image)
+    children = render_reward_model(reward_model, settings.gateway_image, percent, settings.operator_namespace)
     # only the InferenceService changed, and the spec is as last reconciled: see the module's docstring
     child_only = changed_child is not None and settled(reward_model)
     for child in children:
@@ -85,7 +92,7 @@ def sync(
             applied.append(objects.apply(child))
         except Refused as error:
             message = f"{child['kind']} {child['metadata']['name']} rejected: {error.message}"
-            return Outcome(not_ready(conditions.APPLY_FAILED, message), {}, "apply_failed")
+            return Outcome(not_ready(conditions.APPLY_FAILED, message), _kept_rollout(reward_model), "apply_failed")
     if not child_only:
         _prune(reward_model, children, logger)
 
@@ -95,7 +102,69 @@ def sync(
     if replicas is not None:
         fields["replicas"] = replicas
     ready = readiness.ready_from_inference_service(isvc, gateway_enabled)
-    return Outcome(ready, fields, "ready" if ready.status == "True" else "progressing")
+    result = "ready" if ready.status == "True" else "progressing"
+    if identity is None:
+        return Outcome(ready, fields, result, removed_conditions=conditions.CANARY_CONDITIONS)
+    rollout = _rollout(reward_model, identity, isvc, percent)
+    if rollout.percent != percent:
+        # the gateways are told the new share (a rolling update of the transformer)
+        (isvc_manifest,) = [
+            child
+            for child in render_reward_model(
+                reward_model, settings.gateway_image, rollout.percent, settings.operator_namespace
+            )
+            if child["kind"] == kserve.INFERENCE_SERVICE_KIND
+        ]
+        try:
+            objects.apply(isvc_manifest)
+        except Refused as error:
+            message = f"InferenceService {name} rejected: {error.message}"
+            return Outcome(not_ready(conditions.APPLY_FAILED, message), _kept_rollout(reward_model), "apply_failed")
+    fields["canary"] = rollout.status
+    return Outcome(
+        ready,
+        fields,
+        result,
+        conditions=(rollout.ready, rollout.progressing),
+        events=tuple((event.type, event.reason, event.message) for event in rollout.events),
+    )
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _kept_rollout(reward_model: dict[str, Any]) -> dict[str, Any]:
+    """The rollout's status as it was, for outcomes that decide nothing about it."""
+    kept = (reward_model.get("status") or {}).get("canary")
+    return {"canary": kept} if kept and "canary" in reward_model["spec"] else {}
+
+
+def _rollout(
+    reward_model: dict[str, Any], identity: tuple[str, str], isvc: dict[str, Any] | None, percent: int
+) -> canary_policy.Rollout:
+    """The rollout's next state: KServe's word on the candidate, and the gateways' figures for the share
+    they run now."""
+    metadata, canary = reward_model["metadata"], reward_model["spec"]["canary"]
+    candidate, revision = identity
+    ready = canary_policy.candidate_ready(isvc)
+    figures = None
+    if ready:
+        summaries = gateways.rollout_figures(metadata["namespace"], metadata["name"])
+        figures = canary_policy.pool(summaries, candidate, canary["mode"], percent)
+    status = reward_model.get("status") or {}
+    return canary_policy.decide(
+        canary,
+        candidate,
+        revision,
+        status.get("canary"),
+        status.get("conditions") or [],
+        ready,
+        figures,
+        interval_seconds(canary["interval"]),
+        now(),
+        kserve.canary_predictor_name(metadata["name"]),
+    )
 
 
 def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics) -> Runner:
@@ -133,6 +202,19 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
     def recheck_unsettled(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
         """Only for objects that are not settled (kopf stops it once they are): a gap outside the spec
         filled, or a reconcile a failed watch or patch left undone (an API server restart)."""
+        runner.reconcile(namespace, name, logger)
+
+    @kopf.timer(
+        *resource,
+        id="canary",
+        interval=settings.canary_interval,
+        initial_delay=settings.canary_interval,
+        when=lambda spec, **_: "canary" in spec,
+        registry=registry,
+    )
+    def canary_rollout(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
+        """Only for objects with spec.canary (kopf stops it without): the gateways' figures read, the
+        gates judged and the next step taken on time, with no change to the object to wake it."""
         runner.reconcile(namespace, name, logger)
 
     @kopf.on.event(*resource, registry=registry)

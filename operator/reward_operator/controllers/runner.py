@@ -43,6 +43,12 @@ class Outcome:
     fields: dict[str, Any] = field(default_factory=dict)
     # For reward_operator_reconcile_total: ready | progressing | invalid | apply_failed.
     result: str = "progressing"
+    # Conditions besides Ready (a rollout's), set as given; types in removed_conditions are dropped.
+    conditions: tuple[conditions.Condition, ...] = ()
+    removed_conditions: tuple[str, ...] = ()
+    # Events the sync decided on (type, reason, message): posted once the status is written, so a
+    # reconcile that fails to write posts none, and the next one, deciding from the same status, does.
+    events: tuple[tuple[str, str, str], ...] = ()
 
 
 # (the object, defaults applied; its logger; the child whose change triggered this reconcile,
@@ -113,8 +119,10 @@ class Runner:
     def _write_status(self, obj: dict[str, Any], outcome: Outcome, logger: Logger) -> None:
         metadata = obj["metadata"]
         current = obj.get("status") or {}
-        desired = conditions.desired_status(
-            current, metadata["generation"], outcome.ready, outcome.fields, conditions.now_rfc3339()
+        now = conditions.now_rfc3339()
+        desired = conditions.desired_status(current, metadata["generation"], outcome.ready, outcome.fields, now)
+        desired["conditions"] = conditions.merge_conditions(
+            desired["conditions"], outcome.conditions, outcome.removed_conditions, metadata["generation"], now
         )
         if desired != current:
             key = (metadata["namespace"], metadata["name"])
@@ -131,6 +139,9 @@ class Runner:
         if conditions.ready_transition(current, ready):
             logger.info("Ready=%s (%s): %s", ready.status, ready.reason, ready.message)
             events.post_event(obj, conditions.event_type(ready), ready.reason, ready.message)
+        for event_type, reason, message in outcome.events:
+            logger.info("%s: %s", reason, message)
+            events.post_event(obj, event_type, reason, message)
         self.metrics.objects.record_ready(self.kind, metadata["namespace"], metadata["name"], ready.status)
 
     def observe(self, namespace: str, name: str, body: dict[str, Any]) -> None:

@@ -54,6 +54,21 @@ def merge_condition(existing: list[dict[str, Any]], new: Condition, generation: 
     return sorted(merged, key=lambda c: c["type"])
 
 
+def merge_conditions(
+    existing: list[dict[str, Any]],
+    new: tuple[Condition, ...] | list[Condition],
+    removed: tuple[str, ...] | list[str],
+    generation: int,
+    now: str,
+) -> list[dict[str, Any]]:
+    """``existing`` with each of ``new`` merged in (see :func:`merge_condition`) and the types in
+    ``removed`` dropped (a rollout's conditions once spec.canary is gone)."""
+    merged = [c for c in existing if c.get("type") not in removed]
+    for condition in new:
+        merged = merge_condition(merged, condition, generation, now)
+    return merged
+
+
 def desired_status(
     current: dict[str, Any], generation: int, ready: Condition, fields: dict[str, Any], now: str
 ) -> dict[str, Any]:

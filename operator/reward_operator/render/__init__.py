@@ -10,13 +10,27 @@ from typing import Any
 
 from ..api.defaults import apply_defaults
 from ..api.names import DEFAULT_GATEWAY_IMAGE
+from . import rewardmodel
 from .rewardmodel import PRUNED_KINDS, reward_model_children
 
-__all__ = ["PRUNED_KINDS", "render_reward_model"]
+__all__ = ["PRUNED_KINDS", "canary_identity", "render_reward_model"]
 
 
 def render_reward_model(
-    reward_model: dict[str, Any], gateway_image: str = DEFAULT_GATEWAY_IMAGE
+    reward_model: dict[str, Any],
+    gateway_image: str = DEFAULT_GATEWAY_IMAGE,
+    canary_percent: int | None = None,
+    operator_namespace: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Every child of a RewardModel, in apply order (defaults applied first, as the API server would)."""
-    return reward_model_children(apply_defaults(reward_model), gateway_image)
+    """Every child of a RewardModel, in apply order (defaults applied first, as the API server would).
+
+    ``canary_percent``: the candidate's current share; None takes the one in the object's
+    status.canary (what the operator last rolled out), else 0."""
+    if canary_percent is None:
+        canary_percent = ((reward_model.get("status") or {}).get("canary") or {}).get("percent", 0)
+    return reward_model_children(apply_defaults(reward_model), gateway_image, canary_percent, operator_namespace)
+
+
+def canary_identity(reward_model: dict[str, Any]) -> tuple[str, str] | None:
+    """(the candidate's name in the gateways' figures, the rollout's revision), or None without spec.canary."""
+    return rewardmodel.canary_identity(apply_defaults(reward_model))

@@ -47,6 +47,8 @@ VLLM_PORT = 8080
 # Every namespace carries this label with its own name (Kubernetes 1.21+).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 GATEWAY_POLICY_COMPONENT = "gateway-network-policy"
+# The operator's pods, as the chart labels them (charts/reward-operator: selectorLabels and component).
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "reward-operator", "app.kubernetes.io/component": "operator"}
 PREDICTOR_POLICY_COMPONENT = "predictor-network-policy"
 
 
@@ -104,24 +106,36 @@ def _policy(
     }
 
 
+def operator_peer(namespace: str) -> NetworkPeer:
+    """The operator's pods (the chart's labels) in its namespace."""
+    return {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}},
+        "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)},
+    }
+
+
 def network_policies(
-    owner: dict[str, Any], isvc: str, gateway: GatewaySpec, serving: ServingSpec
+    owner: dict[str, Any],
+    isvc: str,
+    gateway: GatewaySpec,
+    serving: ServingSpec,
+    operator_namespace: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The gateway's and vLLM's policies when ``gateway.allowedClients`` is set, else none."""
+    """The gateway's and vLLM's policies when ``gateway.allowedClients`` is set, else none.
+
+    ``operator_namespace``: during a rollout the operator reads the gateways' GET /canary
+    (on the serving port), so its pods there are admitted to the gateway's."""
     clients = gateway.get("allowedClients")
     if not clients or not gateway["enabled"]:
         return []
     owner_name, mode = owner["metadata"]["name"], serving["mode"]
     monitoring = gateway.get("monitoringNamespaceSelector")
     gateway_pods = kserve_pods(isvc, TRANSFORMER_COMPONENT)
+    gateway_ingress = _ingress(copy.deepcopy(clients), GATEWAY_PORT, mode, monitoring)
+    if operator_namespace:
+        gateway_ingress.append({"from": [operator_peer(operator_namespace)], "ports": _ports((GATEWAY_PORT,))})
     return [
-        _policy(
-            owner,
-            gateway_policy_name(owner_name),
-            GATEWAY_POLICY_COMPONENT,
-            gateway_pods,
-            _ingress(copy.deepcopy(clients), GATEWAY_PORT, mode, monitoring),
-        ),
+        _policy(owner, gateway_policy_name(owner_name), GATEWAY_POLICY_COMPONENT, gateway_pods, gateway_ingress),
         _policy(
             owner,
             predictor_policy_name(owner_name),

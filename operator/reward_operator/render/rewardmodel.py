@@ -8,6 +8,7 @@ from typing import Any
 
 from ..api.kserve import STORAGE_SECRET_NAME
 from ..api.types import RewardModel
+from . import canary as canary_render
 from . import chat_template, networkpolicy
 from .gateway import transformer
 from .inferenceservice import annotations, inference_service
@@ -25,20 +26,66 @@ def served_name(reward_model: RewardModel) -> str:
     return reward_model["spec"]["model"].get("servedName") or reward_model["metadata"]["name"]
 
 
-def reward_model_children(reward_model: RewardModel, gateway_image: str) -> list[dict[str, Any]]:
-    """Every child of a (defaulted) RewardModel, in apply order."""
+def candidate_served_name(reward_model: RewardModel) -> str:
+    return reward_model["spec"].get("canary", {}).get("model", {}).get("servedName") or served_name(reward_model)
+
+
+def reward_model_children(
+    reward_model: RewardModel, gateway_image: str, canary_percent: int = 0, operator_namespace: str | None = None
+) -> list[dict[str, Any]]:
+    """Every child of a (defaulted) RewardModel, in apply order.
+
+    ``canary_percent``: the candidate's share the gateway runs now (the rollout's
+    current step, status.canary.percent); ``operator_namespace``: where the
+    operator runs, admitted to the gateway's pods for its rollout figures when
+    NetworkPolicies guard them."""
     children = []
     if template := reward_model["spec"]["model"].get("chatTemplate"):
         children.append(chat_template.config_map(reward_model, template))  # mounted: applied first
+    canary = reward_model["spec"].get("canary")
+    if canary and (candidate_template := canary_render.template_config_map(reward_model, canary)):
+        children.append(candidate_template)
     # before the InferenceService, so its pods never run unprotected
     children += networkpolicy.network_policies(
-        reward_model, reward_model["metadata"]["name"], reward_model["spec"]["gateway"], reward_model["spec"]["serving"]
+        reward_model,
+        reward_model["metadata"]["name"],
+        reward_model["spec"]["gateway"],
+        reward_model["spec"]["serving"],
+        operator_namespace if canary else None,
     )
-    children.append(reward_model_inference_service(reward_model, gateway_image))
+    children.append(reward_model_inference_service(reward_model, gateway_image, canary_percent))
     return children
 
 
-def reward_model_inference_service(reward_model: RewardModel, gateway_image: str) -> dict[str, Any]:
+def canary_identity(reward_model: RewardModel) -> tuple[str, str] | None:
+    """(the candidate's name in the gateway's figures, the rollout's revision), or None without spec.canary."""
+    spec = reward_model["spec"]
+    canary = spec.get("canary")
+    if canary is None:
+        return None
+    entry = _canary_entry(reward_model)
+    name = canary_render.candidate_name(
+        candidate_served_name(reward_model), canary_render.candidate_digest(entry, canary)
+    )
+    return name, canary_render.rollout_revision(name, canary)
+
+
+def _canary_entry(reward_model: RewardModel) -> dict[str, Any]:
+    spec = reward_model["spec"]
+    return canary_render.canary_entry(
+        reward_model["metadata"]["name"],
+        spec["model"],
+        spec["resources"],
+        spec["canary"],
+        spec["runtime"],
+        candidate_served_name(reward_model),
+        model_env(spec.get("env", []), spec.get("credentials", {})),
+    )
+
+
+def reward_model_inference_service(
+    reward_model: RewardModel, gateway_image: str, canary_percent: int = 0
+) -> dict[str, Any]:
     """The InferenceService for a (defaulted) RewardModel; ``gateway_image`` runs its transformer."""
     name, spec = reward_model["metadata"]["name"], reward_model["spec"]
     credentials = spec.get("credentials", {})
@@ -70,6 +117,26 @@ def reward_model_inference_service(reward_model: RewardModel, gateway_image: str
             served_name(reward_model),
             gateway_image,
         )
+    canary = spec.get("canary")
+    if canary is not None and rendered_transformer is not None:
+        identity = canary_identity(reward_model)
+        assert identity is not None
+        env = canary_render.gateway_env(
+            name,
+            reward_model["metadata"].get("namespace", "default"),
+            canary,
+            served_name(reward_model),
+            candidate_served_name(reward_model),
+            identity[0],
+            canary_percent,
+            spec["gateway"]["chatTemplateMode"] == "gateway",
+        )
+        (container,) = rendered_transformer["containers"]
+        container["env"] += [{"name": f"REWARD_GATEWAY_{key}", "value": value} for key, value in env.items()]
+        if "CANARY_CHAT_TEMPLATE_FILE" in env:
+            volume, mount = canary_render.gateway_template_volume(name)
+            container["volumeMounts"].append(mount)
+            rendered_transformer["volumes"].append(volume)
     isvc_annotations = annotations(spec["serving"])
     token = credentials.get("huggingFaceToken")
     if token and spec["model"]["uri"].startswith("hf://"):
@@ -77,4 +144,7 @@ def reward_model_inference_service(reward_model: RewardModel, gateway_image: str
         # from this Secret (key HF_TOKEN), not from the vLLM container's env.
         isvc_annotations[STORAGE_SECRET_NAME] = token["name"]
     metadata = child_metadata(reward_model, name, COMPONENT, isvc_annotations)
-    return inference_service(metadata, rendered_predictor, rendered_transformer)
+    isvc = inference_service(metadata, rendered_predictor, rendered_transformer)
+    if canary is not None:
+        isvc["spec"]["canary"] = [_canary_entry(reward_model)]
+    return isvc

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .common import (
     CONDITION,
     DNS_SUBDOMAIN_PATTERN,
+    Schema,
     array,
     defaulted_obj,
     integer,
@@ -63,9 +64,9 @@ OWNED_VLLM_FLAGS = (
 )
 
 
-MODEL = obj(
-    "The reward model to serve and how vLLM runs it.",
-    {
+def model_fields(prefix: str) -> dict[str, Schema]:
+    """spec.model's fields; ``prefix`` names the field in the rules' messages (model, canary.model)."""
+    return {
         "uri": string(
             "Where KServe's storage initializer fetches the weights: hf://org/model, "
             "s3://bucket/path, gs://bucket/path, pvc://claim/path or oci://registry/image:tag.",
@@ -74,7 +75,7 @@ MODEL = obj(
                 "x-kubernetes-validations": [
                     rule(
                         "self.matches('^(" + "|".join(STORAGE_SCHEMES) + r")://[^\\s]+$')",
-                        "model.uri must be a storage URI starting with "
+                        f"{prefix}.uri must be a storage URI starting with "
                         + ", ".join(f"{s}://" for s in STORAGE_SCHEMES),
                     )
                 ]
@@ -132,15 +133,20 @@ MODEL = obj(
                 "x-kubernetes-validations": [
                     rule(
                         "self.all(a, !a.matches('^--(" + "|".join(OWNED_VLLM_FLAGS) + ")(=.*)?$'))",
-                        "model.extraArgs may not set --"
+                        f"{prefix}.extraArgs may not set --"
                         + ", --".join(OWNED_VLLM_FLAGS)
                         + ": the operator sets them from spec.model",
                     ),
-                    rule("self.all(a, !a.contains('{{'))", NO_GO_TEMPLATE.format(field="model.extraArgs")),
+                    rule("self.all(a, !a.contains('{{'))", NO_GO_TEMPLATE.format(field=f"{prefix}.extraArgs")),
                 ]
             },
         ),
-    },
+    }
+
+
+MODEL = obj(
+    "The reward model to serve and how vLLM runs it.",
+    model_fields("model"),
     required=["uri"],
     **{
         "x-kubernetes-validations": [
@@ -415,6 +421,161 @@ GATEWAY = defaulted_obj(
 )
 
 
+CANARY_MODES = ("shadow", "split")
+CANARY_STICKY = ("group", "client")
+# Go's duration syntax, as CEL's duration() reads it: 90s, 10m, 1h30m.
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+# The shortest step: the gateways must see enough of a share to judge it.
+CANARY_MIN_INTERVAL = "30s"
+
+
+def _candidate_model() -> Schema:
+    fields = {name: dict(field) for name, field in model_fields("canary.model").items() if name != "kind"}
+    for field in fields.values():
+        field.pop("default", None)  # an unset field is the stable model's, not a default of its own
+    fields["servedName"] = string(
+        "Model name the candidate's vLLM answers to. Defaults to the stable model's served name, so the "
+        "gateway asks both by the same name.",
+        maxLength=253,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
+    )
+    fields["chatTemplate"] = string(
+        "The candidate's own Jinja chat template (its own ConfigMap). Unset: the stable model's "
+        "model.chatTemplate, if any, else the candidate tokenizer's.",
+        minLength=1,
+        maxLength=65536,
+    )
+    return obj(
+        "The candidate model: spec.model's fields, each unset one taken from spec.model (kind always is: "
+        "the gateway scores both models one way). Changing it starts the rollout over.",
+        fields,
+        required=["uri"],
+    )
+
+
+CANARY = obj(
+    "A candidate reward model rolled out beside the stable one (spec.model). The reward gateway routes and "
+    "compares; KServe runs the candidate as the InferenceService's canary predictor (<name>-canary-predictor). "
+    "The operator never edits the spec: promote the candidate in Git by moving canary.model into spec.model and "
+    "removing spec.canary.",
+    {
+        "model": _candidate_model(),
+        "resources": obj(
+            "Compute for each candidate replica; an unset field is spec.resources'.",
+            {
+                "gpus": integer("NVIDIA GPUs per candidate replica.", minimum=0, maximum=64),
+                "cpu": quantity("CPU request and limit per candidate replica."),
+                "memory": quantity("Memory request and limit per candidate replica."),
+            },
+        ),
+        "replicas": integer(
+            "Candidate replicas (fixed: KServe does not autoscale a canary). KServe v0.20 takes them out of the "
+            "stable predictor's minimum replicas (never below 1); at most serving.minReplicas.",
+            minimum=1,
+            maximum=1000,
+            default=1,
+        ),
+        "mode": string(
+            "shadow: both models score every request and the trainer gets the stable model's scores (the "
+            "candidate's are only compared). split: a share of the requests, sticky per group (or client), is "
+            "answered by the candidate, whole; the stable model scores them too, for the comparison.",
+            enum=list(CANARY_MODES),
+            default="shadow",
+        ),
+        "percent": integer(
+            "split: a fixed share of requests (0..100) for the candidate, held while the gates hold.",
+            minimum=0,
+            maximum=100,
+        ),
+        "steps": array(
+            "split: the candidate's shares, increasing, e.g. [10, 25, 50, 100]; the operator moves to the next "
+            "one after canary.interval while the gates hold, and back to 0 when one fails.",
+            {"type": "integer", "format": "int32", "minimum": 1, "maximum": 100},
+            minItems=1,
+            maxItems=20,
+            **{
+                "x-kubernetes-list-type": "set",
+                "x-kubernetes-validations": [
+                    rule("self.isSorted()", "canary.steps must increase, e.g. [10, 25, 50, 100]")
+                ],
+            },
+        ),
+        "interval": string(
+            "How long each step runs (and the gateways' comparison window's half-life), as a duration: 90s, 10m, "
+            f"1h. At least {CANARY_MIN_INTERVAL}.",
+            maxLength=32,
+            pattern=DURATION_PATTERN,
+            default="10m",
+            **{
+                "x-kubernetes-validations": [
+                    rule(
+                        f"duration(self) >= duration('{CANARY_MIN_INTERVAL}')",
+                        f"canary.interval must be at least {CANARY_MIN_INTERVAL}: a step needs time to be judged",
+                    )
+                ]
+            },
+        ),
+        "sticky": string(
+            "What keeps requests on one model in a split: group (every item of a GRPO group, and of one request) "
+            "or client (every request of one training job, named by canary.clientHeader).",
+            enum=list(CANARY_STICKY),
+            default="group",
+        ),
+        "clientHeader": string(
+            "sticky: client: the request header naming the client (default X-Reward-Client).",
+            maxLength=128,
+            pattern=r"^[A-Za-z0-9-]+$",
+        ),
+        "minAgreement": {
+            "type": "number",
+            "format": "double",
+            "minimum": 0,
+            "maximum": 1,
+            "default": 0.8,
+            "description": "Gate: the least share of the within-group pairs the stable model orders that the "
+            "candidate orders the same way (a candidate tie counts half; 0.5 is chance).",
+        },
+        "maxErrorRatio": {
+            "type": "number",
+            "format": "double",
+            "minimum": 0,
+            "maximum": 1,
+            "default": 0.05,
+            "description": "Gate: the most share of the candidate's calls that may fail (errors, timeouts, refusals).",
+        },
+        "minPairs": integer(
+            "Pairs the stable model orders that the gateways must have compared before agreement is judged.",
+            minimum=1,
+            maximum=100000000,
+            default=200,
+        ),
+        "minRequests": integer(
+            "Candidate calls the gateways must have made before the error ratio is judged.",
+            minimum=1,
+            maximum=100000000,
+            default=50,
+        ),
+    },
+    required=["model"],
+    **{
+        "x-kubernetes-validations": [
+            rule(
+                "self.mode == 'split' || (!has(self.percent) && !has(self.steps))",
+                "canary.percent and canary.steps need canary.mode: split (shadow never answers with the candidate)",
+            ),
+            rule(
+                "self.mode != 'split' || has(self.percent) != has(self.steps)",
+                "canary.mode: split needs canary.percent (a fixed share) or canary.steps (a progressive rollout), "
+                "not both",
+            ),
+            rule(
+                "!has(self.clientHeader) || self.sticky == 'client'",
+                "canary.clientHeader applies to canary.sticky: client",
+            ),
+        ]
+    },
+)
+
 SPEC = obj(
     "Desired state of a reward-model service.",
     {
@@ -452,6 +613,7 @@ SPEC = obj(
         "credentials": CREDENTIALS,
         "serving": SERVING,
         "gateway": GATEWAY,
+        "canary": CANARY,
     },
     required=["model"],
     **{
@@ -496,9 +658,85 @@ SPEC = obj(
                 "resources.gpus must equal model.tensorParallelSize (one GPU per tensor-parallel rank), "
                 "or be 0 with tensorParallelSize 1 for CPU serving",
             ),
+            rule(
+                "!has(self.canary) || self.serving.mode == 'Standard'",
+                "spec.canary needs serving.mode: Standard (KServe's spec.canary[]); rollouts in Knative mode are "
+                "not built yet",
+            ),
+            rule(
+                "!has(self.canary) || self.gateway.enabled",
+                "spec.canary needs gateway.enabled: true: the reward gateway routes and compares the two models",
+            ),
+            rule(
+                "!has(self.canary) || self.canary.replicas <= self.serving.minReplicas",
+                "canary.replicas may not exceed serving.minReplicas: KServe refuses a canary with more replicas "
+                "than the stable predictor's minimum",
+            ),
+            rule(
+                "!has(self.canary) || self.model.kind == 'process' "
+                "|| (!has(self.canary.model.stepTagId) && !has(self.canary.model.returnedTokenIds))",
+                "canary.model.stepTagId and canary.model.returnedTokenIds apply only to model.kind: process",
+            ),
+            rule(
+                "!has(self.canary) || ((has(self.canary.resources) && has(self.canary.resources.gpus)) "
+                "? self.canary.resources.gpus : self.resources.gpus) == 0 "
+                "? (has(self.canary.model.tensorParallelSize) ? self.canary.model.tensorParallelSize "
+                ": self.model.tensorParallelSize) == 1 "
+                ": ((has(self.canary.resources) && has(self.canary.resources.gpus)) "
+                "? self.canary.resources.gpus : self.resources.gpus) == (has(self.canary.model.tensorParallelSize) "
+                "? self.canary.model.tensorParallelSize : self.model.tensorParallelSize)",
+                "the candidate's GPUs (canary.resources.gpus, else resources.gpus) must equal its "
+                "tensorParallelSize (canary.model.tensorParallelSize, else model.tensorParallelSize), or be 0 "
+                "with tensorParallelSize 1",
+            ),
+            rule(
+                "!has(self.canary) || !has(self.canary.model.chatTemplate) "
+                "|| self.gateway.chatTemplateMode != 'gateway' "
+                "|| !self.canary.model.chatTemplate.contains('eos_token') "
+                "|| has(self.gateway.eosToken)",
+                "canary.model.chatTemplate writes eos_token, which the gateway cannot learn from vLLM: set "
+                "gateway.eosToken, or use chatTemplateMode: upstream",
+            ),
         ]
     },
 )
+
+
+def _number(description: str) -> Schema:
+    return {"type": "number", "format": "double", "description": description}
+
+
+CANARY_STATUS = obj(
+    "The rollout of spec.canary, as the operator drives it (absent without spec.canary).",
+    {
+        "candidate": string("The candidate's name in the gateway's metrics and GET /canary (label candidate)."),
+        "revision": string(
+            "A digest of what makes the rollout (the candidate, its compute, mode and shares): when it "
+            "changes, the rollout starts over."
+        ),
+        "mode": string("shadow or split, as spec.canary.mode."),
+        "phase": string(
+            "AwaitingCandidate (its predictor is not Ready yet), Shadowing, Progressing (a step is running), "
+            "Complete (the last step holds: promote in Git) or RolledBack (a gate failed: share 0 until the "
+            "rollout changes)."
+        ),
+        "step": integer("Index into spec.canary.steps of the share the gateway runs now (0 for a fixed percent)."),
+        "percent": integer("The candidate's share of the requests the gateway runs now (0 in shadow)."),
+        "stepStartedAt": string("When the current step (or shadowing) began.", format="date-time"),
+        "agreement": _number(
+            "Pooled over the gateway replicas running the current step: the share of the pairs the stable model "
+            "orders that the candidate orders alike."
+        ),
+        "kendallTauB": _number("Kendall's tau-b of the two models' scores over the same pairs."),
+        "pairs": _number("Decayed count of the pairs the stable model orders, behind agreement."),
+        "errorRatio": _number("The candidate's share of failed calls, pooled over the same replicas."),
+        "requests": _number("Decayed count of the candidate's calls, behind errorRatio."),
+        "scoreShift": _number("Mean of (candidate score - stable score) over the compared items."),
+        "gateways": integer("Gateway replicas whose figures are pooled here (those running the current step)."),
+        "message": string("Why the rollout is where it is."),
+    },
+)
+
 
 STATUS = obj(
     "Observed state, written by the operator.",
@@ -523,6 +761,7 @@ STATUS = obj(
         ),
         "inferenceService": string("Name of the InferenceService serving this model."),
         "replicas": integer("Ready predictor replicas, in either mode."),
+        "canary": CANARY_STATUS,
     },
 )
 
