@@ -82,7 +82,12 @@ def operator(cluster, runtimes, tmp_path_factory) -> Iterator[RunningOperator]:
     log_path = tmp_path_factory.mktemp("operator") / "operator.log"
     env = cluster.env()
     # A long drift timer: anything restored during the tests was restored by the watch.
-    env.update(REWARD_OPERATOR_METRICS_PORT=str(metrics_port), REWARD_OPERATOR_DRIFT_INTERVAL="3600")
+    # A rollout looked at every 2 s (test_rewardmodel_canary.py), not every 30 s.
+    env.update(
+        REWARD_OPERATOR_METRICS_PORT=str(metrics_port),
+        REWARD_OPERATOR_DRIFT_INTERVAL="3600",
+        REWARD_OPERATOR_CANARY_INTERVAL="2",
+    )
     command = [
         str(Path(sys.executable).parent / "reward-operator"),
         "run",

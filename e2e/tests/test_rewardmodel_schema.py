@@ -131,6 +131,76 @@ INVALID = {
         _set("spec.gateway", {"monitoringNamespaceSelector": {}}),
         "gateway.monitoringNamespaceSelector admits scrapers past the policies gateway.allowedClients makes",
     ),
+    # spec.canary (issue #13)
+    "canary-share-in-shadow": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "percent": 10}),
+        "canary.percent and canary.steps need canary.mode: split",
+    ),
+    "canary-split-without-share": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "mode": "split"}),
+        "canary.mode: split needs canary.percent (a fixed share) or canary.steps",
+    ),
+    "canary-split-with-both": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "mode": "split", "percent": 5, "steps": [10]}),
+        "canary.mode: split needs canary.percent (a fixed share) or canary.steps",
+    ),
+    "canary-steps-decreasing": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "mode": "split", "steps": [50, 10]}),
+        "canary.steps must increase",
+    ),
+    "canary-steps-repeated": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "mode": "split", "steps": [10, 10, 50]}),
+        "Duplicate value",
+    ),
+    "canary-interval-too-short": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "interval": "10s"}),
+        "canary.interval must be at least 30s",
+    ),
+    "canary-interval-not-a-duration": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "interval": "ten minutes"}),
+        "spec.canary.interval",
+    ),
+    "canary-in-knative": (
+        lambda o: o["spec"].update(
+            serving={"mode": "Knative", "minReplicas": 0, "maxReplicas": 2},
+            canary={"model": {"uri": "hf://org/rm-v2"}},
+        ),
+        "spec.canary needs serving.mode: Standard",
+    ),
+    "canary-without-gateway": (
+        lambda o: o["spec"].update(gateway={"enabled": False}, canary={"model": {"uri": "hf://org/rm-v2"}}),
+        "spec.canary needs gateway.enabled: true",
+    ),
+    "canary-replicas-over-stable-minimum": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "replicas": 2}),
+        "canary.replicas may not exceed serving.minReplicas",
+    ),
+    "canary-gpus-vs-tensor-parallel": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2", "tensorParallelSize": 2}}),
+        "the candidate's GPUs (canary.resources.gpus, else resources.gpus) must equal its tensorParallelSize",
+    ),
+    "canary-uri-scheme": (
+        _set("spec.canary", {"model": {"uri": "ftp://models/rm"}}),
+        "canary.model.uri must be a storage URI",
+    ),
+    "canary-owned-extra-arg": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2", "extraArgs": ["--max-model-len=8"]}}),
+        "canary.model.extraArgs may not set",
+    ),
+    "canary-step-tag-on-sequence": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2", "stepTagId": 3}}),
+        "canary.model.stepTagId and canary.model.returnedTokenIds apply only to model.kind: process",
+    ),
+    "canary-agreement-over-one": (
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "minAgreement": 1.5}),
+        "spec.canary.minAgreement",
+    ),
+    "canary-client-header-without-client-stickiness": (
+        _set(
+            "spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "mode": "split", "percent": 5, "clientHeader": "X-Job"}
+        ),
+        "canary.clientHeader applies to canary.sticky: client",
+    ),
     "selector-in-without-values": (
         _set("spec.gateway", {"allowedClients": [{"podSelector": {"matchExpressions": IN_WITHOUT_VALUES}}]}),
         "operators In and NotIn need values",
@@ -178,10 +248,22 @@ def test_every_sample_is_accepted(cluster, namespace):
 def test_kubectl_get_shows_the_columns(cluster, namespace):
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(base()))
     header = cluster.kubectl("get", "rewardmodels", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
-    assert header == ["NAME", "READY", "MODE", "REPLICAS", "URL", "AGE", "REASON", "MESSAGE"]
+    assert header == ["NAME", "READY", "MODE", "REPLICAS", "URL", "CANARY", "AGE", "REASON", "MESSAGE", "AGREEMENT"]
     short = cluster.kubectl("get", "rwm", "-n", namespace).stdout
     assert "skywork-rm" in short and "Standard" in short
     assert "skywork-rm" in cluster.kubectl("get", "rlhf", "-n", namespace).stdout
+
+
+def test_a_canary_is_defaulted_and_a_valid_one_accepted(cluster, namespace):
+    manifest = with_changes(
+        _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "mode": "split", "steps": [10, 25, 50, 100]})
+    )
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    stored = json.loads(cluster.kubectl("get", "rewardmodel", "skywork-rm", "-n", namespace, "-o", "json").stdout)
+    canary = stored["spec"]["canary"]
+    assert (canary["interval"], canary["sticky"], canary["replicas"]) == ("10m", "group", 1)
+    assert (canary["minAgreement"], canary["maxErrorRatio"]) == (0.8, 0.05)
+    assert "kind" not in canary["model"], "the candidate's kind is always the stable model's"
 
 
 def test_kubectl_explain_teaches_the_api(cluster):

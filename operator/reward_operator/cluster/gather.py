@@ -11,6 +11,7 @@ from ..api.kserve import (
     ISVC_LABEL,
     RUNTIME_API_VERSION,
     SERVING_RUNTIME_KIND,
+    canary_predictor_name,
 )
 from ..policy.dependencies import Observed, References
 from .client import apps, core, translated
@@ -67,10 +68,12 @@ def ready_predictor_replicas(namespace: str, isvc: str) -> int | None:
     """Ready pods of the predictor KServe made for ``isvc``, in either mode, or None when it made none yet.
 
     Standard mode has one Deployment ``<isvc>-predictor``; Knative one per
-    revision. KServe labels all of them, so one list by label covers both."""
+    revision. KServe labels all of them, so one list by label covers both. A
+    rollout's candidate (``<isvc>-canary-predictor``, labelled alike) is not counted."""
     selector = f"{ISVC_LABEL}={isvc},{COMPONENT_LABEL}=predictor"
     with translated():
-        deployments = apps().list_namespaced_deployment(namespace, label_selector=selector).items
+        listed = apps().list_namespaced_deployment(namespace, label_selector=selector).items
+    deployments = [d for d in listed if d.metadata.name != canary_predictor_name(isvc)]
     if not deployments:
         return None
     return sum((d.status.ready_replicas or 0) if d.status else 0 for d in deployments)

@@ -678,13 +678,13 @@ SPEC = obj(
                 "canary.model.stepTagId and canary.model.returnedTokenIds apply only to model.kind: process",
             ),
             rule(
-                "!has(self.canary) || ((has(self.canary.resources) && has(self.canary.resources.gpus)) "
+                "!has(self.canary) || (((has(self.canary.resources) && has(self.canary.resources.gpus)) "
                 "? self.canary.resources.gpus : self.resources.gpus) == 0 "
                 "? (has(self.canary.model.tensorParallelSize) ? self.canary.model.tensorParallelSize "
                 ": self.model.tensorParallelSize) == 1 "
                 ": ((has(self.canary.resources) && has(self.canary.resources.gpus)) "
                 "? self.canary.resources.gpus : self.resources.gpus) == (has(self.canary.model.tensorParallelSize) "
-                "? self.canary.model.tensorParallelSize : self.model.tensorParallelSize)",
+                "? self.canary.model.tensorParallelSize : self.model.tensorParallelSize))",
                 "the candidate's GPUs (canary.resources.gpus, else resources.gpus) must equal its "
                 "tensorParallelSize (canary.model.tensorParallelSize, else model.tensorParallelSize), or be 0 "
                 "with tensorParallelSize 1",
