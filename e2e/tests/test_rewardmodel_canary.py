@@ -3,21 +3,27 @@
 The candidate's Deployment and Service are the ones KServe v0.20 makes for the
 InferenceService's spec.canary[] entry; the gateway (the transformer KServe
 deploys) is told that Service and the share; the candidate's readiness is KServe's
-word, from its pods that kwok runs. The gateways' figures need the gateway running
-in the pods, which kwok does not do: the gates on figures are tested against the
-policy (operator/tests/test_policy_canary.py, test_controller_canary.py) and the
-gateway's own tests (two fake vLLMs, runtimes/gateway/tests/test_gateway_canary.py).
+word, from its pods that kwok runs. kwok runs no containers, so for the gates the
+last test stands in for the gateway pod's kubelet (see GatewayStandIn): the real
+gateway in front of two fake vLLMs, read by the operator at the pod's IP.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import threading
 import urllib.request
 
 import pytest
+import uvicorn
 import yaml
+from prometheus_client import CollectorRegistry
 
+from reward_gateway.app import build_app
+from reward_gateway.config import load_config
+from reward_gateway.gateway import Gateway
+from reward_gateway.metrics import GatewayMetrics
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
 from testenv.helpers import condition, get_json
@@ -213,3 +219,118 @@ def test_promotion_in_git_leaves_one_model_serving(cluster, namespace, operator)
     assert gateway_env(cluster, namespace) == {}, "the gateway serves one model again"
     predictors = get_json(cluster, "deployments", "-n", namespace, "-l", f"{ISVC_LABEL}={NAME},component=predictor")
     assert [d["metadata"]["name"] for d in predictors["items"]] == [f"{NAME}-predictor"]
+
+
+# ---- the gates, with the real gateway in front of two fake vLLMs ---------------------------------------
+#
+# kwok runs no containers, so this test stands in for the kubelet of the gateway's pod: it runs the real
+# gateway (reward_gateway, in this process) with the environment KServe put in the transformer
+# Deployment's pod template, its two upstreams swapped for two fake vLLMs, on a loopback address
+# (127.0.0.0/8 is all loopback) at the gateway's port, and writes that address into the pod's status as
+# its IP. The operator then reads GET /canary from it as it would from a real pod.
+
+GATEWAY_PORT = 8080  # render/gateway.py: the gateway's containerPort, where the operator reads /canary
+
+
+class GatewayStandIn:
+    def __init__(self, cluster, namespace: str, stable_url: str, candidate_url: str):
+        self.cluster, self.namespace = cluster, namespace
+        self.upstreams = {"REWARD_GATEWAY_UPSTREAM_URL": stable_url, "REWARD_GATEWAY_CANARY_URL": candidate_url}
+        self.running: tuple[tuple, object, object] | None = None  # (env, server, thread)
+        self.address = None
+        self.hosts = iter(f"127.0.0.{n}" for n in range(60, 120))
+
+    def _template_env(self) -> tuple[tuple[str, str], ...] | None:
+        deployment = get_json(self.cluster, "deployment", f"{NAME}-transformer", "-n", self.namespace)
+        if deployment is None:
+            return None
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        return tuple(sorted((e["name"], e["value"]) for e in container.get("env", []) if "value" in e))
+
+    def _start(self, env: tuple[tuple[str, str], ...]) -> None:
+        self.stop()
+        settings = {**dict(env), **self.upstreams}
+        gateway = Gateway(load_config(settings), GatewayMetrics(CollectorRegistry()))
+        host = next(self.hosts)
+        server = uvicorn.Server(uvicorn.Config(build_app(gateway), host=host, port=GATEWAY_PORT, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        wait_until(f"the stand-in gateway on {host}", lambda: server.started or not thread.is_alive(), interval=0.05)
+        assert thread.is_alive(), f"the stand-in gateway could not listen on {host}:{GATEWAY_PORT}"
+        self.running, self.address = (env, server, thread), host
+
+    def stop(self) -> None:
+        if self.running is not None:
+            _, server, thread = self.running
+            server.should_exit = True
+            thread.join(timeout=10)
+            self.running = None
+
+    def tick(self) -> None:
+        """Follow the pod template (a new share rolls the pods), and give its Ready pods our address."""
+        env = self._template_env()
+        if env is None or not any(name == "REWARD_GATEWAY_CANARY_URL" for name, _ in env):
+            return
+        if self.running is None or self.running[0] != env:
+            self._start(env)
+        pods = get_json(self.cluster, "pods", "-n", self.namespace, "-l", f"{ISVC_LABEL}={NAME},component=transformer")
+        for pod in (pods or {}).get("items", []):
+            (container,) = pod["spec"]["containers"]
+            pod_env = tuple(sorted((e["name"], e["value"]) for e in container.get("env", []) if "value" in e))
+            if pod_env != env or pod["status"].get("podIP") == self.address:
+                continue
+            ip = {"status": {"podIP": self.address, "podIPs": [{"ip": self.address}]}}
+            self.cluster.kubectl(
+                "patch", "pod", pod["metadata"]["name"], "-n", self.namespace, "--subresource=status",
+                "--type=merge", "-p", json.dumps(ip),
+            )  # fmt: skip
+
+    def score(self, rounds: int = 8) -> None:
+        """Requests of GRPO-like groups (4 completions of one prompt each)."""
+        if self.address is None:
+            return
+        for r in range(rounds):
+            items = [{"text": f"prompt {r} completion {i}", "group": f"g{r}"} for i in range(4)]
+            request = urllib.request.Request(
+                f"http://{self.address}:{GATEWAY_PORT}/v1/rewards",
+                data=json.dumps({"items": items}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:
+                assert response.status == 200
+
+
+@pytest.fixture
+def stand_in(cluster, namespace, backend, candidate_backend):
+    gateway = GatewayStandIn(cluster, namespace, backend.url, candidate_backend.url)
+    yield gateway
+    gateway.stop()
+
+
+def test_the_share_steps_up_while_the_candidate_agrees_and_rolls_back_when_it_disagrees(
+    cluster, namespace, operator, stand_in, candidate_backend
+):
+    candidate_backend.scale = 2.0  # another scale, the same order: it agrees on every pair
+    apply_with_canary(cluster, namespace, mode="split", steps=[50, 100], interval="30s", minPairs=20, minRequests=5)
+
+    def share_reached(percent: int):
+        def reached():
+            stand_in.tick()
+            stand_in.score()
+            return rollout(cluster, namespace) if rollout(cluster, namespace).get("percent") == percent else None
+
+        return reached
+
+    wait_until("the first step (50%)", share_reached(50), timeout=120)
+    at_100 = wait_until("the second step (100%) after the interval", share_reached(100), timeout=180)
+    assert at_100["agreement"] == 1.0 and at_100.get("errorRatio", 0) == 0
+    assert not warnings(cluster, namespace, "RolledBack")
+
+    candidate_backend.scale = -1.0  # the candidate now orders every pair the other way
+    wait_until("the rollback to 0%", share_reached(0), timeout=120)
+    progressing = condition(reward_model(cluster, namespace), "CanaryProgressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "RolledBack")
+    assert "pairs as the stable model does" in progressing["message"], progressing["message"]
+    seen = reconciles(operator)
+    wait_until("three more reconciles", lambda: reconciles(operator) >= seen + 3, timeout=60)
+    assert len(warnings(cluster, namespace, "RolledBack")) == 1
