@@ -1,3 +1,4 @@
-# Makes the ``cluster`` and ``namespace`` fixtures of e2e/testenv, and the fake
-# vLLM's ``fake_vllm`` and ``backend``, available to every test folder.
-pytest_plugins = ["testenv.pytest_plugin", "reward_testing.fake_vllm_fixtures"]
+# Makes the ``cluster`` and ``namespace`` fixtures of e2e/testenv, the fake
+# vLLM's ``fake_vllm`` and ``backend``, and the real gateway process's
+# ``run_gateway`` available to every test folder.
+pytest_plugins = ["testenv.pytest_plugin", "reward_testing.fake_vllm_fixtures", "reward_testing.gateway_fixtures"]

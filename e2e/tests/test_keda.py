@@ -2,16 +2,18 @@
 
 KEDA's operator and external metrics API server run against the local control
 plane (``keda_cluster``: see ``testenv/keda.py``), and the trigger is KEDA's
-``external`` scaler: a gRPC server that this test runs on a loopback port, speaking
-KEDA's ``externalscaler.ExternalScaler`` service exactly as the reward gateway
-will (IsActive, StreamIsActive, GetMetricSpec, GetMetrics). The test turns its
-activity and its metric up and down and waits on the Deployment's
+``external`` scaler: a gRPC server on a loopback port speaking KEDA's
+``externalscaler.ExternalScaler`` service (IsActive, StreamIsActive,
+GetMetricSpec, GetMetrics). In the first two tests it is a stand-in whose
+activity and metric the test turns up and down; in the last it is the reward
+gateway itself (``python -m reward_gateway``, run on the host), woken by a request
+it holds for a predictor at zero. Each waits on the Deployment's
 ``spec.replicas``, which only KEDA (0 <-> 1) and the HPA it owns (1 <-> N) change.
 kwok runs the pods, so nothing here waits on a container.
 
-The messages are built from a descriptor written out below field by field after
-KEDA's ``pkg/scalers/externalscaler/externalscaler.proto`` (same package, names and
-numbers), so no generated code is needed: grpcio serves them, protobuf encodes them.
+The messages and the service's method handlers are the gateway's own
+(``reward_gateway.scaler``, built from a descriptor written out after KEDA's
+``pkg/scalers/externalscaler/externalscaler.proto``).
 """
 
 from __future__ import annotations
@@ -25,66 +27,19 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
+import httpx
 import pytest
 import yaml
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from reward_gateway.scaler import MESSAGES, method_handlers
+from reward_testing.fake_vllm import FakeVllm, logit, serve_in_thread
+from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 from testenv.helpers import condition, get_json
 
 pytestmark = pytest.mark.integration
 
-SERVICE = "externalscaler.ExternalScaler"
-METRIC = "inflight"  # what the gateway will report: requests it holds or has in flight
-
-
-def _external_scaler_messages() -> dict[str, type]:
-    """Message classes for KEDA's external scaler protocol (proto3), by short name."""
-    proto = descriptor_pb2.FileDescriptorProto(name="externalscaler.proto", package="externalscaler", syntax="proto3")
-    F = descriptor_pb2.FieldDescriptorProto
-    optional, repeated = F.LABEL_OPTIONAL, F.LABEL_REPEATED
-
-    def message(name: str, *fields: tuple[str, int, int, int, str]):
-        described = proto.message_type.add(name=name)
-        for field_name, number, label, kind, type_name in fields:
-            added = described.field.add(name=field_name, number=number, label=label, type=kind)
-            if type_name:
-                added.type_name = type_name
-        return described
-
-    ref = message(
-        "ScaledObjectRef",
-        ("name", 1, optional, F.TYPE_STRING, ""),
-        ("namespace", 2, optional, F.TYPE_STRING, ""),
-        ("scalerMetadata", 3, repeated, F.TYPE_MESSAGE, ".externalscaler.ScaledObjectRef.ScalerMetadataEntry"),
-    )
-    entry = ref.nested_type.add(name="ScalerMetadataEntry")
-    entry.options.map_entry = True
-    entry.field.add(name="key", number=1, label=optional, type=F.TYPE_STRING)
-    entry.field.add(name="value", number=2, label=optional, type=F.TYPE_STRING)
-    message("IsActiveResponse", ("result", 1, optional, F.TYPE_BOOL, ""))
-    message("GetMetricSpecResponse", ("metricSpecs", 1, repeated, F.TYPE_MESSAGE, ".externalscaler.MetricSpec"))
-    message(
-        "MetricSpec",
-        ("metricName", 1, optional, F.TYPE_STRING, ""),
-        ("targetSize", 2, optional, F.TYPE_INT64, ""),
-        ("targetSizeFloat", 3, optional, F.TYPE_DOUBLE, ""),
-    )
-    message(
-        "GetMetricsRequest",
-        ("scaledObjectRef", 1, optional, F.TYPE_MESSAGE, ".externalscaler.ScaledObjectRef"),
-        ("metricName", 2, optional, F.TYPE_STRING, ""),
-    )
-    message("GetMetricsResponse", ("metricValues", 1, repeated, F.TYPE_MESSAGE, ".externalscaler.MetricValue"))
-    message(
-        "MetricValue",
-        ("metricName", 1, optional, F.TYPE_STRING, ""),
-        ("metricValue", 2, optional, F.TYPE_INT64, ""),
-        ("metricValueFloat", 3, optional, F.TYPE_DOUBLE, ""),
-    )
-    # a pool of its own: the process's default pool may already know a file of that name
-    classes = message_factory.GetMessages([proto], pool=descriptor_pool.DescriptorPool())
-    return {name.rsplit(".", 1)[-1]: cls for name, cls in classes.items()}
+METRIC = "inflight"  # the stand-in's metric
 
 
 @dataclass
@@ -119,12 +74,11 @@ class ExternalScaler:
 
 @pytest.fixture
 def external_scaler() -> Iterator[ExternalScaler]:
-    messages = _external_scaler_messages()
     scaler = ExternalScaler()
 
     def is_active(ref, context):
         scaler.seen("IsActive", ref)
-        return messages["IsActiveResponse"](result=scaler.active)
+        return MESSAGES["IsActiveResponse"](result=scaler.active)
 
     def stream_is_active(ref, context):
         scaler.seen("StreamIsActive", ref)
@@ -135,42 +89,28 @@ def external_scaler() -> Iterator[ExternalScaler]:
                     scaler.changed.wait(timeout=0.5)
                     continue
                 last = scaler.active
-            yield messages["IsActiveResponse"](result=last)
+            yield MESSAGES["IsActiveResponse"](result=last)
 
     def get_metric_spec(ref, context):
         scaler.seen("GetMetricSpec", ref)
-        spec = messages["MetricSpec"](metricName=METRIC, targetSizeFloat=scaler.target)
-        return messages["GetMetricSpecResponse"](metricSpecs=[spec])
+        spec = MESSAGES["MetricSpec"](metricName=METRIC, targetSizeFloat=scaler.target)
+        return MESSAGES["GetMetricSpecResponse"](metricSpecs=[spec])
 
     def get_metrics(request, context):
         scaler.seen("GetMetrics", request.scaledObjectRef)
-        value = messages["MetricValue"](metricName=request.metricName, metricValueFloat=scaler.value)
-        return messages["GetMetricsResponse"](metricValues=[value])
-
-    def handler(behaviour, request_type, streaming=False):
-        make = grpc.unary_stream_rpc_method_handler if streaming else grpc.unary_unary_rpc_method_handler
-        return make(
-            behaviour,
-            request_deserializer=messages[request_type].FromString,
-            response_serializer=lambda message: message.SerializeToString(),
-        )
+        value = MESSAGES["MetricValue"](metricName=request.metricName, metricValueFloat=scaler.value)
+        return MESSAGES["GetMetricsResponse"](metricValues=[value])
 
     # StreamMetricSpec (optional in KEDA's proto) is left out: gRPC answers Unimplemented,
     # and KEDA then keeps reading GetMetricSpec.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    server.add_generic_rpc_handlers(
-        [
-            grpc.method_handlers_generic_handler(
-                SERVICE,
-                {
-                    "IsActive": handler(is_active, "ScaledObjectRef"),
-                    "StreamIsActive": handler(stream_is_active, "ScaledObjectRef", streaming=True),
-                    "GetMetricSpec": handler(get_metric_spec, "ScaledObjectRef"),
-                    "GetMetrics": handler(get_metrics, "GetMetricsRequest"),
-                },
-            )
-        ]
-    )
+    behaviours = {
+        "IsActive": is_active,
+        "StreamIsActive": stream_is_active,
+        "GetMetricSpec": get_metric_spec,
+        "GetMetrics": get_metrics,
+    }
+    server.add_generic_rpc_handlers([method_handlers(behaviours)])
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     scaler.address = f"127.0.0.1:{port}"
@@ -333,3 +273,61 @@ def test_external_push_wakes_a_sleeping_deployment_at_once(keda_cluster, keda_na
     activated = external_scaler.set(active=True, value=1)
     decided = _wait_replicas(cluster, namespace, "sleeper", 1, timeout=polling / 2)
     print(f"\npushed activation -> 1 replica: scale-up decision {decided - activated:.2f}s later (polling {polling} s)")
+
+
+def test_the_gateway_wakes_its_predictor_on_the_first_held_request(keda_cluster, keda_namespace, run_gateway, tmp_path):
+    """The real gateway as KEDA's ``external-push`` scaler: a Deployment standing for the
+    predictor idles to zero; a request sent to the gateway is held (the predictor's port
+    refuses connections), the gateway pushes ``true`` and KEDA scales 0 -> 1 at once
+    (polling 30 s); once kwok has the pod Ready, a fake vLLM comes up on the predictor's
+    port and the held request is answered in full. Idle again, KEDA's poll finds the
+    gateway inactive and scales back to zero."""
+    cluster, namespace = keda_cluster, keda_namespace
+    polling = 30
+    predictor_port, gateway_port, scaler_port = free_port(), free_port(), free_port()
+    env = {
+        "REWARD_GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{predictor_port}",
+        "REWARD_GATEWAY_MODEL_NAME": "rm",
+        "REWARD_GATEWAY_PORT": str(gateway_port),
+        "REWARD_GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS": "120",
+        "REWARD_GATEWAY_SCALER_PORT": str(scaler_port),
+        "REWARD_GATEWAY_SCALER_TARGET": "8",
+        "REWARD_GATEWAY_SCALER_ACTIVE_SECONDS": "1",
+    }
+    url, log = run_gateway([], env, gateway_port, "rm")
+    trigger = {"type": "external-push", "metadata": {"scalerAddress": f"127.0.0.1:{scaler_port}", "rewardModel": "rm"}}
+    _apply(
+        cluster, namespace, _deployment("rm-predictor", 1), _scaled_object("rm", "rm-predictor", trigger, polling, 2)
+    )
+    _wait_replicas(cluster, namespace, "rm-predictor", 0, timeout=60)
+    wait_until("KEDA holding the gateway's StreamIsActive open", lambda: "KEDA holds" in log.read_text(), timeout=30)
+    scaled = get_json(cluster, "scaledobject", "rm", "-n", namespace)
+    assert "s0-inflight-items" in scaled["status"].get("externalMetricNames", []), scaled["status"]
+
+    answers: list[httpx.Response] = []
+    body = {"items": [{"text": "a", "group": "g"}, {"text": "b", "group": "g"}]}
+
+    def send() -> None:
+        answers.append(httpx.post(f"{url}/v1/rewards", json=body, timeout=150))
+
+    sender = threading.Thread(target=send, daemon=True)
+    sent = time.monotonic()
+    sender.start()
+    decided = _wait_replicas(cluster, namespace, "rm-predictor", 1, timeout=polling / 2)
+    print(f"\nfirst held request -> scale-up decision {decided - sent:.2f}s (polling {polling} s)")
+    assert not answers, "answered before the predictor was up"
+
+    fake = FakeVllm()
+    with serve_in_thread(fake.app, port=predictor_port):
+        sender.join(timeout=30)
+        (answer,) = answers
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["rewards"] == [logit("a"), logit("b")]
+        print(f"held request answered {time.monotonic() - sent:.2f}s after it was sent")
+        metrics = httpx.get(f"{url}/metrics").text
+        assert 'reward_gateway_hold_duration_seconds_count{model="rm"} 1.0' in metrics
+        assert 'reward_gateway_held_requests{model="rm"} 0.0' in metrics
+
+    idle = time.monotonic()
+    decided = _wait_replicas(cluster, namespace, "rm-predictor", 0, timeout=polling + 30, ready=False)
+    print(f"idle -> 0 replicas {decided - idle:.1f}s after the answer (polling {polling} s, cooldown 2 s)")

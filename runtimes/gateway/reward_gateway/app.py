@@ -5,7 +5,8 @@ validation, authentication and error answers of the RLHF routes) are served by
 the ASGI front in reward_gateway.asgi, ahead of the framework. Behind it,
 FastAPI answers the routes KServe expects of a transformer: liveness at /,
 readiness at /v1/models/<name>, the model list at /v1/models, plus /health,
-/metrics and, during a rollout, /canary. Nothing else: no docs, no OpenAPI
+/metrics and, during a rollout, /canary; it also starts KEDA's external scaler
+(reward_gateway.scaler) on its own port where one is configured. Nothing else: no docs, no OpenAPI
 schema, no v2 protocol. None of these asks for the bearer token: they carry no
 scores or texts, and the kubelet, Prometheus and the operator read them.
 """
@@ -24,8 +25,18 @@ from reward_gateway.gateway import Gateway
 def build_app(gateway: Gateway) -> ScoringFront:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        yield
-        await gateway.close()
+        if gateway.config.scaler is not None:
+            # Imported only here: a gateway without KEDA's scaler loads no gRPC.
+            from reward_gateway.scaler import Scaler
+
+            gateway.scaler = Scaler(gateway.config.scaler, gateway.load)
+            await gateway.scaler.start()
+        try:
+            yield
+        finally:
+            if gateway.scaler is not None:
+                await gateway.scaler.stop()
+            await gateway.close()
 
     app = FastAPI(title="reward-gateway", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     names = gateway.config.v1_names

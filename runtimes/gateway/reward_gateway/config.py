@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ STEP_AGGREGATES = ("min", "last", "mean", "product")
 CANARY_MODES = ("shadow", "split")
 CANARY_STICKY = ("group", "client")
 CANARY_PREFIX = "CANARY_"
+SCALER_METRICS = ("items", "requests")
 # A header name is an HTTP token (RFC 9110): what a client can send and a proxy passes on.
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
 
@@ -94,6 +96,29 @@ class CanaryConfig:
 
 
 @dataclass(frozen=True)
+class ScalerConfig:
+    """KEDA's external scaler, served by the gateway (reward_gateway.scaler)."""
+
+    port: int
+    # What GetMetrics counts, in flight on this gateway (held ones included):
+    # scored items (what vLLM queues and runs) or requests.
+    metric: str = "items"
+    target: float = 256.0  # of that count per predictor replica (the HPA's AverageValue)
+    # IsActive stays true this long after the last request ended, so that a burst
+    # between two of KEDA's polls still counts, and the cooldown starts after it.
+    active_s: float = 30.0
+    # A name whose addresses are all the gateway's replicas (a headless Service);
+    # each replica then answers for all of them. None: this replica alone.
+    peers: str | None = None
+    peer_timeout_s: float = 1.0
+
+    @property
+    def metric_name(self) -> str:
+        """The metric's name in GetMetricSpec (KEDA's HPA sees it as s<trigger>-<name>)."""
+        return f"inflight-{self.metric}"
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     upstream_url: str
     model_name: str
@@ -105,6 +130,8 @@ class GatewayConfig:
     max_concurrency: int = 64
     request_timeout_s: float = 180.0
     scale_from_zero_timeout_s: float = 150.0
+    # Requests held at once while the predictor is away (reward_gateway.load).
+    max_held_requests: int = 1024
     max_items: int = 8192
     # What the requests held at once may cost (reward_gateway.asgi).
     memory_budget_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES - PROCESS_RESERVE_BYTES
@@ -117,6 +144,7 @@ class GatewayConfig:
     # as KServe's InferenceGraph calls /v1/models/<isvc name>:predict.
     isvc_name: str | None = None
     canary: CanaryConfig | None = None
+    scaler: ScalerConfig | None = None
 
     @property
     def v1_names(self) -> tuple[str, ...]:
@@ -148,6 +176,7 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         max_concurrency=reader.integer("MAX_CONCURRENCY", 64, minimum=1),
         request_timeout_s=reader.seconds("REQUEST_TIMEOUT_SECONDS", 180.0),
         scale_from_zero_timeout_s=reader.seconds("SCALE_FROM_ZERO_TIMEOUT_SECONDS", 150.0, allow_zero=True),
+        max_held_requests=reader.integer("MAX_HELD_REQUESTS", 1024, minimum=1),
         max_items=reader.integer("MAX_ITEMS", 8192, minimum=1),
         # The container's memory limit, from the downward API (resourceFieldRef limits.memory).
         memory_budget_bytes=reader.integer(
@@ -160,6 +189,7 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         access_log=reader.choice("ACCESS_LOG", ("true", "false"), "false") == "true",
         isvc_name=kserve.model_name if kserve.model_name and kserve.model_name != model_name else None,
         canary=_load_canary(reader, model_name),
+        scaler=_load_scaler(reader),
     )
     if config.model_kind == "process" and not config.step_tag:
         raise ConfigError(f"{PREFIX}STEP_TAG must not be empty for a process reward model")
@@ -206,6 +236,23 @@ def _load_canary(reader: _Reader, model_name: str) -> CanaryConfig | None:
         shadow_wait_s=reader.seconds(c + "SHADOW_WAIT_SECONDS", 2.0, allow_zero=True),
         half_life_s=half_life or None,
         chat_template=_load_template(reader, c),
+    )
+
+
+def _load_scaler(reader: _Reader) -> ScalerConfig | None:
+    """KEDA's external scaler, where REWARD_GATEWAY_SCALER_PORT gives it a port."""
+    if not reader.text("SCALER_PORT", ""):
+        stray = sorted(name for name in reader.env if name.startswith(PREFIX + "SCALER_") and reader.env[name].strip())
+        if stray:
+            raise ConfigError(f"{', '.join(stray)} set without {PREFIX}SCALER_PORT (the scaler's gRPC port)")
+        return None
+    return ScalerConfig(
+        port=reader.integer("SCALER_PORT", 0, minimum=1, maximum=65535),
+        metric=reader.choice("SCALER_METRIC", SCALER_METRICS, "items"),
+        target=reader.number("SCALER_TARGET", 256.0),
+        active_s=reader.seconds("SCALER_ACTIVE_SECONDS", 30.0, allow_zero=True),
+        peers=reader.text("SCALER_PEERS", "") or None,
+        peer_timeout_s=reader.seconds("SCALER_PEER_TIMEOUT_SECONDS", 1.0),
     )
 
 
@@ -308,11 +355,14 @@ class _Reader:
         return value
 
     def seconds(self, name: str, default: float, allow_zero: bool = False) -> float:
+        return self.number(name, default, allow_zero, " of seconds")
+
+    def number(self, name: str, default: float, allow_zero: bool = False, unit: str = "") -> float:
         raw = self.text(name, str(default))
         try:
             value = float(raw)
         except ValueError:
-            raise ConfigError(f"{PREFIX}{name}={raw!r}: expected a number of seconds") from None
-        if value < 0 or (value == 0 and not allow_zero):
-            raise ConfigError(f"{PREFIX}{name}={raw}: expected a positive number of seconds")
+            raise ConfigError(f"{PREFIX}{name}={raw!r}: expected a number{unit}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            raise ConfigError(f"{PREFIX}{name}={raw}: expected a positive number{unit}")
         return value

@@ -20,6 +20,7 @@ from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized, forget
 from reward_gateway.extract import Score
 from reward_gateway.kinds import CLASSIFY_KINDS, CLASSIFY_PATH
+from reward_gateway.load import CURRENT, Held, Load
 from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.scorer import Scorer
 from reward_gateway.upstream import VllmClient
@@ -71,7 +72,11 @@ class Gateway:
     ):
         self.config = config
         self.metrics = metrics or GatewayMetrics()
-        self.client = VllmClient(config, self.metrics)
+        # Requests and items in flight and the requests held for the predictor:
+        # what the autoscaler reads (reward_gateway.scaler, where it is on).
+        self.load = Load(config.max_held_requests)
+        self.scaler: Any = None  # reward_gateway.scaler.Scaler, started with the app where configured
+        self.client = VllmClient(config, self.metrics, load=self.load)
         self.scorer = Scorer(config, self.client)
         model = config.model_name
         self.stable = Backend("stable", model, config, self.client, self.scorer, self.metrics.scores.labels(model))
@@ -119,6 +124,8 @@ class Gateway:
         tally = _Tally(Caller(client, authorization, body))
         started = time.perf_counter()
         self._inflight.inc()
+        self.load.begin()
+        request = CURRENT.set(Held())  # its calls held for the predictor count as one request
         try:
             if not self.authorized(authorization):
                 raise Unauthorized()
@@ -131,6 +138,8 @@ class Gateway:
             answer = Answer(500, {"error": "internal error in the reward gateway"})
             forget(error)
         finally:
+            CURRENT.reset(request)
+            self.load.end(tally.items)
             self._inflight.dec()
         if self.canary is not None and tally.backend is not None:
             answer.headers = {**answer.headers, MODEL_HEADER: tally.backend.role}
@@ -254,6 +263,7 @@ class Gateway:
         if count > self.config.max_items:
             raise BadRequest(f"{count} items in one request; at most {self.config.max_items} are allowed")
         tally.items = count
+        self.load.admit(count)
 
     def _observe(self, scores: list[Score], tally: _Tally) -> None:
         # Each model's scores under its own name: a split must not blur the drift alert's histogram.

@@ -16,6 +16,8 @@ UPSTREAM_ERROR_REASONS = ("timeout", "connect", "status_5xx", "status_4xx", "bad
 # matter for drift alerts, so the buckets reach +-20 and are finest near zero.
 SCORE_BUCKETS = (-20, -10, -7.5, -5, -4, -3, -2, -1.5, -1, -0.5, -0.25, 0, 0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 20)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180)
+# A hold lasts from a retry (0.5 s) to a cold start: scheduling, image, weights, vLLM's load.
+HOLD_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 150, 180, 300)
 
 
 class GatewayMetrics:
@@ -44,3 +46,19 @@ class GatewayMetrics:
             "reward_gateway_score", "Rewards returned, for drift alerts.", ["model"], buckets=SCORE_BUCKETS
         )
         self.inflight = gauge("reward_gateway_inflight_requests", "Requests being answered now.", ["model"])
+        self.held = gauge(
+            "reward_gateway_held_requests",
+            "Requests held now for a predictor that is scaled to zero or starting.",
+            ["model"],
+        )
+        self.hold_refused = counter(
+            "reward_gateway_hold_refused_total",
+            "Requests answered 503 at once because the gateway already held as many as it may.",
+            ["model"],
+        )
+        self.hold_duration = histogram(
+            "reward_gateway_hold_duration_seconds",
+            "How long a held request waited for the predictor (answered or given up).",
+            ["model"],
+            buckets=HOLD_BUCKETS,
+        )

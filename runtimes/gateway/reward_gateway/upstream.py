@@ -2,9 +2,11 @@
 
 The one place that maps vLLM's outcomes to the gateway's answers:
 
-- unreachable (refused, reset before answering) or vLLM's 503 while it loads:
-  retried until the scale-from-zero wait is spent (nothing buffers requests
-  for a model that KEDA scaled to zero), then 503 with Retry-After;
+- unreachable (refused, reset before answering, no endpoint: scaled to zero) or
+  vLLM's 503 while it loads: the request is held (reward_gateway.load) and the
+  call retried until vLLM answers or the scale-from-zero wait is spent, then
+  503 with Retry-After; with REWARD_GATEWAY_MAX_HELD_REQUESTS held already,
+  503 with Retry-After at once;
 - 429 (vLLM's queue is full): 503 with Retry-After at once, as trainers retry that;
 - any other 4xx: 400 with vLLM's message (the input was refused);
 - 5xx: 502;
@@ -27,6 +29,7 @@ import orjson
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import UpstreamError, upstream_unavailable
 from reward_gateway.http_pool import BrokenAnswer, HttpPool
+from reward_gateway.load import Held, HeldFull, Load
 from reward_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
 
 # vLLM's answer to a call is at most this many bytes per byte sent, plus a
@@ -40,9 +43,14 @@ OVERLOADED_RETRY_AFTER_S = 1
 
 
 class VllmClient:
-    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics, label: str | None = None):
+    def __init__(
+        self, config: GatewayConfig, metrics: GatewayMetrics, label: str | None = None, load: Load | None = None
+    ):
         self.config = config
         self.metrics = metrics
+        # Where the requests held for the predictor are counted and bounded (the
+        # gateway's, shared with the autoscaler; a client of its own elsewhere).
+        self.load = load or Load(config.max_held_requests)
         # The `model` label of its errors: a candidate's vLLM may serve under the
         # stable model's name, and its failures must not count as the stable's.
         self.label = label or config.model_name
@@ -58,6 +66,9 @@ class VllmClient:
         # error-ratio alerts see the first error as an increase, not a new series.
         for reason in UPSTREAM_ERROR_REASONS:
             metrics.upstream_errors.labels(self.label, reason)
+        self._held = metrics.held.labels(self.label)
+        self._hold_refused = metrics.hold_refused.labels(self.label)
+        self._hold_duration = metrics.hold_duration.labels(self.label)
 
     async def close(self) -> None:
         await self.pool.close()
@@ -84,26 +95,53 @@ class VllmClient:
     async def _post(self, path: str, payload: bytes) -> Any:
         deadline = time.monotonic() + self.config.scale_from_zero_timeout_s
         max_answer_bytes = ANSWER_BYTES_PER_BYTE_SENT * len(payload) + ANSWER_BASE_BYTES
-        while True:
-            try:
-                async with asyncio.timeout(self.config.request_timeout_s):
-                    status, answer = await self.pool.post_json(path, payload, max_answer_bytes)
-            except TimeoutError:
-                raise self._failed(
-                    UpstreamError("timeout", 504, f"vLLM did not answer within {self.config.request_timeout_s:g} s")
-                ) from None
-            except BrokenAnswer as error:
-                raise self._failed(UpstreamError("bad_response", 502, f"vLLM's answer was broken: {error}")) from None
-            except OSError as error:  # refused, reset, closed unanswered, unresolvable, TLS
-                if time.monotonic() < deadline:
+        held: Held | None = None
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.config.request_timeout_s):
+                        status, answer = await self.pool.post_json(path, payload, max_answer_bytes)
+                except TimeoutError:
+                    message = f"vLLM did not answer within {self.config.request_timeout_s:g} s"
+                    raise self._failed(UpstreamError("timeout", 504, message)) from None
+                except BrokenAnswer as error:
+                    message = f"vLLM's answer was broken: {error}"
+                    raise self._failed(UpstreamError("bad_response", 502, message)) from None
+                except OSError as error:  # refused, reset, closed unanswered, unresolvable, TLS
+                    if time.monotonic() < deadline:
+                        held = held or self._hold()
+                        await asyncio.sleep(RETRY_PAUSE_S)
+                        continue
+                    message = f"vLLM is unreachable ({type(error).__name__}); it may be scaled to zero"
+                    raise self._failed(upstream_unavailable(message, RETRY_AFTER_S)) from None
+                if status == 503 and time.monotonic() < deadline:
+                    held = held or self._hold()
                     await asyncio.sleep(RETRY_PAUSE_S)
                     continue
-                message = f"vLLM is unreachable ({type(error).__name__}); it may be scaled to zero"
-                raise self._failed(upstream_unavailable(message, RETRY_AFTER_S)) from None
-            if status == 503 and time.monotonic() < deadline:
-                await asyncio.sleep(RETRY_PAUSE_S)
-                continue
-            return self._answer(status, answer)
+                return self._answer(status, answer)
+        finally:
+            if held is not None:
+                self._release(held)
+
+    def _hold(self) -> Held:
+        """Count this call's request as held for the predictor, or refuse it at the bound."""
+        try:
+            held = self.load.hold()
+        except HeldFull:
+            self._hold_refused.inc()
+            message = (
+                f"vLLM is not ready (scaled to zero or starting) and the gateway already holds "
+                f"{self.load.max_held} requests for it; retry later"
+            )
+            raise self._failed(upstream_unavailable(message, RETRY_AFTER_S)) from None
+        self._held.set(self.load.held)
+        return held
+
+    def _release(self, held: Held) -> None:
+        duration = self.load.release(held)
+        if duration is not None:
+            self._held.set(self.load.held)
+            self._hold_duration.observe(duration)
 
     def _answer(self, status: int, payload: bytes) -> Any:
         if status == 503:

@@ -1,10 +1,9 @@
-"""Fixtures: a fake vLLM on a real port, and gateways in front of it."""
+"""Fixtures: gateways in front of the fake vLLM (on a real port), and a predictor at zero.
+
+`run_gateway` (the real process) is shared with the e2e tests: reward_testing.gateway_fixtures."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from contextlib import ExitStack
 
 import httpx
@@ -15,7 +14,8 @@ from reward_gateway.app import build_app
 from reward_gateway.config import load_config
 from reward_gateway.gateway import Gateway
 from reward_gateway.metrics import GatewayMetrics
-from reward_testing.fake_vllm import serve_in_thread
+from reward_testing.fake_vllm import FakeVllm, serve_in_thread
+from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
 
@@ -23,6 +23,7 @@ from reward_testing.waiting import wait_until
 def start_gateway(backend):
     """Start a gateway with REWARD_GATEWAY_* overrides; returns an httpx client bound to it."""
     with ExitStack() as stack:
+        clients: list[httpx.Client] = []
 
         def start(upstream: str | None = None, **overrides: str) -> httpx.Client:
             env = {"REWARD_GATEWAY_UPSTREAM_URL": upstream or backend.url, "REWARD_GATEWAY_MODEL_NAME": "rm"}
@@ -32,37 +33,31 @@ def start_gateway(backend):
             url = stack.enter_context(serve_in_thread(app))
             client = stack.enter_context(httpx.Client(base_url=url, timeout=30))
             client.gateway, client.app = gateway, app
+            clients.append(client)
             return client
 
+        start.clients = clients
         yield start
 
 
 @pytest.fixture
-def run_gateway(tmp_path):
-    """Start `python -m reward_gateway` with these args and environment (nothing else of REWARD_GATEWAY_*);
-    returns its URL and log file once /v1/models/<ready_name> answers (the last process: `run.process`)."""
+def predictor(start_gateway):
+    """A predictor at zero: a loopback port nothing listens on (connections refused, as a
+    Service without endpoints refuses them) until ``predictor.up()`` starts a fake vLLM
+    on that very port. At the end it comes up if it has not, and the requests the
+    gateways still hold are answered, so no test leaves a request hanging."""
     with ExitStack() as stack:
+        port = free_port()
+        fakes: list[FakeVllm] = []
 
-        def run(args: list[str], env: dict[str, str], port: int, ready_name: str):
-            clean = {key: value for key, value in os.environ.items() if not key.startswith("REWARD_GATEWAY_")}
-            log = tmp_path / f"gateway-{port}.log"
-            with open(log, "wb") as out:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "reward_gateway", *args], env={**clean, **env}, stdout=out, stderr=out
-                )
-            stack.callback(process.wait, timeout=20)
-            stack.callback(process.terminate)
-            url = f"http://127.0.0.1:{port}"
+        def up() -> FakeVllm:
+            if not fakes:
+                fakes.append(FakeVllm())
+                stack.enter_context(serve_in_thread(fakes[0].app, port=port))
+            return fakes[0]
 
-            def ready() -> bool:
-                assert process.poll() is None, log.read_text()
-                try:
-                    return httpx.get(f"{url}/v1/models/{ready_name}", timeout=1).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_until("the gateway's readiness route", ready, timeout=60, interval=0.1)
-            run.process = process
-            return url, log
-
-        yield run
+        up.port, up.url = port, f"http://127.0.0.1:{port}"
+        yield up
+        up()
+        idle = lambda: all(client.gateway.load.requests == 0 for client in start_gateway.clients)  # noqa: E731
+        wait_until("the held requests answered", idle, timeout=30, interval=0.05)
