@@ -116,3 +116,20 @@ def test_intervals_read_as_go_durations(text, seconds):
 def test_a_malformed_interval_is_refused():
     with pytest.raises(ValueError):
         interval_seconds("10 minutes")
+
+
+def test_a_rollout_doubles_the_gateways_default_memory_not_a_memory_set_in_the_spec():
+    def limits(reward_model: dict) -> dict:
+        (container,) = isvc(reward_model)["spec"]["transformer"]["containers"]
+        return container["resources"]["limits"]
+
+    assert limits(SHADOW)["memory"] == "2Gi", "each request is charged twice while two models score it"
+    without = copy.deepcopy(SHADOW)
+    del without["spec"]["canary"]
+    assert limits(without)["memory"] == "1Gi"
+    token = copy.deepcopy(SHADOW)
+    token["spec"]["model"]["kind"] = "token"
+    assert limits(token)["memory"] == "4Gi"
+    chosen = copy.deepcopy(SHADOW)
+    chosen["spec"]["gateway"] = {"resources": {"memory": "3Gi"}}
+    assert limits(chosen)["memory"] == "3Gi"

@@ -23,6 +23,10 @@ AUTH_MOUNT = "/var/run/secrets/reward-gateway"
 # requests cost that much more: twice the memory keeps the same request sizes.
 DEFAULT_GATEWAY_RESOURCES = {"cpu": "1", "memory": "1Gi"}
 DEFAULT_GATEWAY_MEMORY_BY_KIND = {"token": "2Gi"}
+# During a rollout the gateway charges each request twice (both models may score it at
+# once, runtimes/gateway/README.md): the default memory doubles with it, so the same
+# requests still fit. A memory set in the spec is the user's, and stays as set.
+ROLLOUT_MEMORY_FACTOR = 2
 
 # spec.gateway field -> REWARD_GATEWAY_* variable, for the optional settings.
 _OPTIONAL_ENV = (
@@ -76,10 +80,16 @@ def transformer(
     serving: ServingSpec,
     served_name: str,
     image: str,
+    rollout: bool = False,
 ) -> dict[str, Any]:
-    """The gateway in front of the predictor KServe creates for InferenceService ``isvc``."""
+    """The gateway in front of the predictor KServe creates for InferenceService ``isvc``; ``rollout``: a
+    candidate model is rolled out beside the stable one (spec.canary)."""
     upstream_url = cluster_local_url(predictor_name(isvc), namespace)
-    defaults = {**DEFAULT_GATEWAY_RESOURCES, "memory": DEFAULT_GATEWAY_MEMORY_BY_KIND.get(model["kind"], "1Gi")}
+    memory = DEFAULT_GATEWAY_MEMORY_BY_KIND.get(model["kind"], "1Gi")
+    if rollout:
+        number, unit = memory[:-2], memory[-2:]
+        memory = f"{int(number) * ROLLOUT_MEMORY_FACTOR}{unit}"
+    defaults = {**DEFAULT_GATEWAY_RESOURCES, "memory": memory}
     wanted = {**defaults, **{k: str(v) for k, v in gateway.get("resources", {}).items()}}
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,

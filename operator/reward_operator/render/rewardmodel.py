@@ -116,6 +116,7 @@ def reward_model_inference_service(
             spec["serving"],
             served_name(reward_model),
             gateway_image,
+            rollout="canary" in spec,
         )
     canary = spec.get("canary")
     if canary is not None and rendered_transformer is not None:
