@@ -275,59 +275,71 @@ def test_external_push_wakes_a_sleeping_deployment_at_once(keda_cluster, keda_na
     print(f"\npushed activation -> 1 replica: scale-up decision {decided - activated:.2f}s later (polling {polling} s)")
 
 
-def test_the_gateway_wakes_its_predictor_on_the_first_held_request(keda_cluster, keda_namespace, run_gateway, tmp_path):
-    """The real gateway as KEDA's ``external-push`` scaler: a Deployment standing for the
-    predictor idles to zero; a request sent to the gateway is held (the predictor's port
+def test_the_gateway_wakes_its_predictor_and_scales_it_on_held_load(keda_cluster, keda_namespace, run_gateway):
+    """The real gateway as KEDA's ``external-push`` scaler. A Deployment standing for the
+    predictor idles to zero. A request sent to the gateway is held (the predictor's port
     refuses connections), the gateway pushes ``true`` and KEDA scales 0 -> 1 at once
-    (polling 30 s); once kwok has the pod Ready, a fake vLLM comes up on the predictor's
-    port and the held request is answered in full. Idle again, KEDA's poll finds the
-    gateway inactive and scales back to zero."""
+    (polling 30 s). Two more requests are held: 24 items in flight against a target of 8
+    per replica, and the HPA reading the gateway's ``inflight-items`` through KEDA's
+    metrics API takes it to 3. Then a fake vLLM comes up on the predictor's port and
+    every held request is answered in full; idle again, the HPA goes back to 1 and
+    KEDA's poll, finding the gateway inactive, to 0."""
     cluster, namespace = keda_cluster, keda_namespace
-    polling = 30
+    polling, per_request = 30, 8
     predictor_port, gateway_port, scaler_port = free_port(), free_port(), free_port()
     env = {
         "REWARD_GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{predictor_port}",
         "REWARD_GATEWAY_MODEL_NAME": "rm",
         "REWARD_GATEWAY_PORT": str(gateway_port),
-        "REWARD_GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS": "120",
+        "REWARD_GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS": "140",
         "REWARD_GATEWAY_SCALER_PORT": str(scaler_port),
-        "REWARD_GATEWAY_SCALER_TARGET": "8",
+        "REWARD_GATEWAY_SCALER_TARGET": str(per_request),
         "REWARD_GATEWAY_SCALER_ACTIVE_SECONDS": "1",
     }
     url, log = run_gateway([], env, gateway_port, "rm")
     trigger = {"type": "external-push", "metadata": {"scalerAddress": f"127.0.0.1:{scaler_port}", "rewardModel": "rm"}}
-    _apply(
-        cluster, namespace, _deployment("rm-predictor", 1), _scaled_object("rm", "rm-predictor", trigger, polling, 2)
-    )
+    scaled_object = _scaled_object("rm", "rm-predictor", trigger, polling, cooldown=2)
+    _apply(cluster, namespace, _deployment("rm-predictor", 1), scaled_object)
     _wait_replicas(cluster, namespace, "rm-predictor", 0, timeout=60)
     wait_until("KEDA holding the gateway's StreamIsActive open", lambda: "KEDA holds" in log.read_text(), timeout=30)
     scaled = get_json(cluster, "scaledobject", "rm", "-n", namespace)
     assert "s0-inflight-items" in scaled["status"].get("externalMetricNames", []), scaled["status"]
 
-    answers: list[httpx.Response] = []
-    body = {"items": [{"text": "a", "group": "g"}, {"text": "b", "group": "g"}]}
+    answers: dict[str, httpx.Response] = {}
 
-    def send() -> None:
-        answers.append(httpx.post(f"{url}/v1/rewards", json=body, timeout=150))
+    def send(group: str) -> threading.Thread:
+        body = {"items": [{"text": f"{group}{n}", "group": group} for n in range(per_request)]}
 
-    sender = threading.Thread(target=send, daemon=True)
+        def post() -> None:
+            answers[group] = httpx.post(f"{url}/v1/rewards", json=body, timeout=150)
+
+        thread = threading.Thread(target=post, daemon=True)
+        thread.start()
+        return thread
+
     sent = time.monotonic()
-    sender.start()
+    senders = [send("a")]
     decided = _wait_replicas(cluster, namespace, "rm-predictor", 1, timeout=polling / 2)
     print(f"\nfirst held request -> scale-up decision {decided - sent:.2f}s (polling {polling} s)")
-    assert not answers, "answered before the predictor was up"
 
-    fake = FakeVllm()
-    with serve_in_thread(fake.app, port=predictor_port):
-        sender.join(timeout=30)
-        (answer,) = answers
-        assert answer.status_code == 200, answer.text
-        assert answer.json()["rewards"] == [logit("a"), logit("b")]
-        print(f"held request answered {time.monotonic() - sent:.2f}s after it was sent")
+    loaded = time.monotonic()
+    senders += [send("b"), send("c")]
+    decided = _wait_replicas(cluster, namespace, "rm-predictor", 3, timeout=60)
+    print(f"{3 * per_request} items held, target {per_request} -> 3 replicas {decided - loaded:.1f}s later")
+    assert not answers, f"answered before the predictor was up: {answers}"
+
+    with serve_in_thread(FakeVllm().app, port=predictor_port):
+        for sender in senders:
+            sender.join(timeout=30)
+        for group in "abc":
+            answer = answers[group]
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["rewards"] == [logit(f"{group}{n}") for n in range(per_request)]
+        print(f"3 held requests answered in full {time.monotonic() - sent:.1f}s after the first was sent")
         metrics = httpx.get(f"{url}/metrics").text
-        assert 'reward_gateway_hold_duration_seconds_count{model="rm"} 1.0' in metrics
+        assert 'reward_gateway_hold_duration_seconds_count{model="rm"} 3.0' in metrics
         assert 'reward_gateway_held_requests{model="rm"} 0.0' in metrics
 
     idle = time.monotonic()
-    decided = _wait_replicas(cluster, namespace, "rm-predictor", 0, timeout=polling + 30, ready=False)
-    print(f"idle -> 0 replicas {decided - idle:.1f}s after the answer (polling {polling} s, cooldown 2 s)")
+    decided = _wait_replicas(cluster, namespace, "rm-predictor", 0, timeout=polling + 60, ready=False)
+    print(f"idle -> 0 replicas {decided - idle:.1f}s after the answers (polling {polling} s, cooldown 2 s)")

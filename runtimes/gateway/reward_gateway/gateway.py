@@ -124,11 +124,14 @@ class Gateway:
         tally = _Tally(Caller(client, authorization, body))
         started = time.perf_counter()
         self._inflight.inc()
-        self.load.begin()
         request = CURRENT.set(Held())  # its calls held for the predictor count as one request
+        counted = False
         try:
             if not self.authorized(authorization):
                 raise Unauthorized()
+            # Counted for the autoscaler once authorized: a stranger's request never wakes the GPU.
+            self.load.begin()
+            counted = True
             answer = Answer(200, await self.routes[route](body, tally))
         except GatewayError as error:
             answer = Answer(error.status, {"error": error.message}, error.headers)
@@ -139,7 +142,8 @@ class Gateway:
             forget(error)
         finally:
             CURRENT.reset(request)
-            self.load.end(tally.items)
+            if counted:
+                self.load.end(tally.items)
             self._inflight.dec()
         if self.canary is not None and tally.backend is not None:
             answer.headers = {**answer.headers, MODEL_HEADER: tally.backend.role}

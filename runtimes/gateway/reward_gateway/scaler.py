@@ -176,7 +176,7 @@ class Scaler:
         self.id = uuid.uuid4().hex  # tells a peer's call to itself from a call to another replica
         self.keda_streams = _Wakes()  # KEDA's: told of this replica's wakes and its peers'
         self.peer_streams = _Wakes()  # peers': told of this replica's own wakes only
-        self.pushes = 0  # trues sent to KEDA's streams, for tests and logs
+        self.wakes = 0  # of this replica's own, for tests
         self.server: grpc.aio.Server | None = None
         self.peers = Peers(config, self) if config.peers else None
         load.on_first = self._arrived
@@ -192,6 +192,7 @@ class Scaler:
 
     def wake(self) -> None:
         """The predictor is needed now: tell every stream (KEDA scales 0 -> 1 on it)."""
+        self.wakes += 1
         self.keda_streams.wake()
         self.peer_streams.wake()
 
@@ -233,8 +234,6 @@ class Scaler:
             yield MESSAGES["IsActiveResponse"](result=active)
             while True:
                 await woken.get()
-                if peer is None:
-                    self.pushes += 1
                 yield MESSAGES["IsActiveResponse"](result=True)
 
     async def get_metric_spec(self, ref, context) -> object:

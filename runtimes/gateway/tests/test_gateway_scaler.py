@@ -106,7 +106,7 @@ def test_the_stream_pushes_true_when_a_request_is_held(start_gateway, predictor,
     assert next(stream).result is False  # the state at once, as KEDA opens it
     _send_in_thread(gateway, {"items": [{"text": "a"}]})
     assert next(stream).result is True  # pushed: KEDA scales 0 -> 1 on it
-    assert gateway.gateway.scaler.pushes >= 1
+    assert gateway.gateway.scaler.wakes >= 1
     stream.cancel()
 
 
@@ -121,8 +121,22 @@ def test_a_request_after_a_quiet_spell_wakes_before_its_call_is_refused(start_ga
     assert next(stream).result is True
     for text in "bcd":
         assert gateway.post("/v1/rewards", json={"items": [{"text": text}]}).status_code == 200
-    assert gateway.gateway.scaler.pushes == 1
+    assert gateway.gateway.scaler.wakes == 1
     stream.cancel()
+
+
+def test_a_request_without_the_bearer_token_wakes_nothing(start_gateway, backend, scaler_client, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    port = free_port()
+    gateway = start_gateway(scaler_port=str(port), auth_token_file=str(token_file), scaler_active_seconds="60")
+    assert gateway.post("/v1/rewards", json={"items": [{"text": "a"}]}).status_code == 401
+    assert gateway.gateway.scaler.wakes == 0
+    assert scaler_client(port).active() is False
+    authorized = {"Authorization": "Bearer s3cret-token"}
+    assert gateway.post("/v1/rewards", json={"items": [{"text": "a"}]}, headers=authorized).status_code == 200
+    assert gateway.gateway.scaler.wakes == 1
+    assert scaler_client(port).active() is True
 
 
 def test_active_for_a_while_after_the_last_request(start_gateway, backend, scaler_client):
