@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import kopf
 from kopf._core.intents.causes import Activity  # kopf's internals: the registry has no public query API
 from prometheus_client import CollectorRegistry
 
+from reward_operator import controllers
 from reward_operator.controllers import build_registry
 from reward_operator.settings import Settings
 
@@ -41,3 +44,21 @@ def test_the_timers_follow_the_settings():
 def test_the_defaults_keep_a_thousand_settled_objects_quiet():
     # a timer per object every 60 s kept a core busy at 1000 objects (make bench-operator)
     assert Settings().drift_interval >= 3600
+
+
+def test_kopf_logs_in_with_a_bounded_number_of_connections(monkeypatch):
+    """kopf's own session opens a connection per request in flight; ours waits beyond a bound instead."""
+    login = activity_handlers(build_registry(Settings(), CollectorRegistry()), Activity.AUTHENTICATION)[0]
+    info = kopf.ConnectionInfo(server="https://api.example:6443", token="secret", default_namespace="team-a")
+    monkeypatch.setattr(kopf, "login_via_client", lambda **_: info)
+
+    async def log_in() -> tuple[kopf.AiohttpSession, int]:
+        context = await login.fn(logger=None, settings=kopf.OperatorSettings())
+        limit = context.aiohttp_session.connector.limit
+        await context.aiohttp_session.close()
+        return context, limit
+
+    context, limit = asyncio.run(log_in())
+    assert context.server == info.server and context.default_namespace == "team-a"
+    assert limit == controllers.KOPF_CONNECTIONS
+    assert context.aiohttp_session.headers["Authorization"] == "Bearer secret"
