@@ -77,7 +77,28 @@ class VllmClient:
         """POST a JSON body and return vLLM's JSON answer, or raise UpstreamError.
 
         At most REWARD_GATEWAY_MAX_CONCURRENCY calls are in flight, whichever
-        route made them; the rest wait here, at most the request timeout (then 503)."""
+        route made them; the rest wait here, at most the request timeout (then 503).
+        A call held for vLLM gives its slot back while it waits: it is not in
+        flight, and the held requests have a bound of their own."""
+        payload = orjson.dumps(body)
+        deadline = time.monotonic() + self.config.scale_from_zero_timeout_s
+        held: Held | None = None
+        try:
+            while True:
+                await self._acquire()
+                try:
+                    answered = await self._attempt(path, payload, deadline)
+                finally:
+                    self.limit.release()
+                if answered is not None:
+                    return self._answer(*answered)
+                held = held or self._hold()
+                await asyncio.sleep(RETRY_PAUSE_S)
+        finally:
+            if held is not None:
+                self._release(held)
+
+    async def _acquire(self) -> None:
         if self.limit.locked():  # all slots taken: wait, but not for ever
             try:
                 async with asyncio.timeout(self.config.request_timeout_s):
@@ -87,41 +108,27 @@ class VllmClient:
                 raise self._failed(upstream_unavailable(message, RETRY_AFTER_S, reason="timeout")) from None
         else:
             await self.limit.acquire()
-        try:
-            return await self._post(path, orjson.dumps(body))
-        finally:
-            self.limit.release()
 
-    async def _post(self, path: str, payload: bytes) -> Any:
-        deadline = time.monotonic() + self.config.scale_from_zero_timeout_s
+    async def _attempt(self, path: str, payload: bytes, deadline: float) -> tuple[int, bytes] | None:
+        """One try: vLLM's status and answer, or None where vLLM is away (unreachable, or
+        its 503 while it loads) and the scale-from-zero wait is not spent yet."""
         max_answer_bytes = ANSWER_BYTES_PER_BYTE_SENT * len(payload) + ANSWER_BASE_BYTES
-        held: Held | None = None
         try:
-            while True:
-                try:
-                    async with asyncio.timeout(self.config.request_timeout_s):
-                        status, answer = await self.pool.post_json(path, payload, max_answer_bytes)
-                except TimeoutError:
-                    message = f"vLLM did not answer within {self.config.request_timeout_s:g} s"
-                    raise self._failed(UpstreamError("timeout", 504, message)) from None
-                except BrokenAnswer as error:
-                    message = f"vLLM's answer was broken: {error}"
-                    raise self._failed(UpstreamError("bad_response", 502, message)) from None
-                except OSError as error:  # refused, reset, closed unanswered, unresolvable, TLS
-                    if time.monotonic() < deadline:
-                        held = held or self._hold()
-                        await asyncio.sleep(RETRY_PAUSE_S)
-                        continue
-                    message = f"vLLM is unreachable ({type(error).__name__}); it may be scaled to zero"
-                    raise self._failed(upstream_unavailable(message, RETRY_AFTER_S)) from None
-                if status == 503 and time.monotonic() < deadline:
-                    held = held or self._hold()
-                    await asyncio.sleep(RETRY_PAUSE_S)
-                    continue
-                return self._answer(status, answer)
-        finally:
-            if held is not None:
-                self._release(held)
+            async with asyncio.timeout(self.config.request_timeout_s):
+                status, answer = await self.pool.post_json(path, payload, max_answer_bytes)
+        except TimeoutError:
+            message = f"vLLM did not answer within {self.config.request_timeout_s:g} s"
+            raise self._failed(UpstreamError("timeout", 504, message)) from None
+        except BrokenAnswer as error:
+            raise self._failed(UpstreamError("bad_response", 502, f"vLLM's answer was broken: {error}")) from None
+        except OSError as error:  # refused, reset, closed unanswered, unresolvable, TLS
+            if time.monotonic() < deadline:
+                return None
+            message = f"vLLM is unreachable ({type(error).__name__}); it may be scaled to zero"
+            raise self._failed(upstream_unavailable(message, RETRY_AFTER_S)) from None
+        if status == 503 and time.monotonic() < deadline:
+            return None
+        return status, answer
 
     def _hold(self) -> Held:
         """Count this call's request as held for the predictor, or refuse it at the bound."""

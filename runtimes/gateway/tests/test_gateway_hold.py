@@ -85,6 +85,18 @@ def test_over_the_bound_a_request_is_answered_503_at_once(start_gateway, predict
     assert gateway.post("/get_reward", json={"query": ["c"]}).json()["rewards"] == [logit("c")]
 
 
+def test_held_calls_leave_their_upstream_slots_free(start_gateway, predictor):
+    """One call to vLLM at a time, three requests held: a held call is not in flight, so it
+    holds no slot, and the bound on held requests is what limits them."""
+    gateway = start_gateway(
+        upstream=predictor.url, scale_from_zero_timeout_seconds="60", max_concurrency="1", max_held_requests="3"
+    )
+    held = [Sent(gateway, "/get_reward", {"query": [text]}) for text in ("a", "b", "c")]
+    wait_until("three requests held", lambda: _held(gateway, 3), timeout=10, interval=0.05)
+    predictor()
+    assert [sent.result().json()["rewards"] for sent in held] == [[logit(text)] for text in ("a", "b", "c")]
+
+
 def test_a_hold_ends_with_503_when_the_wait_is_spent(start_gateway, predictor):
     gateway = start_gateway(upstream=predictor.url, scale_from_zero_timeout_seconds="0.5")
     answer = gateway.post("/get_reward", json={"query": ["a"]})
