@@ -157,6 +157,18 @@ def test_a_reconcile_reads_the_watchs_copy_not_the_api_server(fake_cluster, monk
     assert runner.reconcile("ns", "rm", LOG) == "invalid"
 
 
+def test_the_watchs_copy_is_kept_without_the_field_managers_bookkeeping(fake_cluster, monkeypatch):
+    seen = []
+    runner, _, _ = make_runner(lambda obj, logger, child: seen.append(obj) or Outcome(INVALID, {}, "invalid"))
+    managed = [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
+    body = {**fake_cluster.obj, "metadata": {**fake_cluster.obj["metadata"], "managedFields": managed}}
+    runner.observe("ns", "rm", body)
+    monkeypatch.setattr(objects, "get", lambda *args: pytest.fail("read from the API server"))
+    runner.reconcile("ns", "rm", LOG)
+    assert "managedFields" not in seen[0]["metadata"]
+    assert seen[0]["metadata"]["name"] == "rm" and body["metadata"]["managedFields"] == managed, "kopf's body untouched"
+
+
 def test_the_status_written_stands_until_the_watch_brings_it_back(fake_cluster):
     """A reconcile between our status write and its watch event neither writes it twice nor
     posts its event twice."""

@@ -150,6 +150,11 @@ class Runner:
         status = body.get("status") or {}
         observed = status.get("observedGeneration") or 0
         key = (namespace, name)
+        metadata = body.get("metadata") or {}
+        if "managedFields" in metadata:
+            # kept for every object while it exists, and never read: the field managers' bookkeeping
+            # is often the largest part of a body
+            body = {**body, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
         with self._guard:
             self._latest[key] = body
             if self._written.get(key) == status:
