@@ -160,12 +160,12 @@ INVALID = {
         _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "interval": "ten minutes"}),
         "spec.canary.interval",
     ),
-    "canary-in-knative": (
+    "canary-replicas-over-maximum": (
         lambda o: o["spec"].update(
             serving={"mode": "Knative", "minReplicas": 0, "maxReplicas": 2},
-            canary={"model": {"uri": "hf://org/rm-v2"}},
+            canary={"model": {"uri": "hf://org/rm-v2"}, "replicas": 3},
         ),
-        "spec.canary needs serving.mode: Standard",
+        "canary.replicas may not exceed serving.maxReplicas",
     ),
     "canary-without-gateway": (
         lambda o: o["spec"].update(gateway={"enabled": False}, canary={"model": {"uri": "hf://org/rm-v2"}}),
@@ -264,6 +264,15 @@ def test_a_canary_is_defaulted_and_a_valid_one_accepted(cluster, namespace):
     assert (canary["interval"], canary["sticky"], canary["replicas"]) == ("10m", "group", 1)
     assert (canary["minAgreement"], canary["maxErrorRatio"]) == (0.8, 0.05)
     assert "kind" not in canary["model"], "the candidate's kind is always the stable model's"
+    # Knative mode, scaled to zero: the candidate's replicas are its own minimum, not bounded by the stable's
+    knative = with_changes(
+        lambda o: o["spec"].update(
+            serving={"mode": "Knative", "minReplicas": 0, "maxReplicas": 2},
+            canary={"model": {"uri": "hf://org/rm-v2"}, "mode": "split", "percent": 20},
+        )
+    )
+    knative["metadata"]["name"] = "skywork-rm-knative"  # serving.mode is immutable on the first one
+    cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(knative))
 
 
 def test_kubectl_explain_teaches_the_api(cluster):

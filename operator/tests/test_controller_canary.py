@@ -169,3 +169,49 @@ def test_the_candidate_becoming_unready_rolls_back_its_share(cluster):
     assert conditions_of(cluster)[conditions.CANARY_READY] == ("False", conditions.CANDIDATE_NOT_READY)
     assert conditions_of(cluster)[conditions.CANARY_PROGRESSING] == ("False", conditions.ROLLED_BACK)
     assert [e for e in cluster.events if e[0] == "Warning"] == [("Warning", conditions.ROLLED_BACK)]
+
+
+def test_knatives_candidate_is_judged_by_its_own_inference_service_and_pruned_after_promotion(cluster, monkeypatch):
+    pruned: list[tuple[str, set[str]]] = []
+    monkeypatch.setattr(
+        objects, "prune", lambda api_version, kind, ns, labels, uid, keep: pruned.append((kind, set(keep))) or []
+    )
+    cluster.obj["spec"]["serving"] = {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2}
+    candidate_ready = {"value": "Unknown"}
+
+    def apply(manifest, dry_run=False):
+        cluster.applied.append(copy.deepcopy(manifest))
+        stored = copy.deepcopy(manifest)
+        if manifest["kind"] == "InferenceService":
+            status = "True" if manifest["metadata"]["name"] == "rm" else candidate_ready["value"]
+            found = [{"type": "Ready", "status": status}, {"type": "TransformerReady", "status": status}]
+            stored["status"] = {"conditions": found}
+        return stored
+
+    monkeypatch.setattr(objects, "apply", apply)
+    runner = Runner(
+        API_VERSION,
+        REWARD_MODEL_KIND,
+        lambda obj, logger, child: controller.sync(obj, Settings(), logger, child),
+        apply_defaults,
+        OperatorMetrics([REWARD_MODEL_KIND], CollectorRegistry()),
+    )
+    runner.reconcile("ns", "rm", LOG)
+    applied = [m["metadata"]["name"] for m in cluster.applied if m["kind"] == "InferenceService"]
+    assert applied == ["rm", "rm-canary"]
+    assert conditions_of(cluster)[conditions.CANARY_READY] == ("Unknown", conditions.AWAITING_CANDIDATE)
+    assert conditions_of(cluster)[conditions.READY] == ("True", conditions.INFERENCE_SERVICE_READY)
+    candidate_ready["value"] = "True"
+    runner.reconcile("ns", "rm", LOG)
+    assert cluster.obj["status"]["canary"]["percent"] == 10 and cluster.gateway_share() == "10"
+    assert ("InferenceService", {"rm", "rm-canary"}) in pruned, "kept while the rollout is on"
+
+    pruned.clear()
+    del cluster.obj["spec"]["canary"]
+    cluster.obj["metadata"]["generation"] = 2
+    runner.reconcile("ns", "rm", LOG)
+    assert ("InferenceService", {"rm"}) in pruned, "the candidate's InferenceService goes with spec.canary"
+    assert "canary" not in cluster.obj["status"]
+    pruned.clear()
+    runner.reconcile("ns", "rm", LOG)
+    assert [kind for kind, _ in pruned] == ["NetworkPolicy"], "no InferenceService list once the rollout is over"

@@ -251,3 +251,9 @@ def test_shadow_waits_for_the_candidate_without_rolling_anything_back():
     assert rollout.percent == 0 and rollout.events == ()
     assert rollout.progressing.reason == conditions.AWAITING_CANDIDATE
     assert (rollout.ready.status, rollout.ready.reason) == ("False", conditions.CANDIDATE_NOT_READY)
+
+
+@pytest.mark.parametrize(("status", "expected"), [("True", True), ("False", False), ("Unknown", None), (None, None)])
+def test_knatives_candidate_readiness_is_its_inference_services_ready(status, expected):
+    conditions_found = [] if status is None else [{"type": "Ready", "status": status}]
+    assert policy.candidate_isvc_ready({"status": {"conditions": conditions_found}}) is expected

@@ -16,7 +16,10 @@ SPLIT = golden_input("sequence-canary-split-allowed-clients")
 
 
 def isvc(reward_model: dict, **kwargs) -> dict:
-    (found,) = [c for c in render_reward_model(reward_model, **kwargs) if c["kind"] == "InferenceService"]
+    """The RewardModel's own InferenceService."""
+    name = reward_model["metadata"]["name"]
+    children = render_reward_model(reward_model, **kwargs)
+    (found,) = [c for c in children if c["kind"] == "InferenceService" and c["metadata"]["name"] == name]
     return found
 
 
@@ -133,3 +136,34 @@ def test_a_rollout_doubles_the_gateways_default_memory_not_a_memory_set_in_the_s
     chosen = copy.deepcopy(SHADOW)
     chosen["spec"]["gateway"] = {"resources": {"memory": "3Gi"}}
     assert limits(chosen)["memory"] == "3Gi"
+
+
+KNATIVE = golden_input("token-knative-canary")
+
+
+def test_knatives_candidate_is_a_second_inference_service_the_gateway_calls():
+    children = render_reward_model(KNATIVE)
+    stable, candidate = [c for c in children if c["kind"] == "InferenceService"]
+    assert stable["metadata"]["name"] == "internlm2-rm" and "canary" not in stable["spec"]
+    assert candidate["metadata"]["name"] == "internlm2-rm-canary"
+    assert "transformer" not in candidate["spec"], "one gateway, the stable InferenceService's, routes both"
+    assert candidate["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Knative"
+    assert candidate["spec"]["predictor"]["model"]["storageUri"] == "pvc://models/internlm2-v2"
+    assert candidate["spec"]["predictor"]["minReplicas"] == 1
+    # KServe names a Knative predictor's Service <isvc>-predictor: the same name as Standard mode's canary
+    env = gateway_env(KNATIVE)
+    assert env["CANARY_URL"] == "http://internlm2-rm-canary-predictor.rlhf.svc.cluster.local"
+    assert (env["CANARY_MODE"], env["CANARY_PERCENT"]) == ("split", "20")
+
+
+def test_knatives_candidate_admits_only_the_gateway_when_policies_guard_the_pods():
+    guarded = copy.deepcopy(KNATIVE)
+    guarded["spec"]["gateway"] = {"allowedClients": [{"podSelector": {"matchLabels": {"app": "trainer"}}}]}
+    policies = {c["metadata"]["name"]: c for c in render_reward_model(guarded) if c["kind"] == "NetworkPolicy"}
+    assert set(policies) == {"internlm2-rm-gateway", "internlm2-rm-predictor", "internlm2-rm-candidate-predictor"}
+    candidate = policies["internlm2-rm-candidate-predictor"]["spec"]
+    assert candidate["podSelector"]["matchLabels"] == {
+        "serving.kserve.io/inferenceservice": "internlm2-rm-canary",
+        "component": "predictor",
+    }
+    assert candidate["ingress"] == policies["internlm2-rm-predictor"]["spec"]["ingress"]

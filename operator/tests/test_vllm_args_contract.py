@@ -18,8 +18,12 @@ def rendered_args() -> dict[str, list[str]]:
     runtime_args = [arg.replace("/mnt/models", "/tmp/model") for arg in runtime["spec"]["containers"][0]["args"]]
     cases = {}
     for case in golden_cases():
-        (isvc,) = [child for child in golden_children(case) if child["kind"] == "InferenceService"]
-        cases[case] = runtime_args + isvc["spec"]["predictor"]["model"]["args"]
+        # every vLLM the case runs: each InferenceService's predictor, and a rollout's candidate
+        for isvc in [child for child in golden_children(case) if child["kind"] == "InferenceService"]:
+            name = isvc["metadata"]["name"]
+            cases[f"{case}/{name}"] = runtime_args + isvc["spec"]["predictor"]["model"]["args"]
+            for entry in isvc["spec"].get("canary", []):
+                cases[f"{case}/{name}/canary"] = runtime_args + entry["predictor"]["model"]["args"]
     return cases
 
 

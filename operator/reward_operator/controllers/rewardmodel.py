@@ -31,23 +31,31 @@ from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness
 from ..policy.conditions import not_ready, settled
 from ..render import PRUNED_KINDS, canary_identity, render_reward_model
-from ..render.canary import interval_seconds
+from ..render.canary import candidate_isvc_name, interval_seconds
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner
 
 KIND = REWARD_MODEL_KIND
 
 
-def _inference_service(children: list[dict[str, Any]]) -> dict[str, Any] | None:
-    return next((child for child in children if child["kind"] == kserve.INFERENCE_SERVICE_KIND), None)
+def _inference_service(children: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The InferenceService ``name`` among ``children`` (Knative mode's rollout has a second one)."""
+    return next(
+        (c for c in children if c["kind"] == kserve.INFERENCE_SERVICE_KIND and c["metadata"]["name"] == name), None
+    )
 
 
 def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], logger: Logger) -> None:
     """Delete the children of the kinds that come and go with the spec which it no longer renders
-    (the NetworkPolicies once gateway.allowedClients is removed)."""
+    (the NetworkPolicies once gateway.allowedClients is removed; in Knative mode, the candidate's
+    InferenceService once spec.canary is, listed only while a rollout is or was just on)."""
     metadata = reward_model["metadata"]
     labels = {**MANAGED_BY, owner_label(KIND): metadata["name"]}
-    for api_version, kind in PRUNED_KINDS:
+    kinds = PRUNED_KINDS
+    rollout = "canary" in reward_model["spec"] or "canary" in (reward_model.get("status") or {})
+    if reward_model["spec"]["serving"]["mode"] == "Knative" and rollout:
+        kinds += ((kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND),)
+    for api_version, kind in kinds:
         keep = {c["metadata"]["name"] for c in children if (c["apiVersion"], c["kind"]) == (api_version, kind)}
         for name in objects.prune(api_version, kind, metadata["namespace"], labels, metadata["uid"], keep):
             logger.info("%s %s is no longer rendered; deleted", kind, name)
@@ -85,8 +93,13 @@ def sync(
     for child in children:
         if child_only and child["kind"] != kserve.INFERENCE_SERVICE_KIND:
             continue
-        if child_only and child_policy.holds(changed_child, child):  # type: ignore[arg-type]
-            applied.append(changed_child)
+        stored = changed_child
+        if child_only and child["metadata"]["name"] != changed_child["metadata"]["name"]:  # type: ignore[index]
+            # Knative mode's rollout has two InferenceServices: the other one, as stored
+            stored = objects.get(kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND,
+                                 child["metadata"]["name"], namespace)  # fmt: skip
+        if child_only and stored is not None and child_policy.holds(stored, child):
+            applied.append(stored)
             continue
         try:
             applied.append(objects.apply(child))
@@ -96,7 +109,7 @@ def sync(
     if not child_only:
         _prune(reward_model, children, logger)
 
-    isvc = _inference_service(applied)
+    isvc = _inference_service(applied, name)
     fields = readiness.inference_service_fields(isvc)
     replicas = gather.ready_predictor_replicas(namespace, name)
     if replicas is not None:
@@ -105,7 +118,8 @@ def sync(
     result = "ready" if ready.status == "True" else "progressing"
     if identity is None:
         return Outcome(ready, fields, result, removed_conditions=conditions.CANARY_CONDITIONS)
-    rollout = _rollout(reward_model, identity, isvc, percent)
+    candidate_isvc = _inference_service(applied, candidate_isvc_name(name))
+    rollout = _rollout(reward_model, identity, isvc if candidate_isvc is None else candidate_isvc, percent)
     if rollout.percent != percent:
         # the gateways are told the new share (a rolling update of the transformer)
         (isvc_manifest,) = [
@@ -113,7 +127,7 @@ def sync(
             for child in render_reward_model(
                 reward_model, settings.gateway_image, rollout.percent, settings.operator_namespace
             )
-            if child["kind"] == kserve.INFERENCE_SERVICE_KIND
+            if child["kind"] == kserve.INFERENCE_SERVICE_KIND and child["metadata"]["name"] == name
         ]
         try:
             objects.apply(isvc_manifest)
@@ -143,11 +157,12 @@ def _kept_rollout(reward_model: dict[str, Any]) -> dict[str, Any]:
 def _rollout(
     reward_model: dict[str, Any], identity: tuple[str, str], isvc: dict[str, Any] | None, percent: int
 ) -> canary_policy.Rollout:
-    """The rollout's next state: KServe's word on the candidate, and the gateways' figures for the share
-    they run now."""
+    """The rollout's next state: KServe's word on the candidate (``isvc``: the InferenceService that
+    holds it, Knative mode's second one), and the gateways' figures for the share they run now."""
     metadata, canary = reward_model["metadata"], reward_model["spec"]["canary"]
     candidate, revision = identity
-    ready = canary_policy.candidate_ready(isvc)
+    knative = reward_model["spec"]["serving"]["mode"] == "Knative"
+    ready = canary_policy.candidate_isvc_ready(isvc) if knative else canary_policy.candidate_ready(isvc)
     figures = None
     if ready:
         summaries = gateways.rollout_figures(metadata["namespace"], metadata["name"])
@@ -163,7 +178,9 @@ def _rollout(
         figures,
         interval_seconds(canary["interval"]),
         now(),
-        kserve.canary_predictor_name(metadata["name"]),
+        f"InferenceService {candidate_isvc_name(metadata['name'])}"
+        if knative
+        else kserve.canary_predictor_name(metadata["name"]),
     )
 
 

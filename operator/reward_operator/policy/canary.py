@@ -158,6 +158,15 @@ def candidate_ready(isvc: Mapping[str, Any] | None) -> bool | None:
     return None if entry is None else bool(entry.get("ready"))
 
 
+def candidate_isvc_ready(isvc: Mapping[str, Any] | None) -> bool | None:
+    """Knative mode: KServe's Ready on the candidate's own InferenceService, or None before it reports."""
+    found = ((isvc or {}).get("status") or {}).get("conditions") or []
+    ready = next((c for c in found if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") not in ("True", "False"):
+        return None
+    return ready["status"] == "True"
+
+
 def canary_ready_condition(ready: bool | None, deployment: str) -> Condition:
     if ready is None:
         return Condition(

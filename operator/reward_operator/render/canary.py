@@ -16,12 +16,15 @@ the gateway is told the candidate's Service, the mode and the current share
 the operator's rollout (status.canary), never from the spec alone: the
 operator moves it step by step and back to 0.
 
-Knative mode is refused by the schema for now. The plan, for the record:
-``canaryTrafficPercent`` splits requests between two revisions of one predictor
-per HTTP call, without stickiness and without the stable model's scores for
-comparison, so a split would mix scales within a batch; a second predictor (a
-second InferenceService without a transformer) behind the same gateway would
-serve both shadow and split the way Standard mode does.
+Knative mode: the candidate is a second InferenceService ``<isvc>-canary``, a
+predictor without a transformer, whose predictor Service the gateway calls, for
+shadow and split alike. Not ``canaryTrafficPercent``: Knative splits requests
+between two revisions of one predictor per HTTP call, with no stickiness, so the
+calls of one batch (the gateway makes one per group) would be scored by two models
+with two scales, and the gateway would never see which one answered, so nothing
+could be compared; a candidate revision would also replace the stable one on
+promotion whatever the gates said. The second InferenceService keeps the gateway
+in charge of the split in both modes, and scales to zero as the stable one does.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import json
 import re
 from typing import Any
 
-from ..api.kserve import CANARY_PREDICTOR, canary_predictor_name, cluster_local_url
+from ..api.kserve import CANARY_PREDICTOR, canary_predictor_name, cluster_local_url, predictor_name
 from ..api.types import CanarySpec, ModelSpec, ResourcesSpec
 from . import chat_template
 from .metadata import child_metadata
@@ -44,6 +47,23 @@ TEMPLATE_COMPONENT = "candidate-chat-template"
 GATEWAY_TEMPLATE_VOLUME = "candidate-chat-template"
 GATEWAY_TEMPLATE_DIR = "/etc/reward-model-candidate"
 GATEWAY_TEMPLATE_PATH = f"{GATEWAY_TEMPLATE_DIR}/{chat_template.FILE_NAME}"
+
+# Knative mode's candidate InferenceService, and its component label.
+CANDIDATE_COMPONENT = "candidate-model"
+
+
+def candidate_isvc_name(owner_name: str) -> str:
+    """Knative mode: the candidate's InferenceService (its predictor Service is <owner>-canary-predictor, the
+    name KServe gives the canary predictor in Standard mode)."""
+    return f"{owner_name}-{CANARY_PREDICTOR}"
+
+
+def candidate_service(owner_name: str, mode: str) -> str:
+    """The Service of the candidate's vLLM, in either mode (the same name)."""
+    if mode == "Knative":
+        return predictor_name(candidate_isvc_name(owner_name))
+    return canary_predictor_name(owner_name)
+
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
@@ -149,6 +169,7 @@ def candidate_name(served_name: str, digest: str) -> str:
 
 def gateway_env(
     isvc: str,
+    mode: str,
     namespace: str,
     canary: CanarySpec,
     stable_served_name: str,
@@ -158,7 +179,7 @@ def gateway_env(
     gateway_templated: bool,
 ) -> dict[str, str]:
     """The gateway's REWARD_GATEWAY_CANARY_* settings (without the prefix) for the current share."""
-    env = {"CANARY_URL": cluster_local_url(canary_predictor_name(isvc), namespace)}
+    env = {"CANARY_URL": cluster_local_url(candidate_service(isvc, mode), namespace)}
     if candidate_served_name != stable_served_name:
         env["CANARY_MODEL_NAME"] = candidate_served_name
     env["CANARY_NAME"] = name

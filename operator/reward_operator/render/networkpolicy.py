@@ -120,11 +120,13 @@ def network_policies(
     gateway: GatewaySpec,
     serving: ServingSpec,
     operator_namespace: str | None = None,
+    candidate_isvc: str | None = None,
 ) -> list[dict[str, Any]]:
     """The gateway's and vLLM's policies when ``gateway.allowedClients`` is set, else none.
 
     ``operator_namespace``: during a rollout the operator reads the gateways' GET /canary
-    (on the serving port), so its pods there are admitted to the gateway's."""
+    (on the serving port), so its pods there are admitted to the gateway's. ``candidate_isvc``: Knative
+    mode's candidate InferenceService, whose vLLM admits the gateway as the stable one does."""
     clients = gateway.get("allowedClients")
     if not clients or not gateway["enabled"]:
         return []
@@ -134,7 +136,7 @@ def network_policies(
     gateway_ingress = _ingress(copy.deepcopy(clients), GATEWAY_PORT, mode, monitoring)
     if operator_namespace:
         gateway_ingress.append({"from": [operator_peer(operator_namespace)], "ports": _ports((GATEWAY_PORT,))})
-    return [
+    policies = [
         _policy(owner, gateway_policy_name(owner_name), GATEWAY_POLICY_COMPONENT, gateway_pods, gateway_ingress),
         _policy(
             owner,
@@ -144,3 +146,14 @@ def network_policies(
             _ingress([{"podSelector": copy.deepcopy(gateway_pods)}], VLLM_PORT, mode, monitoring),
         ),
     ]
+    if candidate_isvc:
+        policies.append(
+            _policy(
+                owner,
+                f"{owner_name}-candidate-predictor",
+                PREDICTOR_POLICY_COMPONENT,
+                kserve_pods(candidate_isvc, PREDICTOR_COMPONENT),
+                _ingress([{"podSelector": copy.deepcopy(gateway_pods)}], VLLM_PORT, mode, monitoring),
+            )
+        )
+    return policies

@@ -52,9 +52,56 @@ def reward_model_children(
         reward_model["spec"]["gateway"],
         reward_model["spec"]["serving"],
         operator_namespace if canary else None,
+        canary_render.candidate_isvc_name(reward_model["metadata"]["name"])
+        if canary and reward_model["spec"]["serving"]["mode"] == "Knative"
+        else None,
     )
     children.append(reward_model_inference_service(reward_model, gateway_image, canary_percent))
+    if canary and reward_model["spec"]["serving"]["mode"] == "Knative":
+        children.append(candidate_inference_service(reward_model))
     return children
+
+
+def candidate_inference_service(reward_model: RewardModel) -> dict[str, Any]:
+    """Knative mode's candidate: a second InferenceService, predictor only, that the gateway of the first
+    calls (render/canary.py says why not canaryTrafficPercent)."""
+    name, spec = reward_model["metadata"]["name"], reward_model["spec"]
+    canary = spec["canary"]
+    credentials = spec.get("credentials", {})
+    merged = canary_render.candidate_model(spec["model"], canary)
+    templated = "chatTemplate" in merged
+    model_spec = model(
+        merged["uri"],
+        spec["runtime"],
+        vllm_args(merged, candidate_served_name(reward_model), chat_template.PATH if templated else None),
+        model_env(spec.get("env", []), credentials),
+        resources(canary_render.candidate_resources(spec["resources"], canary)),  # type: ignore[arg-type]
+        [chat_template.volume_mount()] if templated else None,
+    )
+    template_volume = None
+    if canary_render.has_own_template(canary):
+        template_volume = {
+            "name": chat_template.VOLUME,
+            "configMap": {"name": canary_render.template_config_map_name(name)},
+        }
+    elif templated:
+        template_volume = chat_template.volume(name)
+    rendered_predictor = predictor(
+        model_spec,
+        {**spec["serving"], "minReplicas": canary["replicas"]},
+        credentials,
+        spec.get("nodeSelector", {}),
+        spec.get("tolerations", []),
+        [template_volume] if template_volume else None,
+    )
+    isvc_annotations = annotations(spec["serving"])
+    token = credentials.get("huggingFaceToken")
+    if token and merged["uri"].startswith("hf://"):
+        isvc_annotations[STORAGE_SECRET_NAME] = token["name"]
+    metadata = child_metadata(
+        reward_model, canary_render.candidate_isvc_name(name), canary_render.CANDIDATE_COMPONENT, isvc_annotations
+    )
+    return inference_service(metadata, rendered_predictor)
 
 
 def canary_identity(reward_model: RewardModel) -> tuple[str, str] | None:
@@ -124,6 +171,7 @@ def reward_model_inference_service(
         assert identity is not None
         env = canary_render.gateway_env(
             name,
+            spec["serving"]["mode"],
             reward_model["metadata"].get("namespace", "default"),
             canary,
             served_name(reward_model),
@@ -146,6 +194,6 @@ def reward_model_inference_service(
         isvc_annotations[STORAGE_SECRET_NAME] = token["name"]
     metadata = child_metadata(reward_model, name, COMPONENT, isvc_annotations)
     isvc = inference_service(metadata, rendered_predictor, rendered_transformer)
-    if canary is not None:
+    if canary is not None and spec["serving"]["mode"] == "Standard":
         isvc["spec"]["canary"] = [_canary_entry(reward_model)]
     return isvc

@@ -455,7 +455,8 @@ def _candidate_model() -> Schema:
 
 CANARY = obj(
     "A candidate reward model rolled out beside the stable one (spec.model). The reward gateway routes and "
-    "compares; KServe runs the candidate as the InferenceService's canary predictor (<name>-canary-predictor). "
+    "compares; KServe runs the candidate as the InferenceService's canary predictor (<name>-canary-predictor) "
+    "in Standard mode, as a second InferenceService <name>-canary (no transformer) in Knative mode. "
     "The operator never edits the spec: promote the candidate in Git by moving canary.model into spec.model and "
     "removing spec.canary.",
     {
@@ -469,8 +470,9 @@ CANARY = obj(
             },
         ),
         "replicas": integer(
-            "Candidate replicas (fixed: KServe does not autoscale a canary). KServe v0.20 takes them out of the "
-            "stable predictor's minimum replicas (never below 1); at most serving.minReplicas.",
+            "Candidate replicas. Standard mode: fixed (KServe does not autoscale a canary), taken by KServe v0.20 "
+            "out of the stable predictor's minimum replicas (never below 1); at most serving.minReplicas. "
+            "Knative mode: the candidate's minimum (it scales up to serving.maxReplicas).",
             minimum=1,
             maximum=1000,
             default=1,
@@ -659,18 +661,18 @@ SPEC = obj(
                 "or be 0 with tensorParallelSize 1 for CPU serving",
             ),
             rule(
-                "!has(self.canary) || self.serving.mode == 'Standard'",
-                "spec.canary needs serving.mode: Standard (KServe's spec.canary[]); rollouts in Knative mode are "
-                "not built yet",
-            ),
-            rule(
                 "!has(self.canary) || self.gateway.enabled",
                 "spec.canary needs gateway.enabled: true: the reward gateway routes and compares the two models",
             ),
             rule(
-                "!has(self.canary) || self.canary.replicas <= self.serving.minReplicas",
-                "canary.replicas may not exceed serving.minReplicas: KServe refuses a canary with more replicas "
-                "than the stable predictor's minimum",
+                "!has(self.canary) || self.serving.mode != 'Standard' "
+                "|| self.canary.replicas <= self.serving.minReplicas",
+                "canary.replicas may not exceed serving.minReplicas in Standard mode: KServe refuses a canary with "
+                "more replicas than the stable predictor's minimum",
+            ),
+            rule(
+                "!has(self.canary) || self.canary.replicas <= self.serving.maxReplicas",
+                "canary.replicas may not exceed serving.maxReplicas: the candidate scales up to serving.maxReplicas",
             ),
             rule(
                 "!has(self.canary) || self.model.kind == 'process' "
