@@ -20,9 +20,8 @@ CASES = {case: golden_input(case) for case in golden_cases()}
 def inference_service(reward_model: dict) -> dict:
     """The RewardModel's own InferenceService (Knative mode's rollout adds the candidate's)."""
     name = reward_model["metadata"]["name"]
-    (isvc,) = [
-        c for c in render_reward_model(reward_model) if c["kind"] == "InferenceService" and c["metadata"]["name"] == name
-    ]
+    children = render_reward_model(reward_model)
+    (isvc,) = [c for c in children if c["kind"] == "InferenceService" and c["metadata"]["name"] == name]
     return isvc
 
 
