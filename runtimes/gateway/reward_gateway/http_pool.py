@@ -159,6 +159,15 @@ class HttpPool:
                 pass
         return await self._exchange(await self._connect(), data, max_answer_bytes)
 
+    async def connect_idle(self) -> None:
+        """Open a connection and keep it idle for the next call; raises OSError where the
+        upstream cannot be reached (how a call held for it learns that it can be)."""
+        connection = await self._connect()
+        if len(self.idle) < self.max_idle:
+            self.idle.append(connection)
+        else:
+            connection.close()
+
     async def close(self) -> None:
         while self.idle:
             self.idle.pop().close()

@@ -21,6 +21,7 @@ The one place that maps vLLM's outcomes to the gateway's answers:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -38,6 +39,10 @@ from reward_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
 ANSWER_BYTES_PER_BYTE_SENT = 64
 ANSWER_BASE_BYTES = 1024 * 1024
 RETRY_PAUSE_S = 0.5
+# While calls are held for an unreachable vLLM, one connection attempt every this
+# long tells them all when it takes connections (a refused one costs microseconds).
+PROBE_PAUSE_S = 0.05
+UNREACHABLE, LOADING = "unreachable", "loading"
 RETRY_AFTER_S = 10
 OVERLOADED_RETRY_AFTER_S = 1
 
@@ -62,6 +67,9 @@ class VllmClient:
             connect_timeout_s=min(10.0, config.request_timeout_s),
         )
         self.limit = asyncio.Semaphore(config.max_concurrency)
+        # The probe held calls wait on (_until_reachable), while any are held.
+        self._probe: asyncio.Task | None = None
+        self._reachable: asyncio.Event | None = None
         # Every reason's series exists from the start at 0, so rate() and the
         # error-ratio alerts see the first error as an increase, not a new series.
         for reason in UPSTREAM_ERROR_REASONS:
@@ -71,6 +79,8 @@ class VllmClient:
         self._hold_duration = metrics.hold_duration.labels(self.label)
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
         await self.pool.close()
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
@@ -90,10 +100,13 @@ class VllmClient:
                     answered = await self._attempt(path, payload, deadline)
                 finally:
                     self.limit.release()
-                if answered is not None:
+                if isinstance(answered, tuple):
                     return self._answer(*answered)
                 held = held or self._hold()
-                await asyncio.sleep(RETRY_PAUSE_S)
+                if answered is UNREACHABLE:
+                    await self._until_reachable()
+                else:  # vLLM's 503: it is there, loading; no sooner than the pause
+                    await asyncio.sleep(RETRY_PAUSE_S)
         finally:
             if held is not None:
                 self._release(held)
@@ -109,9 +122,30 @@ class VllmClient:
         else:
             await self.limit.acquire()
 
-    async def _attempt(self, path: str, payload: bytes, deadline: float) -> tuple[int, bytes] | None:
-        """One try: vLLM's status and answer, or None where vLLM is away (unreachable, or
-        its 503 while it loads) and the scale-from-zero wait is not spent yet."""
+    async def _until_reachable(self) -> None:
+        """Wait until vLLM takes connections (one probe for all held calls, every
+        PROBE_PAUSE_S), at most RETRY_PAUSE_S: when it comes up, every held call goes
+        within a probe's pause, not within a retry's."""
+        if self._probe is None or self._probe.done():
+            self._reachable = asyncio.Event()
+            self._probe = asyncio.get_running_loop().create_task(self._probe_until_reachable(self._reachable))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(RETRY_PAUSE_S):
+                await self._reachable.wait()  # type: ignore[union-attr]
+
+    async def _probe_until_reachable(self, reachable: asyncio.Event) -> None:
+        while self.load.held:
+            try:
+                await self.pool.connect_idle()
+            except OSError:
+                await asyncio.sleep(PROBE_PAUSE_S)
+                continue
+            reachable.set()
+            return
+
+    async def _attempt(self, path: str, payload: bytes, deadline: float) -> tuple[int, bytes] | str:
+        """One try: vLLM's status and answer, or where the scale-from-zero wait is not
+        spent yet, UNREACHABLE (refused, reset, no endpoint) or LOADING (its 503)."""
         max_answer_bytes = ANSWER_BYTES_PER_BYTE_SENT * len(payload) + ANSWER_BASE_BYTES
         try:
             async with asyncio.timeout(self.config.request_timeout_s):
@@ -123,11 +157,11 @@ class VllmClient:
             raise self._failed(UpstreamError("bad_response", 502, f"vLLM's answer was broken: {error}")) from None
         except OSError as error:  # refused, reset, closed unanswered, unresolvable, TLS
             if time.monotonic() < deadline:
-                return None
+                return UNREACHABLE
             message = f"vLLM is unreachable ({type(error).__name__}); it may be scaled to zero"
             raise self._failed(upstream_unavailable(message, RETRY_AFTER_S)) from None
         if status == 503 and time.monotonic() < deadline:
-            return None
+            return LOADING
         return status, answer
 
     def _hold(self) -> Held:

@@ -97,6 +97,17 @@ def test_held_calls_leave_their_upstream_slots_free(start_gateway, predictor):
     assert [sent.result().json()["rewards"] for sent in held] == [[logit(text)] for text in ("a", "b", "c")]
 
 
+def test_held_calls_go_as_soon_as_vllm_takes_connections(start_gateway, predictor, monkeypatch):
+    """Not at their next retry: a probe tells them all. With retries 30 s apart, only the
+    probe can get the held requests answered within the 10 s this test waits."""
+    monkeypatch.setattr("reward_gateway.upstream.RETRY_PAUSE_S", 30.0)
+    gateway = start_gateway(upstream=predictor.url, scale_from_zero_timeout_seconds="60")
+    held = [Sent(gateway, "/get_reward", {"query": [text]}) for text in ("a", "b")]
+    wait_until("two requests held", lambda: _held(gateway, 2), timeout=10, interval=0.05)
+    predictor()
+    assert [sent.result(timeout=10).json()["rewards"] for sent in held] == [[logit("a")], [logit("b")]]
+
+
 def test_a_hold_ends_with_503_when_the_wait_is_spent(start_gateway, predictor):
     gateway = start_gateway(upstream=predictor.url, scale_from_zero_timeout_seconds="0.5")
     answer = gateway.post("/get_reward", json={"query": ["a"]})
