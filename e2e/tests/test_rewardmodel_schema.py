@@ -262,7 +262,7 @@ def test_a_canary_is_defaulted_and_a_valid_one_accepted(cluster, namespace):
     stored = json.loads(cluster.kubectl("get", "rewardmodel", "skywork-rm", "-n", namespace, "-o", "json").stdout)
     canary = stored["spec"]["canary"]
     assert (canary["interval"], canary["sticky"], canary["replicas"]) == ("10m", "group", 1)
-    assert (canary["minAgreement"], canary["maxErrorRatio"]) == (0.8, 0.05)
+    assert (canary["minAgreement"], canary["maxErrorRatio"], canary["attempt"]) == (0.8, 0.05, 1)
     assert "kind" not in canary["model"], "the candidate's kind is always the stable model's"
     # Knative mode, scaled to zero: the candidate's replicas are its own minimum, not bounded by the stable's
     knative = with_changes(

@@ -81,6 +81,9 @@ def test_the_candidates_name_and_the_rollouts_revision():
     split = copy.deepcopy(SHADOW)
     split["spec"]["canary"].update(mode="split", steps=[50, 100])
     assert canary_identity(split)[0] == name and canary_identity(split)[1] != revision
+    again = copy.deepcopy(SHADOW)
+    again["spec"]["canary"]["attempt"] = 2
+    assert canary_identity(again)[0] == name and canary_identity(again)[1] != revision, "a retry starts over"
 
 
 def test_the_operator_is_admitted_to_the_gateways_only_during_a_rollout():

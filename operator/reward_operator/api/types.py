@@ -138,6 +138,7 @@ class CanarySpec(TypedDict):
     maxErrorRatio: float  # defaulted
     minPairs: int  # defaulted
     minRequests: int  # defaulted
+    attempt: int  # defaulted
     resources: NotRequired[CandidateResources]
     percent: NotRequired[int]
     steps: NotRequired[list[int]]

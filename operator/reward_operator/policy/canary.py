@@ -279,7 +279,10 @@ def decide(
 
     def roll_back(why: str) -> Condition:
         state.update(phase=ROLLED_BACK, percent=0, stepStartedAt=format_time(now))
-        message = f"rolled back to 0% from {steps[state['step']]}%: {why}"
+        message = (
+            f"rolled back to 0% from {steps[state['step']]}%: {why}; raise spec.canary.attempt (or change the "
+            "candidate) to start over"
+        )
         events.append(Event("Warning", conditions.ROLLED_BACK, message))
         return progressing("False", conditions.ROLLED_BACK, message)
 
@@ -290,7 +293,7 @@ def decide(
         condition = progressing(
             "False",
             conditions.ROLLED_BACK,
-            previous_condition.get("message") or "rolled back; change spec.canary to start over",
+            previous_condition.get("message") or "rolled back; raise spec.canary.attempt to start over",
         )
     elif not ready:
         if state["percent"] > 0:

@@ -155,9 +155,10 @@ def candidate_digest(entry: dict[str, Any], canary: CanarySpec) -> str:
 
 
 def rollout_revision(candidate: str, canary: CanarySpec) -> str:
-    """What makes one rollout: the candidate and how it is rolled out. A change starts it over;
-    the gates' thresholds and the interval may change within one."""
-    shares = {key: canary.get(key) for key in ("mode", "percent", "steps", "sticky", "clientHeader")}  # type: ignore[misc]
+    """What makes one rollout: the candidate, how it is rolled out, and its attempt. A change starts it
+    over; the gates' thresholds and the interval may change within one."""
+    keys = ("mode", "percent", "steps", "sticky", "clientHeader", "attempt")
+    shares = {key: canary.get(key) for key in keys}  # type: ignore[misc]
     return _digest({"candidate": candidate, **shares})[:16]
 
 

@@ -545,6 +545,13 @@ CANARY = obj(
             "default": 0.05,
             "description": "Gate: the most share of the candidate's calls that may fail (errors, timeouts, refusals).",
         },
+        "attempt": integer(
+            "Raise it to start a rolled-back rollout over with the same candidate and steps (any change to the "
+            "candidate, mode, steps, percent or stickiness starts it over too).",
+            minimum=1,
+            maximum=1000000,
+            default=1,
+        ),
         "minPairs": integer(
             "Pairs the stable model orders that the gateways must have compared before agreement is judged.",
             minimum=1,
@@ -720,7 +727,7 @@ CANARY_STATUS = obj(
         "phase": string(
             "AwaitingCandidate (its predictor is not Ready yet), Shadowing, Progressing (a step is running), "
             "Complete (the last step holds: promote in Git) or RolledBack (a gate failed: share 0 until the "
-            "rollout changes)."
+            "rollout changes or spec.canary.attempt is raised)."
         ),
         "step": integer("Index into spec.canary.steps of the share the gateway runs now (0 for a fixed percent)."),
         "percent": integer("The candidate's share of the requests the gateway runs now (0 in shadow)."),
