@@ -257,3 +257,10 @@ def test_shadow_waits_for_the_candidate_without_rolling_anything_back():
 def test_knatives_candidate_readiness_is_its_inference_services_ready(status, expected):
     conditions_found = [] if status is None else [{"type": "Ready", "status": status}]
     assert policy.candidate_isvc_ready({"status": {"conditions": conditions_found}}) is expected
+
+
+def test_no_word_from_kserve_holds_the_share_instead_of_rolling_back():
+    running = state(policy.PROGRESSING, 1, 25, started=NOW - timedelta(hours=1))
+    rollout = decide(SPLIT, running, ready=None)
+    assert rollout.percent == 25 and rollout.status["phase"] == policy.PROGRESSING and rollout.events == ()
+    assert (rollout.progressing.status, rollout.progressing.reason) == ("Unknown", conditions.AWAITING_CANDIDATE)

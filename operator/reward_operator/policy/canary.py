@@ -295,6 +295,12 @@ def decide(
             conditions.ROLLED_BACK,
             previous_condition.get("message") or "rolled back; raise spec.canary.attempt to start over",
         )
+    elif ready is None and state["percent"] > 0:
+        # KServe has not reported on the candidate (yet, or its report is gone for a moment): the share is
+        # held, neither raised nor taken away on no news
+        condition = progressing(
+            "Unknown", conditions.AWAITING_CANDIDATE, f"waiting for KServe to report on {deployment}; share held"
+        )
     elif not ready:
         if state["percent"] > 0:
             condition = roll_back(f"the candidate's predictor {deployment} is not Ready")
