@@ -159,10 +159,10 @@ class HttpPool:
                 pass
         return await self._exchange(await self._connect(), data, max_answer_bytes)
 
-    async def connect_idle(self) -> None:
+    async def connect_idle(self, timeout_s: float | None = None) -> None:
         """Open a connection and keep it idle for the next call; raises OSError where the
         upstream cannot be reached (how a call held for it learns that it can be)."""
-        connection = await self._connect()
+        connection = await self._connect(timeout_s)
         if len(self.idle) < self.max_idle:
             self.idle.append(connection)
         else:
@@ -189,13 +189,14 @@ class HttpPool:
             )
         return head
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, timeout_s: float | None = None) -> _Connection:
         loop = asyncio.get_running_loop()
+        timeout_s = self.connect_timeout_s if timeout_s is None else timeout_s
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
+            async with asyncio.timeout(timeout_s):
                 _, connection = await loop.create_connection(_Connection, self.host, self.port, ssl=self.ssl)
         except TimeoutError:
-            raise ConnectionError(f"no connection within {self.connect_timeout_s:g} s") from None
+            raise ConnectionError(f"no connection within {timeout_s:g} s") from None
         return connection
 
     async def _exchange(self, connection: _Connection, data: bytes, max_answer_bytes: int) -> tuple[int, bytes]:

@@ -42,6 +42,7 @@ RETRY_PAUSE_S = 0.5
 # While calls are held for an unreachable vLLM, one connection attempt every this
 # long tells them all when it takes connections (a refused one costs microseconds).
 PROBE_PAUSE_S = 0.05
+PROBE_CONNECT_TIMEOUT_S = 1.0  # in-cluster connects take milliseconds; a dropped SYN is not waited for long
 UNREACHABLE, LOADING = "unreachable", "loading"
 RETRY_AFTER_S = 10
 OVERLOADED_RETRY_AFTER_S = 1
@@ -104,7 +105,7 @@ class VllmClient:
                     return self._answer(*answered)
                 held = held or self._hold()
                 if answered is UNREACHABLE:
-                    await self._until_reachable()
+                    await self._until_reachable(deadline)
                 else:  # vLLM's 503: it is there, loading; no sooner than the pause
                     await asyncio.sleep(RETRY_PAUSE_S)
         finally:
@@ -122,21 +123,22 @@ class VllmClient:
         else:
             await self.limit.acquire()
 
-    async def _until_reachable(self) -> None:
-        """Wait until vLLM takes connections (one probe for all held calls, every
-        PROBE_PAUSE_S), at most RETRY_PAUSE_S: when it comes up, every held call goes
-        within a probe's pause, not within a retry's."""
+    async def _until_reachable(self, deadline: float) -> None:
+        """Wait until vLLM takes connections, or until the deadline: one probe for all
+        held calls, every PROBE_PAUSE_S, so that they make no attempts of their own
+        (each would hold a slot, and where packets are dropped rather than refused,
+        a connect timeout), and all go as soon as it comes up."""
         if self._probe is None or self._probe.done():
             self._reachable = asyncio.Event()
             self._probe = asyncio.get_running_loop().create_task(self._probe_until_reachable(self._reachable))
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(RETRY_PAUSE_S):
+            async with asyncio.timeout_at(asyncio.get_running_loop().time() + deadline - time.monotonic()):
                 await self._reachable.wait()  # type: ignore[union-attr]
 
     async def _probe_until_reachable(self, reachable: asyncio.Event) -> None:
         while self.load.held:
             try:
-                await self.pool.connect_idle()
+                await self.pool.connect_idle(PROBE_CONNECT_TIMEOUT_S)
             except OSError:
                 await asyncio.sleep(PROBE_PAUSE_S)
                 continue

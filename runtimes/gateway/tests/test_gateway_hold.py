@@ -98,8 +98,8 @@ def test_held_calls_leave_their_upstream_slots_free(start_gateway, predictor):
 
 
 def test_held_calls_go_as_soon_as_vllm_takes_connections(start_gateway, predictor, monkeypatch):
-    """Not at their next retry: a probe tells them all. With retries 30 s apart, only the
-    probe can get the held requests answered within the 10 s this test waits."""
+    """A probe tells them all; they make no attempts of their own meanwhile. Were they to
+    retry on their own (30 s apart here), the 10 s this test waits would not do."""
     monkeypatch.setattr("reward_gateway.upstream.RETRY_PAUSE_S", 30.0)
     gateway = start_gateway(upstream=predictor.url, scale_from_zero_timeout_seconds="60")
     held = [Sent(gateway, "/get_reward", {"query": [text]}) for text in ("a", "b")]
