@@ -89,23 +89,19 @@ def _external_scaler_messages() -> dict[str, type]:
     message("IsActiveResponse", ("result", 1, optional, F.TYPE_BOOL, ""))
     message("GetMetricSpecResponse", ("metricSpecs", 1, repeated, F.TYPE_MESSAGE, ".externalscaler.MetricSpec"))
     message(
-        "MetricSpec",
-        ("metricName", 1, optional, F.TYPE_STRING, ""),
-        ("targetSize", 2, optional, F.TYPE_INT64, ""),
-        ("targetSizeFloat", 3, optional, F.TYPE_DOUBLE, ""),
-    )
-    message(
         "GetMetricsRequest",
         ("scaledObjectRef", 1, optional, F.TYPE_MESSAGE, ".externalscaler.ScaledObjectRef"),
         ("metricName", 2, optional, F.TYPE_STRING, ""),
     )
     message("GetMetricsResponse", ("metricValues", 1, repeated, F.TYPE_MESSAGE, ".externalscaler.MetricValue"))
-    message(
-        "MetricValue",
-        ("metricName", 1, optional, F.TYPE_STRING, ""),
-        ("metricValue", 2, optional, F.TYPE_INT64, ""),
-        ("metricValueFloat", 3, optional, F.TYPE_DOUBLE, ""),
-    )
+    # A metric's name and a number, as an integer or (where non-zero, preferred by KEDA) a float.
+    for name, number in (("MetricSpec", "targetSize"), ("MetricValue", "metricValue")):
+        message(
+            name,
+            ("metricName", 1, optional, F.TYPE_STRING, ""),
+            (number, 2, optional, F.TYPE_INT64, ""),
+            (number + "Float", 3, optional, F.TYPE_DOUBLE, ""),
+        )
     # a pool of its own: the process's default pool may already know a file of that name
     classes = message_factory.GetMessages([proto], pool=descriptor_pool.DescriptorPool())
     return {name.rsplit(".", 1)[-1]: cls for name, cls in classes.items()}
