@@ -343,3 +343,50 @@ def test_the_gateway_wakes_its_predictor_and_scales_it_on_held_load(keda_cluster
     idle = time.monotonic()
     decided = _wait_replicas(cluster, namespace, "rm-predictor", 0, timeout=polling + 60, ready=False)
     print(f"idle -> 0 replicas {decided - idle:.1f}s after the answers (polling {polling} s, cooldown 2 s)")
+
+
+def test_a_request_held_by_another_gateway_replica_wakes_the_predictor(keda_cluster, keda_namespace, run_gateway):
+    """Two gateway replicas that know each other (REWARD_GATEWAY_SCALER_PEERS); KEDA's
+    trigger reaches only the first, as it reaches one pod of a Service. A request held by
+    the second wakes the predictor all the same: the first relays its peer's ``true`` on
+    KEDA's stream, and answers for both when KEDA and its HPA ask."""
+    cluster, namespace = keda_cluster, keda_namespace
+    polling = 30
+    predictor_port = free_port()
+    scaler_ports = [free_port(), free_port()]
+    peers = ",".join(f"127.0.0.1:{port}" for port in scaler_ports)
+    replicas = []
+    for scaler_port in scaler_ports:
+        gateway_port = free_port()
+        env = {
+            "REWARD_GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{predictor_port}",
+            "REWARD_GATEWAY_MODEL_NAME": "rm",
+            "REWARD_GATEWAY_PORT": str(gateway_port),
+            "REWARD_GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS": "120",
+            "REWARD_GATEWAY_SCALER_PORT": str(scaler_port),
+            "REWARD_GATEWAY_SCALER_PEERS": peers,
+            "REWARD_GATEWAY_SCALER_TARGET": "8",
+        }
+        replicas.append(run_gateway([], env, gateway_port, "rm"))
+    (_, reached_log), (holding_url, _) = replicas
+    trigger = {"type": "external-push", "metadata": {"scalerAddress": f"127.0.0.1:{scaler_ports[0]}"}}
+    scaled_object = _scaled_object("rm", "rm-predictor", trigger, polling, cooldown=2)
+    _apply(cluster, namespace, _deployment("rm-predictor", 1), scaled_object)
+    _wait_replicas(cluster, namespace, "rm-predictor", 0, timeout=60)
+    wait_until("KEDA holding StreamIsActive open", lambda: "KEDA holds" in reached_log.read_text(), timeout=30)
+
+    answers: list[httpx.Response] = []
+    body = {"items": [{"text": "a", "group": "g"}, {"text": "b", "group": "g"}]}
+    sender = threading.Thread(
+        target=lambda: answers.append(httpx.post(f"{holding_url}/v1/rewards", json=body, timeout=150)), daemon=True
+    )
+    sent = time.monotonic()
+    sender.start()
+    decided = _wait_replicas(cluster, namespace, "rm-predictor", 1, timeout=polling / 2)
+    print(f"\nrequest held by the other replica -> scale-up decision {decided - sent:.2f}s (polling {polling} s)")
+
+    with serve_in_thread(FakeVllm().app, port=predictor_port):
+        sender.join(timeout=30)
+        (answer,) = answers
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["rewards"] == [logit("a"), logit("b")]

@@ -59,6 +59,13 @@ PEER_KEY = "reward-gateway-peer"
 # A peer's answer to GetMetrics carries its activity as a second value of this name.
 PEER_ACTIVE = "active"
 PEER_REFRESH_S = 5.0  # how often the peers' name is resolved again
+# A peer that was away (starting, restarting) is reached again within 2 s, not
+# after gRPC's default backoff, which grows to two minutes: its pushes would be lost.
+PEER_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
 GRACE_S = 1.0
 
 
@@ -339,7 +346,7 @@ class Peers:
             self.streams.pop(target).cancel()
             await self.channels.pop(target).close()
         for target in found - set(self.channels):
-            channel = self.channels[target] = grpc.aio.insecure_channel(target)
+            channel = self.channels[target] = grpc.aio.insecure_channel(target, options=PEER_CHANNEL_OPTIONS)
             self.streams[target] = asyncio.get_running_loop().create_task(self._follow(target, channel))
 
     async def _resolve(self) -> set[str]:
