@@ -70,6 +70,9 @@ def run_command(args: argparse.Namespace) -> int:
     kopf.configure(
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
+        # as kopf's own CLI does: text lines start with [namespace/name], JSON lines carry the object
+        # in a field (kopf.configure's default leaves a line without the object it is about)
+        log_prefix=None,
     )
     kopf.run(
         registry=build_registry(settings),

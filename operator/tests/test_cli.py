@@ -1,11 +1,15 @@
-"""`reward-operator render` and `crds`, offline."""
+"""`reward-operator render` and `crds`, offline; `run` with kopf itself replaced."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import kopf
+import pytest
 import yaml
 
+from reward_operator import controllers
 from reward_operator.cli import main
 
 SAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "samples"
@@ -40,3 +44,18 @@ def test_crds_writes_the_committed_files(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in committed.glob("*.yaml"))
     for path in tmp_path.iterdir():
         assert path.read_text() == (committed / path.name).read_text()
+
+
+@pytest.mark.parametrize("log_format", ["full", "json"])
+def test_every_log_line_about_an_object_names_it(log_format, monkeypatch, capsys):
+    """kopf.configure's default printed "Creation is processed" with no hint of which object."""
+    monkeypatch.setattr(kopf, "run", lambda **_: None)
+    monkeypatch.setattr(controllers, "build_registry", lambda settings: None)
+    assert main(["run", "--standalone", "--log-format", log_format]) == 0
+    body = kopf.Body({"metadata": {"namespace": "team-a", "name": "rm-7", "uid": "u"}})
+    kopf.LocalObjectLogger(body=body, settings=kopf.OperatorSettings()).info("Creation is processed")
+    line = capsys.readouterr().err.strip()
+    if log_format == "json":
+        assert {"namespace": "team-a", "name": "rm-7"}.items() <= json.loads(line)["object"].items()
+    else:
+        assert "[team-a/rm-7] Creation is processed" in line
