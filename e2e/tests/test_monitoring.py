@@ -29,6 +29,9 @@ REQUIRED_ALERTS = {
     "RewardModelGenerationLag",
     "RewardGateway5xxRatioHigh",
     "RewardScoreDrift",
+    "RewardGatewayHoldRefused",
+    "RewardCanaryAgreementLow",
+    "RewardCanaryCandidateErrors",
 }
 
 
@@ -59,10 +62,27 @@ def test_promtool_unit_tests(promtool, rules_dir):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_promtool_unit_tests_can_fail(promtool, rules_dir):
-    # the same tests against rules with a threshold moved must fail: they really assert
-    rules = (rules_dir / "rules.yaml").read_text().replace("> 0.05", "> 0.5")
-    (rules_dir / "rules.yaml").write_text(rules)
+# (alert, text in its expression, replacement): each change must make the unit tests fail, so they really assert
+MUTATIONS = [
+    ("RewardGateway5xxRatioHigh", "> 0.05", "> 0.5"),
+    ("RewardGatewayHoldRefused", ") > 0", ") > 5"),
+    ("RewardCanaryAgreementLow", ") < 0.8", ") < 0.7"),  # the threshold
+    ("RewardCanaryAgreementLow", ">= 200", ">= 100"),  # the least pairs a rollout must have compared
+    ("RewardCanaryAgreementLow", "+ 0.5 * sum", "+ 1 * sum"),  # a candidate tie is half an agreement
+    ("RewardCanaryAgreementLow", "by (namespace, model, candidate)", "by (namespace, model, candidate, pod)"),  # pooled
+    ("RewardCanaryCandidateErrors", "> 0.05", "> 0.5"),
+    ("RewardCanaryCandidateErrors", '{role="candidate",result="error"}', '{result="error"}'),  # the candidate's only
+    ("RewardCanaryCandidateErrors", ">= 50", ">= 5"),
+]
+
+
+@pytest.mark.parametrize(("alert", "old", "new"), MUTATIONS, ids=[f"{m[0]}:{m[1]}" for m in MUTATIONS])
+def test_promtool_unit_tests_can_fail(promtool, rules_dir, alert, old, new):
+    groups = yaml.safe_load(yaml.safe_dump(RULE["spec"]["groups"]))
+    rule = next(rule for group in groups for rule in group["rules"] if rule.get("alert") == alert)
+    assert old in rule["expr"]
+    rule["expr"] = rule["expr"].replace(old, new)
+    (rules_dir / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
     tests = sorted(rules_dir.glob("*.test.yaml"))
     result = subprocess.run([promtool, "test", "rules", *tests], capture_output=True, text=True, cwd=rules_dir)
     assert result.returncode != 0
@@ -89,7 +109,7 @@ _RANGE = re.compile(r"\[[^\]]*\]")
 _WORD = re.compile(r"(?<![\w:.$])([A-Za-z_:][\w:]*)(?![\w:])")
 _NOT_METRICS = {
     "sum", "avg", "max", "min", "count", "rate", "irate", "increase", "abs", "absent", "histogram_quantile",
-    "and", "or", "unless", "offset", "bool", "label_values", "clamp_min", "clamp_max", "time", "vector",
+    "and", "or", "unless", "offset", "bool", "label_values", "clamp_min", "clamp_max", "time", "vector", "sqrt",
 }  # fmt: skip
 
 
@@ -153,10 +173,38 @@ def test_every_metric_used_is_in_the_contract(where):
             assert labels <= allowed, f"{metric} has no labels {sorted(labels - allowed)} ({expr})"
 
 
+def test_dashboard_queries_are_promql(promtool, tmp_path):
+    # promtool parses each panel's query, Grafana's variables given values, as a recording rule
+    values = {"$__rate_interval": "5m", "$namespace": ".*", "$model": ".*"}
+    rules = []
+    for number, expr in enumerate(dashboard_exprs()):
+        for variable, value in values.items():
+            expr = expr.replace(variable, value)
+        if not expr.startswith("label_values("):
+            rules.append({"record": f"dashboard:query_{number}", "expr": expr})
+    (tmp_path / "dashboard.yaml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run([promtool, "check", "rules", tmp_path / "dashboard.yaml"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in result.stdout
+
+
+def test_dashboard_panels_do_not_overlap():
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    cells = {}
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        for y in range(grid["y"], grid["y"] + grid["h"]):
+            for x in range(grid["x"], grid["x"] + grid["w"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps {cells[x, y]}"
+                cells[x, y] = panel["title"]
+    assert len({panel["id"] for panel in panels}) == len(panels)
+
+
 def test_dashboard_covers_operator_gateway_and_vllm():
     dashboard = json.loads(DASHBOARD.read_text())
     rows = [panel["title"] for panel in dashboard["panels"] if panel["type"] == "row"]
-    assert rows == ["Operator", "Reward gateway", "vLLM"]
+    assert rows == ["Operator", "Reward gateway", "Rollout", "vLLM"]
     assert {var["name"] for var in dashboard["templating"]["list"]} >= {"datasource", "namespace", "model"}
     used = {base_name(name) for expr in dashboard_exprs() for name in metrics_in(expr)}
     for source in ("operator", "gateway", "vllm"):
@@ -183,15 +231,41 @@ def _contract_params(source: str) -> list:
 
 
 def _declared_metrics(holder) -> dict[str, tuple[str, set[str]]]:
-    """Exposed name -> (type, label names) of the metric objects an object or module holds.
+    """Exposed name -> (type, label names) of the metric objects an object or module holds (or holds in a dict).
 
     Children exist only once used; the declared label names are on the metric objects.
     """
+    metrics = []
+    for value in vars(holder).values():
+        metrics += value.values() if isinstance(value, dict) else [value]
     return {
         metric._name + ("_total" if metric._type == "counter" else ""): (metric._type, set(metric._labelnames))
-        for metric in vars(holder).values()
+        for metric in metrics
         if hasattr(metric, "_labelnames") and hasattr(metric, "_type")
     }
+
+
+def _exported_by_the_gateway() -> dict[str, tuple[str, set[str]]]:
+    """What the gateway declares (reward_gateway.metrics, reward_gateway.agreement), and the rollout window's
+    gauges, computed at scrape time: one stable/candidate pair with ordered pairs and both roles' calls shows them."""
+    from prometheus_client import CollectorRegistry
+
+    from reward_gateway.agreement import CanaryMetrics
+    from reward_gateway.metrics import GatewayMetrics
+
+    registry = CollectorRegistry()
+    canary = CanaryMetrics(registry, half_life_s=None)
+    declared = _declared_metrics(GatewayMetrics(registry)) | _declared_metrics(canary)
+    tracker = canary.tracker("rm", "rm-candidate-0123abcd")
+    tracker.observe([0.1, 0.2, 0.3, 0.3], [0.3, 0.2, 0.1, 0.4], ["g", "g", "g", "g"])
+    for role in ("stable", "candidate"):
+        tracker.record_request(role, True, 0.1)
+    window = {
+        family.name: (family.type, {label for sample in family.samples for label in sample.labels})
+        for family in registry.collect()
+        if family.type == "gauge" and family.name not in declared
+    }
+    return declared | window
 
 
 def _exported_by_the_operator() -> dict[str, tuple[str, set[str]]]:
@@ -225,10 +299,8 @@ def test_operator_exports(name, spec):
 
 @pytest.mark.parametrize(("name", "spec"), _contract_params("gateway"))
 def test_gateway_exports(name, spec):
-    from prometheus_client import CollectorRegistry
-
-    declared = _declared_metrics(importlib.import_module("reward_gateway.metrics").GatewayMetrics(CollectorRegistry()))
-    assert name in declared, f"reward_gateway.metrics exports no {name}"
+    declared = _exported_by_the_gateway()
+    assert name in declared, f"reward_gateway.metrics and reward_gateway.agreement export no {name}"
     assert declared[name] == (spec["type"], set(spec["labels"]))
 
 
@@ -253,3 +325,9 @@ def test_vllm_exports(name, spec):
     found = re.search(rf'_(counter|gauge|histogram)_cls\(\s*name="{re.escape(declared)}"', source)
     assert found, f"vLLM declares no {declared}"
     assert found[1] == spec["type"]
+
+
+def test_contract_lists_every_gateway_metric():
+    # the other way round: a metric the gateway adds is listed (and so needs a panel) before it ships
+    listed = {name for name, spec in CONTRACT["metrics"].items() if spec["source"] == "gateway"}
+    assert set(_exported_by_the_gateway()) - listed == set()
