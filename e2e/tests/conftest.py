@@ -7,6 +7,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,8 +79,14 @@ def runtimes(cluster):
 @pytest.fixture(scope="session")
 def operator(cluster, runtimes, tmp_path_factory) -> Iterator[RunningOperator]:
     """reward-operator as a separate process, exactly as `reward-operator run` runs it."""
+    with running_operator(cluster, tmp_path_factory.mktemp("operator") / "operator.log") as running:
+        yield running
+
+
+@contextmanager
+def running_operator(cluster, log_path: Path) -> Iterator[RunningOperator]:
+    """`reward-operator run` against ``cluster`` until the block ends, its log in ``log_path``."""
     metrics_port, liveness_port = free_port(), free_port()
-    log_path = tmp_path_factory.mktemp("operator") / "operator.log"
     env = cluster.env()
     # A long drift timer: anything restored during the tests was restored by the watch.
     # A rollout looked at every 2 s (test_rewardmodel_canary.py), not every 30 s.
@@ -112,13 +119,23 @@ def operator(cluster, runtimes, tmp_path_factory) -> Iterator[RunningOperator]:
         except OSError:
             return False
 
-    wait_until("the operator's liveness endpoint", healthy, timeout=60)
-    yield running
-    process.terminate()
     try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    if os.environ.get("E2E_SHOW_OPERATOR_LOG"):
-        print(running.log())
+        wait_until("the operator's liveness endpoint", healthy, timeout=60)
+        yield running
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if os.environ.get("E2E_SHOW_OPERATOR_LOG"):
+            print(running.log())
+
+
+@pytest.fixture(scope="module")
+def keda_operator(keda_cluster, tmp_path_factory) -> Iterator[RunningOperator]:
+    """The operator, as ``operator`` runs it, against ``keda_cluster`` (with the reward runtimes)."""
+    keda_cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(REPO / "runtimes"))
+    with running_operator(keda_cluster, tmp_path_factory.mktemp("keda-operator") / "operator.log") as running:
+        yield running

@@ -263,6 +263,10 @@ NEEDED = [
     *[(verb, "configmaps") for verb in ("get", "create", "patch")],
     # gateway.allowedClients: applied, then pruned by label once no longer rendered
     *[(verb, "networkpolicies.networking.k8s.io") for verb in ("create", "patch", "list", "delete")],
+    # scale to zero in Standard mode: KEDA's ScaledObject and the gateway's headless scaler Service,
+    # applied, then pruned by label once no longer rendered
+    *[(verb, "scaledobjects.keda.sh") for verb in ("create", "patch", "list", "delete")],
+    *[(verb, "services") for verb in ("create", "patch", "list", "delete")],
     ("create", "events"),
     ("patch", "events"),
 ]
@@ -288,6 +292,9 @@ NOT_NEEDED = [
     ("delete", "configmaps"),
     ("watch", "networkpolicies.networking.k8s.io"),
     ("update", "networkpolicies.networking.k8s.io"),
+    ("watch", "services"),
+    ("update", "services"),
+    ("update", "scaledobjects.keda.sh"),
     ("create", "deployments.apps"),
     ("update", "deployments.apps"),
     ("create", "servingruntimes.serving.kserve.io"),

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 import httpx
@@ -390,3 +391,90 @@ def test_a_request_held_by_another_gateway_replica_wakes_the_predictor(keda_clus
         (answer,) = answers
         assert answer.status_code == 200, answer.text
         assert answer.json()["rewards"] == [logit("a"), logit("b")]
+
+
+def test_the_operators_scale_to_zero_renderings_pass_kserves_webhooks_and_kedas_schema(keda_cluster, keda_namespace):
+    """Every golden case's children, ScaledObjects included, dry-run server-side where KEDA's CRDs
+    are installed (the default test bed, which has none, leaves the ScaledObjects to this test)."""
+    from reward_operator.render import render_reward_model
+    from reward_testing.paths import GOLDEN
+
+    scaled_objects = 0
+    for path in sorted((GOLDEN / "inputs").glob("*.yaml")):
+        reward_model = yaml.safe_load(path.read_text())
+        reward_model["metadata"].update(namespace=keda_namespace, uid="00000000-0000-4000-8000-000000000000")
+        for child in render_reward_model(reward_model):
+            scaled_objects += child["kind"] == "ScaledObject"
+            result = keda_cluster.kubectl(
+                "apply", "--server-side", "--dry-run=server", "--field-manager=reward-operator", "-f", "-",
+                input=yaml.safe_dump(child), check=False,
+            )  # fmt: skip
+            assert result.returncode == 0, f"{path.name}: {result.stderr}"
+    assert scaled_objects >= 2
+
+
+def test_the_operator_hands_a_predictor_at_zero_to_keda_and_takes_it_back(keda_cluster, keda_namespace, keda_operator):
+    """A Standard-mode RewardModel with minReplicas 0, reconciled by the real operator on a cluster
+    with KServe's manager and KEDA's operator: the InferenceService (autoscalerClass external) is taken
+    by KServe's webhooks and controller, which makes the predictor's Deployment and no HPA of its own;
+    the scaler Service and the ScaledObject are applied, owned by the RewardModel, and KEDA takes the
+    predictor's Deployment as its target. Set back to minReplicas 1, both are pruned and KServe's HPA
+    returns."""
+    cluster, namespace, name = keda_cluster, keda_namespace, "skywork-rm"
+    manifest = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "manifests/samples/rewardmodel-sequence-standard.yaml").read_text()
+    )
+    manifest["spec"]["serving"] = {"minReplicas": 0, "maxReplicas": 2, "scaleDownDelay": "90s"}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    owner_uid = get_json(cluster, "rewardmodel", name, "-n", namespace)["metadata"]["uid"]
+
+    scaled = wait_until(
+        "the ScaledObject", lambda: get_json(cluster, "scaledobject", f"{name}-predictor", "-n", namespace), timeout=120
+    )
+    assert scaled["metadata"]["ownerReferences"][0]["uid"] == owner_uid
+    assert scaled["spec"]["cooldownPeriod"] == 90
+    service = get_json(cluster, "service", f"{name}-gateway-scaler", "-n", namespace)
+    assert service is not None and service["spec"]["clusterIP"] == "None"
+    isvc = get_json(cluster, "inferenceservice", name, "-n", namespace)
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "external"
+
+    def kserve_made_the_predictor():
+        return get_json(cluster, "deployment", f"{name}-predictor", "-n", namespace)
+
+    wait_until("KServe's predictor Deployment", kserve_made_the_predictor, timeout=120)
+    # KEDA read the ScaledObject and resolved its target to KServe's Deployment
+    target = wait_until(
+        "KEDA to take the predictor as its target",
+        lambda: (
+            (get_json(cluster, "scaledobject", f"{name}-predictor", "-n", namespace) or {})
+            .get("status", {})
+            .get("scaleTargetGVKR")
+        ),
+        timeout=60,
+    )
+    assert (target["group"], target["kind"], target["resource"]) == ("apps", "Deployment", "deployments")
+    hpas = get_json(cluster, "horizontalpodautoscalers", "-n", namespace) or {"items": []}
+    assert not [h["metadata"]["name"] for h in hpas["items"] if h["metadata"]["name"].startswith(name)], (
+        "KServe made an HPA of its own beside KEDA's"
+    )
+
+    # back above zero: the scaler's children go, KServe's HPA on CPU comes back
+    cluster.kubectl(
+        "patch", "rewardmodel", name, "-n", namespace, "--type=merge",
+        "-p", json.dumps({"spec": {"serving": {"minReplicas": 1, "maxReplicas": 2, "scaleDownDelay": None}}}),
+    )  # fmt: skip
+
+    def pruned():
+        return (
+            get_json(cluster, "scaledobject", f"{name}-predictor", "-n", namespace) is None
+            and get_json(cluster, "service", f"{name}-gateway-scaler", "-n", namespace) is None
+        )
+
+    wait_until("the ScaledObject and the scaler Service pruned", pruned, timeout=60)
+    isvc = get_json(cluster, "inferenceservice", name, "-n", namespace)
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "hpa"
+    wait_until(
+        "KServe's HPA on the predictor",
+        lambda: get_json(cluster, "horizontalpodautoscaler", f"{name}-predictor", "-n", namespace),
+        timeout=60,
+    )

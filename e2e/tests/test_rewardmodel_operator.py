@@ -384,6 +384,20 @@ def test_missing_credentials_secret_is_an_invalid_spec(cluster, namespace, opera
     assert operator.alive()
 
 
+def test_scale_to_zero_in_standard_mode_without_keda_is_an_invalid_spec(cluster, namespace, operator):
+    """minReplicas 0 in Standard mode needs KEDA's ScaledObject; on a cluster without KEDA the
+    RewardModel says so (and what to use instead) and nothing of it is applied."""
+    if cluster.kubectl("get", "crd/scaledobjects.keda.sh", check=False).returncode == 0:
+        pytest.skip("KEDA is installed on this cluster (test_keda.py covers it)")
+    obj = _invalid_and_valid_side_by_side(
+        cluster, namespace, "no-keda", serving={"mode": "Standard", "minReplicas": 0, "maxReplicas": 2}
+    )
+    message = condition(obj)["message"]
+    assert "no keda.sh/v1alpha1 ScaledObject" in message and "install KEDA" in message, message
+    assert get_json(cluster, "service", "no-keda-gateway-scaler", "-n", namespace) is None
+    assert operator.alive()
+
+
 def test_a_name_too_long_for_kserves_host_names_is_an_invalid_spec(cluster, operator):
     """Standard mode: <name>-transformer-<namespace> must fit a 63-character DNS label."""
     namespace = "t-" + "n" * 30

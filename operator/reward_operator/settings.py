@@ -47,6 +47,9 @@ class Settings:
     # The operator's own namespace, admitted to the gateways' pods for their rollout figures where
     # NetworkPolicies guard them; unknown (None) outside a cluster.
     operator_namespace: str | None = None
+    # Where KEDA's operator runs: admitted to the gateways' scaler port (scale to zero in Standard
+    # mode) where NetworkPolicies guard them.
+    keda_namespace: str = "keda"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -57,6 +60,7 @@ class Settings:
             gateway_image=environ.get("REWARD_OPERATOR_GATEWAY_IMAGE") or cls.gateway_image,
             canary_interval=_int(environ, "REWARD_OPERATOR_CANARY_INTERVAL", cls.canary_interval, minimum=1),
             operator_namespace=environ.get("REWARD_OPERATOR_NAMESPACE") or _service_account_namespace(),
+            keda_namespace=environ.get("REWARD_OPERATOR_KEDA_NAMESPACE") or cls.keda_namespace,
         )
 
 

@@ -86,6 +86,7 @@ def cluster(monkeypatch) -> Cluster:
     monkeypatch.setattr(runner_module.events, "post_event", lambda owner, t, reason, m: fake.events.append((t, reason)))
     monkeypatch.setattr(gather, "observe", lambda namespace, wanted: Observed(runtime_found=True))
     monkeypatch.setattr(gather, "ready_predictor_replicas", lambda namespace, name: 1)
+    monkeypatch.setattr(gather, "keda_served", lambda: False)
     monkeypatch.setattr(gateways, "rollout_figures", lambda namespace, name: fake.figures)
     monkeypatch.setattr(controller, "now", lambda: fake.clock)
     return fake

@@ -43,6 +43,7 @@ def calls(monkeypatch) -> Calls:
     monkeypatch.setattr(objects, "prune", prune)
     monkeypatch.setattr(gather, "observe", lambda namespace, wanted: Observed(runtime_found=True))
     monkeypatch.setattr(gather, "ready_predictor_replicas", lambda namespace, name: 1)
+    monkeypatch.setattr(gather, "keda_served", lambda: False)
     return record
 
 

@@ -174,6 +174,7 @@ def test_every_optional_gateway_setting_reaches_the_gateway():
         "maxConcurrency": 7,
         "requestTimeoutSeconds": 11,
         "scaleFromZeroTimeoutSeconds": 13,
+        "maxHeldRequests": 23,
         "maxItems": 17,
         "truncatePromptTokens": 19,
     }
@@ -187,7 +188,7 @@ def test_every_optional_gateway_setting_reaches_the_gateway():
     assert (config.chat_template.bos_token, config.chat_template.eos_token) == ("<s>", "</s>")
     assert (config.step_tag, config.step_aggregate) == ("<step>", "last")
     assert (config.max_concurrency, config.request_timeout_s, config.scale_from_zero_timeout_s) == (7, 11, 13)
-    assert (config.max_items, config.truncate_prompt_tokens) == (17, 19)
+    assert (config.max_items, config.truncate_prompt_tokens, config.max_held_requests) == (17, 19, 23)
 
 
 def test_chat_template_reaches_vllm_and_the_gateway_as_a_file_never_inline():

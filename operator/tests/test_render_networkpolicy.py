@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from reward_operator.api.defaults import apply_defaults
-from reward_operator.cluster import objects
+from reward_operator.cluster import gather, objects
 from reward_operator.controllers import rewardmodel as controller
 from reward_operator.render import PRUNED_KINDS, render_reward_model
 from reward_operator.render.gateway import GATEWAY_PORT
@@ -166,6 +166,7 @@ def test_the_controller_prunes_policies_it_no_longer_renders(monkeypatch):
         return []
 
     monkeypatch.setattr(objects, "prune", prune)
+    monkeypatch.setattr(gather, "keda_served", lambda: False)
     for reward_model, kept in ((STANDARD, {"skywork-rm-gateway", "skywork-rm-predictor"}),
                                (without_allowed_clients(STANDARD), set())):  # fmt: skip
         calls.clear()

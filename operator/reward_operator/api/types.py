@@ -67,6 +67,7 @@ class ServingSpec(TypedDict):
     maxReplicas: int  # defaulted
     targetConcurrency: NotRequired[int]
     timeoutSeconds: NotRequired[int]
+    scaleDownDelay: NotRequired[str]
 
 
 class GatewayResources(TypedDict, total=False):
@@ -100,6 +101,7 @@ class GatewaySpec(TypedDict):
     maxConcurrency: NotRequired[int]
     requestTimeoutSeconds: NotRequired[int]
     scaleFromZeroTimeoutSeconds: NotRequired[int]
+    maxHeldRequests: NotRequired[int]
     maxItems: NotRequired[int]
     truncatePromptTokens: NotRequired[int]
     authSecretRef: NotRequired[KeyRef]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+from ..api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND
 from ..api.kserve import (
     CLUSTER_SERVING_RUNTIME_KIND,
     COMPONENT_LABEL,
@@ -15,7 +16,7 @@ from ..api.kserve import (
 )
 from ..policy.dependencies import Observed, References
 from .client import apps, core, translated
-from .objects import get, or_none
+from .objects import get, or_none, served
 
 
 def secret_keys(namespace: str, name: str) -> set[str] | None:
@@ -50,12 +51,33 @@ def runtime_exists(namespace: str, runtime: str) -> bool:
     return found
 
 
+# Whether KEDA's ScaledObject is served, for this long without another discovery read: checked for
+# every scale-to-zero RewardModel and before pruning; an install or removal is noticed this much later.
+KEDA_SEEN_SECONDS = 60.0
+_keda_seen: list[tuple[bool, float]] = []  # (served, monotonic time it expires), at most one
+_keda_lock = threading.Lock()
+
+
+def keda_served() -> bool:
+    """Whether this cluster serves KEDA's ScaledObject (KEDA is installed)."""
+    now = time.monotonic()
+    with _keda_lock:
+        if _keda_seen and _keda_seen[0][1] > now:
+            return _keda_seen[0][0]
+    found = served(SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND)
+    with _keda_lock:
+        _keda_seen[:] = [(found, now + KEDA_SEEN_SECONDS)]
+    return found
+
+
 def observe(namespace: str, wanted: References) -> Observed:
     """Look up what the spec references; each Secret is read once, however often it is named."""
     observed = Observed(runtime_found=runtime_exists(namespace, wanted.runtime))
     if not observed.runtime_found:
         return observed  # the first gap is the one reported
     observed.secret_keys = {name: secret_keys(namespace, name) for name in sorted(wanted.secret_names)}
+    if wanted.keda:
+        observed.keda_served = keda_served()
     if wanted.service_account:
         account = wanted.service_account
         observed.service_account_found = (

@@ -106,6 +106,19 @@ def _call(method: str, path: str, query: list[tuple[str, str]], body: dict[str, 
     return json.loads(response.data)
 
 
+def served(api_version: str, kind: str) -> bool:
+    """Whether the API server serves ``kind`` in ``api_version`` (its CRD is installed), from discovery."""
+    root = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+    with translated():
+        try:
+            listed = _call("GET", root, [])
+        except ApiException as error:
+            if is_not_found(error):
+                return False
+            raise
+    return any(resource.get("name") == plural_of(kind) for resource in listed.get("resources", []))
+
+
 def prune(
     api_version: str, kind: str, namespace: str, labels: dict[str, str], owner_uid: str, keep: set[str]
 ) -> list[str]:

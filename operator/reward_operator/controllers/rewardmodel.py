@@ -23,6 +23,7 @@ import kopf
 
 from ..api import API_VERSION, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION, conditions, kserve
 from ..api.defaults import apply_defaults
+from ..api.keda import scales_through_keda
 from ..api.names import MANAGED_BY, owner_label
 from ..cluster import Refused, gateways, gather, objects
 from ..metrics import OperatorMetrics
@@ -30,7 +31,7 @@ from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness
 from ..policy.conditions import not_ready, settled
-from ..render import PRUNED_KINDS, canary_identity, render_reward_model
+from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_reward_model
 from ..render.canary import candidate_isvc_name, interval_seconds
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner
@@ -48,10 +49,13 @@ def _inference_service(children: list[dict[str, Any]], name: str) -> dict[str, A
 def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], logger: Logger) -> None:
     """Delete the children of the kinds that come and go with the spec which it no longer renders
     (the NetworkPolicies once gateway.allowedClients is removed; in Knative mode, the candidate's
-    InferenceService once spec.canary is, listed only while a rollout is or was just on)."""
+    InferenceService once spec.canary is, listed only while a rollout is or was just on; the scaler Service
+    and ScaledObject once serving.minReplicas is above 0, listed only where KEDA is installed)."""
     metadata = reward_model["metadata"]
     labels = {**MANAGED_BY, owner_label(KIND): metadata["name"]}
     kinds = PRUNED_KINDS
+    if scales_through_keda(reward_model["spec"]["serving"]) or gather.keda_served():
+        kinds += SCALER_PRUNED_KINDS
     rollout = "canary" in reward_model["spec"] or "canary" in (reward_model.get("status") or {})
     if reward_model["spec"]["serving"]["mode"] == "Knative" and rollout:
         kinds += ((kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND),)
@@ -87,7 +91,9 @@ def sync(
     if identity is not None and previous_rollout and previous_rollout.get("revision") == identity[1]:
         percent = int(previous_rollout.get("percent") or 0)  # the share the gateways run now
     applied = []
-    children = render_reward_model(reward_model, settings.gateway_image, percent, settings.operator_namespace)
+    children = render_reward_model(
+        reward_model, settings.gateway_image, percent, settings.operator_namespace, settings.keda_namespace
+    )
     # only the InferenceService changed, and the spec is as last reconciled: see the module's docstring
     child_only = changed_child is not None and settled(reward_model)
     for child in children:
@@ -125,7 +131,11 @@ def sync(
         (isvc_manifest,) = [
             child
             for child in render_reward_model(
-                reward_model, settings.gateway_image, rollout.percent, settings.operator_namespace
+                reward_model,
+                settings.gateway_image,
+                rollout.percent,
+                settings.operator_namespace,
+                settings.keda_namespace,
             )
             if child["kind"] == kserve.INFERENCE_SERVICE_KIND and child["metadata"]["name"] == name
         ]

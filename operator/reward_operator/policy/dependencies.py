@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..api.keda import scales_through_keda
 from ..api.types import RewardModel
 
 
@@ -25,6 +26,7 @@ class References:
     runtime: str
     secrets: tuple[SecretReference, ...]
     service_account: str | None
+    keda: bool = False  # scale to zero in Standard mode: KEDA's ScaledObject must be served
 
     @property
     def secret_names(self) -> set[str]:
@@ -38,6 +40,7 @@ class Observed:
     runtime_found: bool
     secret_keys: dict[str, set[str] | None] = field(default_factory=dict)  # None: no such Secret
     service_account_found: bool = True
+    keda_served: bool = True
 
 
 def references(reward_model: RewardModel) -> References:
@@ -51,7 +54,9 @@ def references(reward_model: RewardModel) -> References:
             secrets.append(SecretReference(f"spec.env[{item['name']}]", ref["name"], ref["key"]))
     if auth := spec["gateway"].get("authSecretRef"):
         secrets.append(SecretReference("spec.gateway.authSecretRef", auth["name"], auth["key"]))
-    return References(spec["runtime"], tuple(secrets), credentials.get("serviceAccountName"))
+    return References(
+        spec["runtime"], tuple(secrets), credentials.get("serviceAccountName"), scales_through_keda(spec["serving"])
+    )
 
 
 def missing(namespace: str, wanted: References, observed: Observed) -> str | None:
@@ -71,5 +76,11 @@ def missing(namespace: str, wanted: References, observed: Observed) -> str | Non
         return (
             f"spec.credentials.serviceAccountName: ServiceAccount {wanted.service_account!r} "
             f"not found in namespace {namespace}"
+        )
+    if wanted.keda and not observed.keda_served:
+        return (
+            "spec.serving.minReplicas: 0 in Standard mode scales the predictor to zero through KEDA, and this "
+            "cluster serves no keda.sh/v1alpha1 ScaledObject: install KEDA (v2), or set serving.minReplicas "
+            "to 1 or more, or use serving.mode: Knative"
         )
     return None

@@ -11,9 +11,10 @@ from typing import Any
 from ..api.defaults import apply_defaults
 from ..api.names import DEFAULT_GATEWAY_IMAGE
 from . import rewardmodel
-from .rewardmodel import PRUNED_KINDS, reward_model_children
+from .rewardmodel import PRUNED_KINDS, SCALER_PRUNED_KINDS, reward_model_children
+from .scaler import DEFAULT_KEDA_NAMESPACE
 
-__all__ = ["PRUNED_KINDS", "canary_identity", "render_reward_model"]
+__all__ = ["PRUNED_KINDS", "SCALER_PRUNED_KINDS", "canary_identity", "render_reward_model"]
 
 
 def render_reward_model(
@@ -21,6 +22,7 @@ def render_reward_model(
     gateway_image: str = DEFAULT_GATEWAY_IMAGE,
     canary_percent: int | None = None,
     operator_namespace: str | None = None,
+    keda_namespace: str = DEFAULT_KEDA_NAMESPACE,
 ) -> list[dict[str, Any]]:
     """Every child of a RewardModel, in apply order (defaults applied first, as the API server would).
 
@@ -28,7 +30,9 @@ def render_reward_model(
     status.canary (what the operator last rolled out), else 0."""
     if canary_percent is None:
         canary_percent = ((reward_model.get("status") or {}).get("canary") or {}).get("percent", 0)
-    return reward_model_children(apply_defaults(reward_model), gateway_image, canary_percent, operator_namespace)
+    return reward_model_children(
+        apply_defaults(reward_model), gateway_image, canary_percent, operator_namespace, keda_namespace
+    )
 
 
 def canary_identity(reward_model: dict[str, Any]) -> tuple[str, str] | None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..api.keda import scales_through_keda
 from ..api.kserve import CONTAINER_NAME, cluster_local_url, predictor_name
 from ..api.schema.rewardmodel import GATEWAY_REQUEST_TIMEOUT_SECONDS, GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS
 from ..api.types import GatewaySpec, ModelSpec, ServingSpec
-from . import chat_template
+from . import chat_template, scaler
 
 GATEWAY_PORT = 8080
 AUTH_MOUNT = "/var/run/secrets/reward-gateway"
@@ -37,6 +38,7 @@ _OPTIONAL_ENV = (
     ("maxConcurrency", "MAX_CONCURRENCY"),
     ("requestTimeoutSeconds", "REQUEST_TIMEOUT_SECONDS"),
     ("scaleFromZeroTimeoutSeconds", "SCALE_FROM_ZERO_TIMEOUT_SECONDS"),
+    ("maxHeldRequests", "MAX_HELD_REQUESTS"),
     ("maxItems", "MAX_ITEMS"),
     ("truncatePromptTokens", "TRUNCATE_PROMPT_TOKENS"),
 )
@@ -116,8 +118,18 @@ def transformer(
     if gateway["chatTemplateMode"] == "gateway":
         container["volumeMounts"].append(chat_template.volume_mount())
         volumes.append(chat_template.volume(isvc))
-    # The gateway scales with the predictor: at zero together between bursts.
-    spec: dict[str, Any] = {"minReplicas": serving["minReplicas"], "maxReplicas": serving["maxReplicas"]}
+    if scales_through_keda(serving):
+        container["env"][-1:-1] = [
+            {"name": f"REWARD_GATEWAY_{key}", "value": value}
+            for key, value in scaler.gateway_env(isvc, namespace, serving).items()
+        ]
+        container["ports"].append(scaler.gateway_port())
+        # The gateway holds the requests and wakes the predictor, so it never goes to zero; with
+        # autoscalerClass external KServe keeps it at the count it was created with.
+        spec: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 1}
+    else:
+        # The gateway scales with the predictor: at zero together between bursts (Knative mode).
+        spec = {"minReplicas": serving["minReplicas"], "maxReplicas": serving["maxReplicas"]}
     if serving["mode"] == "Knative":
         # Knative cuts a request at its revision timeout (300 s unless set): the
         # gateway may hold one through a scale from zero and then one vLLM call.

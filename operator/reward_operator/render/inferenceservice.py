@@ -19,10 +19,12 @@ from ..api.types import ServingSpec
 
 
 def annotations(serving: ServingSpec) -> dict[str, str]:
-    """The deployment mode, always explicit (KServe's shipped default is Knative)."""
+    """The deployment mode, always explicit (KServe's shipped default is Knative), and in Standard mode
+    who scales: KServe's HPA, or KEDA for scale to zero."""
     rendered = {DEPLOYMENT_MODE: serving["mode"]}
     if serving["mode"] == "Standard":
-        rendered[AUTOSCALER_CLASS] = "hpa"
+        # external: KEDA scales the predictor (render/scaler.py), KServe makes no HPA
+        rendered[AUTOSCALER_CLASS] = "external" if serving["minReplicas"] == 0 else "hpa"
     return rendered
 
 

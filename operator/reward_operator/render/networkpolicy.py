@@ -10,6 +10,9 @@ transformer|predictor``, from components/transformer.go and predictor.go):
 - vLLM's pods admit only their own gateway's pods, so no one scores around the
   gateway (its chat template, its bounds, its tokens);
 - both admit ``monitoringNamespaceSelector`` (Prometheus) on the metrics port.
+- for scale to zero in Standard mode, the gateway's pods admit KEDA's operator
+  (its namespace) and each other on the scaler port: KEDA asks them, and every
+  replica asks its peers.
 
 Knative mode: requests reach a revision's pods through Knative's activator and
 the local ingress gateway, on queue-proxy's port, and the autoscaler scrapes
@@ -27,6 +30,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..api.keda import scales_through_keda
 from ..api.kserve import (
     COMPONENT_LABEL,
     ISVC_LABEL,
@@ -39,6 +43,7 @@ from ..api.kserve import (
 from ..api.types import GatewaySpec, LabelSelector, NetworkPeer, ServingSpec
 from .gateway import GATEWAY_PORT
 from .metadata import child_metadata
+from .scaler import DEFAULT_KEDA_NAMESPACE, SCALER_PORT
 
 API_VERSION = "networking.k8s.io/v1"
 KIND = "NetworkPolicy"
@@ -121,12 +126,14 @@ def network_policies(
     serving: ServingSpec,
     operator_namespace: str | None = None,
     candidate_isvc: str | None = None,
+    keda_namespace: str = DEFAULT_KEDA_NAMESPACE,
 ) -> list[dict[str, Any]]:
     """The gateway's and vLLM's policies when ``gateway.allowedClients`` is set, else none.
 
     ``operator_namespace``: during a rollout the operator reads the gateways' GET /canary
     (on the serving port), so its pods there are admitted to the gateway's. ``candidate_isvc``: Knative
-    mode's candidate InferenceService, whose vLLM admits the gateway as the stable one does."""
+    mode's candidate InferenceService, whose vLLM admits the gateway as the stable one does; ``keda_namespace``:
+    where KEDA's operator runs, admitted to the gateway's scaler port for scale to zero in Standard mode."""
     clients = gateway.get("allowedClients")
     if not clients or not gateway["enabled"]:
         return []
@@ -136,6 +143,10 @@ def network_policies(
     gateway_ingress = _ingress(copy.deepcopy(clients), GATEWAY_PORT, mode, monitoring)
     if operator_namespace:
         gateway_ingress.append({"from": [operator_peer(operator_namespace)], "ports": _ports((GATEWAY_PORT,))})
+    if scales_through_keda(serving):
+        keda: NetworkPeer = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: keda_namespace}}}
+        peers: NetworkPeer = {"podSelector": copy.deepcopy(gateway_pods)}
+        gateway_ingress.append({"from": [keda, peers], "ports": _ports((SCALER_PORT,))})
     policies = [
         _policy(owner, gateway_policy_name(owner_name), GATEWAY_POLICY_COMPONENT, gateway_pods, gateway_ingress),
         _policy(

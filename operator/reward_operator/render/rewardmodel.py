@@ -1,15 +1,18 @@
 """RewardModel -> its children: a ConfigMap with its chat template (when it has
-one), NetworkPolicies for the gateway's allowed clients (when it names them) and
-the InferenceService (vLLM pooling predictor, reward gateway transformer)."""
+one), NetworkPolicies for the gateway's allowed clients (when it names them), the
+InferenceService (vLLM pooling predictor, reward gateway transformer) and, for
+scale to zero in Standard mode, the gateway's scaler Service and KEDA's
+ScaledObject."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND, scales_through_keda
 from ..api.kserve import STORAGE_SECRET_NAME
 from ..api.types import RewardModel
 from . import canary as canary_render
-from . import chat_template, networkpolicy
+from . import chat_template, networkpolicy, scaler
 from .gateway import transformer
 from .inferenceservice import annotations, inference_service
 from .metadata import child_metadata
@@ -20,6 +23,11 @@ COMPONENT = "reward-model"
 # Children that come and go with the spec: the controller deletes the ones of
 # these kinds it owns and no longer renders (the rest live as long as their owner).
 PRUNED_KINDS = ((networkpolicy.API_VERSION, networkpolicy.KIND),)
+# The same, for scale to zero in Standard mode; the ScaledObject's kind exists only where KEDA is installed.
+SCALER_PRUNED_KINDS = (
+    (scaler.SERVICE_API_VERSION, scaler.SERVICE_KIND),
+    (SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND),
+)
 
 
 def served_name(reward_model: RewardModel) -> str:
@@ -31,14 +39,19 @@ def candidate_served_name(reward_model: RewardModel) -> str:
 
 
 def reward_model_children(
-    reward_model: RewardModel, gateway_image: str, canary_percent: int = 0, operator_namespace: str | None = None
+    reward_model: RewardModel,
+    gateway_image: str,
+    canary_percent: int = 0,
+    operator_namespace: str | None = None,
+    keda_namespace: str = scaler.DEFAULT_KEDA_NAMESPACE,
 ) -> list[dict[str, Any]]:
     """Every child of a (defaulted) RewardModel, in apply order.
 
     ``canary_percent``: the candidate's share the gateway runs now (the rollout's
     current step, status.canary.percent); ``operator_namespace``: where the
     operator runs, admitted to the gateway's pods for its rollout figures when
-    NetworkPolicies guard them."""
+    NetworkPolicies guard them; ``keda_namespace``: where KEDA's operator runs,
+    admitted to the gateway's scaler port likewise."""
     children = []
     if template := reward_model["spec"]["model"].get("chatTemplate"):
         children.append(chat_template.config_map(reward_model, template))  # mounted: applied first
@@ -55,8 +68,15 @@ def reward_model_children(
         canary_render.candidate_isvc_name(reward_model["metadata"]["name"])
         if canary and reward_model["spec"]["serving"]["mode"] == "Knative"
         else None,
+        keda_namespace,
     )
+    keda = scales_through_keda(reward_model["spec"]["serving"])
+    name = reward_model["metadata"]["name"]
+    if keda:
+        children.append(scaler.scaler_service(reward_model, name))  # the gateway's peers resolve it at start
     children.append(reward_model_inference_service(reward_model, gateway_image, canary_percent))
+    if keda:
+        children.append(scaler.scaled_object(reward_model, name, reward_model["spec"]["serving"]))
     if canary and reward_model["spec"]["serving"]["mode"] == "Knative":
         children.append(candidate_inference_service(reward_model))
     return children

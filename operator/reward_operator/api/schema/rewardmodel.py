@@ -253,28 +253,45 @@ CREDENTIALS = obj(
     },
 )
 
+# Go's duration syntax, as CEL's duration() reads it: 90s, 10m, 1h30m.
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+# KEDA's ScaledObject cooldownPeriod default: idle this long before the predictor goes to zero.
+DEFAULT_SCALE_DOWN_DELAY = "5m"
+
 SERVING = defaulted_obj(
     "How KServe deploys and scales the reward model.",
     {
         "mode": string(
-            "KServe deployment mode. Standard: a Deployment scaled by HPA (at least one replica). "
-            "Knative: revisions scaled by Knative, down to zero between training bursts. "
-            "Immutable once set.",
+            "KServe deployment mode. Standard: a Deployment scaled by KServe's HPA on CPU, or with "
+            "minReplicas 0 by KEDA on the gateway's load, down to zero between training bursts (the gateway "
+            "holds the first requests and wakes it). Knative: revisions scaled by Knative, down to zero "
+            "between training bursts. Immutable once set.",
             enum=list(DEPLOYMENT_MODES),
             default="Standard",
         ),
         "minReplicas": integer(
-            "Fewest replicas. 0 scales to zero when idle (Knative mode only).",
+            "Fewest replicas. 0 scales the predictor to zero when idle: in Knative mode through Knative's "
+            "activator; in Standard mode through KEDA (it must be installed), fed by the reward gateway, which "
+            "stays up, holds requests while the predictor is away and wakes it.",
             minimum=0,
             maximum=1000,
             default=1,
         ),
         "maxReplicas": integer("Most replicas.", minimum=1, maximum=1000, default=1),
         "targetConcurrency": integer(
-            "In-flight requests per replica Knative's autoscaler aims for (Knative mode; Standard mode's "
-            "HPA scales on CPU).",
+            "In-flight requests per replica the autoscaler aims for: Knative's (Knative mode), or KEDA's on "
+            "the gateway's count of requests in flight and held (Standard mode with minReplicas 0; unset there, "
+            "KEDA aims for 256 scored items in flight per replica). Standard mode with minReplicas 1 or more "
+            "scales on CPU.",
             minimum=1,
             maximum=100000,
+        ),
+        "scaleDownDelay": string(
+            "How long the predictor stays up after the last request before it goes to zero (KEDA's "
+            f"cooldownPeriod; default {DEFAULT_SCALE_DOWN_DELAY}). Standard mode with minReplicas 0 only. "
+            "A Go duration: 90s, 10m, 1h.",
+            maxLength=32,
+            pattern=DURATION_PATTERN,
         ),
         "timeoutSeconds": integer(
             "Request timeout at the predictor, in seconds (at most 600 in Knative mode, Knative's "
@@ -290,14 +307,20 @@ SERVING = defaulted_obj(
                 "serving.maxReplicas must be at least serving.minReplicas",
             ),
             rule(
-                "self.minReplicas > 0 || self.mode == 'Knative'",
-                "serving.minReplicas: 0 (scale to zero) needs serving.mode: Knative; "
-                "Standard mode keeps at least one replica",
+                "!has(self.targetConcurrency) || self.mode == 'Knative' || self.minReplicas == 0",
+                "serving.targetConcurrency needs serving.mode: Knative, or serving.minReplicas: 0 in Standard "
+                "mode (KEDA on the gateway's load); with minReplicas 1 or more KServe's HPA scales on CPU only "
+                "(set resources.cpu)",
             ),
             rule(
-                "!has(self.targetConcurrency) || self.mode == 'Knative'",
-                "serving.targetConcurrency needs serving.mode: Knative; in Standard mode KServe's HPA scales "
-                "on CPU only (set resources.cpu)",
+                "!has(self.scaleDownDelay) || (self.mode == 'Standard' && self.minReplicas == 0)",
+                "serving.scaleDownDelay is the idle time before KEDA takes the predictor to zero: it needs "
+                "serving.mode: Standard and serving.minReplicas: 0 (Knative mode keeps Knative's own "
+                "scale-to-zero grace period)",
+            ),
+            rule(
+                "!has(self.scaleDownDelay) || duration(self.scaleDownDelay) >= duration('1s')",
+                "serving.scaleDownDelay must be at least 1s (KEDA's cooldownPeriod is in whole seconds)",
             ),
             rule(
                 "self.mode != 'Knative' || !has(self.timeoutSeconds) || self.timeoutSeconds <= "
@@ -345,6 +368,12 @@ GATEWAY = defaulted_obj(
         "requestTimeoutSeconds": integer("Timeout of one vLLM call.", minimum=1, maximum=3600),
         "scaleFromZeroTimeoutSeconds": integer(
             "How long a request waits for vLLM to come up (scale from zero) before a 503.", minimum=0, maximum=3600
+        ),
+        "maxHeldRequests": integer(
+            "Requests each gateway replica holds at once while vLLM is away (scaled to zero, starting); one "
+            "more is answered 503 with Retry-After at once (default 1024).",
+            minimum=1,
+            maximum=1000000,
         ),
         "maxItems": integer("Items allowed in one request.", minimum=1, maximum=1000000),
         "truncatePromptTokens": integer(
@@ -423,8 +452,6 @@ GATEWAY = defaulted_obj(
 
 CANARY_MODES = ("shadow", "split")
 CANARY_STICKY = ("group", "client")
-# Go's duration syntax, as CEL's duration() reads it: 90s, 10m, 1h30m.
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 # The shortest step: the gateways must see enough of a share to judge it.
 CANARY_MIN_INTERVAL = "30s"
 
@@ -639,10 +666,17 @@ SPEC = obj(
                 "gateway.eosToken to the tokenizer's EOS text (e.g. </s>), or use chatTemplateMode: upstream",
             ),
             rule(
-                "self.serving.mode != 'Standard' || self.serving.minReplicas == self.serving.maxReplicas "
-                "|| has(self.resources.cpu)",
+                "self.serving.mode != 'Standard' || self.serving.minReplicas == 0 "
+                "|| self.serving.minReplicas == self.serving.maxReplicas || has(self.resources.cpu)",
                 "resources.cpu is needed when serving.maxReplicas is above serving.minReplicas in Standard "
-                "mode: KServe's HPA scales on CPU use, which it cannot measure without a CPU request",
+                "mode: KServe's HPA scales on CPU use, which it cannot measure without a CPU request "
+                "(or set serving.minReplicas: 0 to scale on the gateway's load through KEDA)",
+            ),
+            rule(
+                "self.serving.mode != 'Standard' || self.serving.minReplicas > 0 || self.gateway.enabled",
+                "serving.minReplicas: 0 in Standard mode needs gateway.enabled: true: the gateway holds the "
+                "requests that arrive while the predictor is at zero and wakes it through KEDA (or use "
+                "serving.mode: Knative, whose activator does both)",
             ),
             rule(
                 "!has(self.credentials) || !has(self.credentials.huggingFaceToken) "
@@ -672,7 +706,13 @@ SPEC = obj(
                 "spec.canary needs gateway.enabled: true: the reward gateway routes and compares the two models",
             ),
             rule(
-                "!has(self.canary) || self.serving.mode != 'Standard' "
+                "!has(self.canary) || self.serving.mode != 'Standard' || self.serving.minReplicas > 0",
+                "spec.canary in Standard mode needs serving.minReplicas of at least 1 while the rollout lasts: "
+                "KServe's canary predictor is not scaled by KEDA (set minReplicas: 1, or use serving.mode: "
+                "Knative)",
+            ),
+            rule(
+                "!has(self.canary) || self.serving.mode != 'Standard' || self.serving.minReplicas == 0 "
                 "|| self.canary.replicas <= self.serving.minReplicas",
                 "canary.replicas may not exceed serving.minReplicas in Standard mode: KServe refuses a canary with "
                 "more replicas than the stable predictor's minimum",
