@@ -458,6 +458,28 @@ def test_the_operator_hands_a_predictor_at_zero_to_keda_and_takes_it_back(keda_c
         "KServe made an HPA of its own beside KEDA's"
     )
 
+    def ready(replicas: int):
+        def check():
+            obj = get_json(cluster, "rewardmodel", name, "-n", namespace) or {}
+            found = condition(obj) or {}
+            return obj if found.get("status") == "True" and obj["status"].get("replicas") == replicas else None
+
+        return check
+
+    # KServe serves the gateway with its scaler port (each of the transformer's ports named, as its
+    # Service needs), and the RewardModel is Ready
+    wait_until("the RewardModel Ready through KServe", ready(1), timeout=120)
+    transformer = get_json(cluster, "service", f"{name}-transformer", "-n", namespace)
+    assert [(port["name"], port["targetPort"]) for port in transformer["spec"]["ports"]] == [
+        ("http", 8080),
+        ("grpc-scaler", 9090),
+    ]
+    # at zero, as KEDA leaves it when idle (here its scaler is out of reach, so it leaves the count alone):
+    # still Ready, since the gateway answers and wakes the predictor; replicas 0
+    cluster.kubectl("scale", "deployment", f"{name}-predictor", "-n", namespace, "--replicas=0")
+    cluster.kubectl("annotate", "rewardmodel", name, "-n", namespace, "touched=1")
+    wait_until("the RewardModel Ready at zero replicas", ready(0), timeout=60)
+
     # back above zero: the scaler's children go, KServe's HPA on CPU comes back
     cluster.kubectl(
         "patch", "rewardmodel", name, "-n", namespace, "--type=merge",

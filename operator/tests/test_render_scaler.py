@@ -85,6 +85,9 @@ def test_the_gateway_serves_the_scaler_the_scaled_object_calls_and_never_sleeps(
     container = transformer_container(isvc)
     # KServe's Service and readiness probe take ports[0]: the HTTP port stays first
     assert [port["containerPort"] for port in container["ports"]] == [8080, 9090]
+    # KServe's transformer Service takes every port: a Service of two ports needs their names, and a first
+    # port named grpc or h2c would be marked h2c
+    assert [port["name"] for port in container["ports"]] == ["http", "grpc-scaler"]
     env = plain_env(container)
     config = load_config(env)
     assert config.scaler is not None

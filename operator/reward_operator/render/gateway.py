@@ -123,6 +123,9 @@ def transformer(
             {"name": f"REWARD_GATEWAY_{key}", "value": value}
             for key, value in scaler.gateway_env(isvc, namespace, serving).items()
         ]
+        # KServe's transformer Service takes every container port, so each needs a name (the first's must
+        # not say grpc or h2c: KServe would mark the HTTP port h2c)
+        container["ports"][0]["name"] = "http"
         container["ports"].append(scaler.gateway_port())
         # The gateway holds the requests and wakes the predictor, so it never goes to zero; with
         # autoscalerClass external KServe keeps it at the count it was created with.
