@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 import kopf
 from kopf._core.intents.causes import Activity  # kopf's internals: the registry has no public query API
@@ -62,3 +63,11 @@ def test_kopf_logs_in_with_a_bounded_number_of_connections(monkeypatch):
     assert context.server == info.server and context.default_namespace == "team-a"
     assert limit == controllers.KOPF_CONNECTIONS
     assert context.aiohttp_session.headers["Authorization"] == "Bearer secret"
+
+
+def test_the_watchs_copy_is_taken_on_the_event_loop_not_behind_queued_reconciles():
+    """A sync event handler waits for one of kopf's threads behind every queued reconcile; at 1000
+    objects that delayed kopf's own bookkeeping past its consistency wait (make bench-operator)."""
+    registry = build_registry(Settings(), CollectorRegistry())
+    handlers = {h.id.rpartition(".")[2]: h.fn for h in registry._watching.get_all_handlers()}
+    assert inspect.iscoroutinefunction(handlers["reward_model_event"])
