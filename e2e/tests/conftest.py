@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reward_testing.operator_metrics import reward_model_reconciles
 from reward_testing.paths import REPO
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
@@ -69,6 +70,17 @@ class RunningOperator:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def reconciles(self) -> float:
+        return reward_model_reconciles(self.metrics_url)
+
+
+@pytest.fixture(scope="session")
+def kserve_runs(cluster):
+    """For tests that need KServe's controller and webhooks: skipped where the cluster has none."""
+    webhook = "mutatingwebhookconfiguration/inferenceservice.serving.kserve.io"
+    if cluster.kubectl("get", webhook, check=False).returncode != 0:
+        pytest.skip("needs KServe's controller and webhooks on the cluster (TESTENV_KSERVE=0 leaves them out)")
 
 
 @pytest.fixture(scope="session")

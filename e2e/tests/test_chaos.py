@@ -42,6 +42,7 @@ from kubernetes import config as k8s_config
 
 from reward_operator.cluster.client import REQUEST_TIMEOUT
 from reward_operator.controllers.runner import RETRY_DELAY
+from reward_testing.operator_metrics import reward_model_reconciles
 from reward_testing.paths import REPO
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
@@ -172,14 +173,7 @@ class Operator:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def reconciles(self) -> float:
-        """reward_operator_reconcile_total for RewardModels, every result, since this process started."""
-        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
-            text = response.read().decode()
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith('reward_operator_reconcile_total{kind="RewardModel"')
-        )
+        return reward_model_reconciles(self.metrics_url)
 
     def log_lines(self, *needles: str) -> list[str]:
         return [line for line in self.log().splitlines() if any(needle in line for needle in needles)]

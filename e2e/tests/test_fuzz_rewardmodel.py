@@ -881,13 +881,6 @@ def _liveness_ok(operator) -> bool:
 # ---- the test --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def kserve_runs(cluster):
-    webhook = "mutatingwebhookconfiguration/inferenceservice.serving.kserve.io"
-    if cluster.kubectl("get", webhook, check=False).returncode != 0:
-        pytest.skip("fuzzing needs KServe's controller and webhooks on the cluster (TESTENV_KSERVE=0 leaves them out)")
-
-
 def test_generation_is_reproducible_and_reaches_both_paths():
     """The strategies alone (no cluster): the same cases every time, and a mix of refused and admitted."""
     first, _ = generate(60)

@@ -17,16 +17,11 @@ from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
 from testenv.helpers import condition, get_json
 
+pytestmark = pytest.mark.usefixtures("kserve_runs")  # skipped where the cluster has no KServe
+
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/rewardmodel-sequence-allowed-clients.yaml").read_text())
 NAME = SAMPLE["metadata"]["name"]
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def kserve_runs(cluster):
-    webhook = "mutatingwebhookconfiguration/inferenceservice.serving.kserve.io"
-    if cluster.kubectl("get", webhook, check=False).returncode != 0:
-        pytest.skip("these tests need KServe's controller and webhooks (TESTENV_KSERVE=0 leaves them out)")
 
 
 def selector(label_selector: dict) -> str:

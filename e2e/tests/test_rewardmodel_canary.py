@@ -28,18 +28,13 @@ from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
 from testenv.helpers import condition, get_json
 
+pytestmark = pytest.mark.usefixtures("kserve_runs")  # skipped where the cluster has no KServe
+
 NAME = "skywork-rm"
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/rewardmodel-sequence-standard.yaml").read_text())
 CANDIDATE_URI = "hf://Skywork/Skywork-Reward-V2-Qwen3-8B"
 CANARY_DEPLOYMENT = f"{NAME}-canary-predictor"  # KServe's <isvc>-<predictor name>-predictor
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def kserve_runs(cluster):
-    webhook = "mutatingwebhookconfiguration/inferenceservice.serving.kserve.io"
-    if cluster.kubectl("get", webhook, check=False).returncode != 0:
-        pytest.skip("these tests need KServe's controller and webhooks on the cluster")
 
 
 def apply_with_canary(cluster, namespace: str, **canary) -> None:
@@ -94,16 +89,6 @@ def predictor_pod(cluster, namespace: str, deployment: str) -> dict | None:
             if p["metadata"]["name"].startswith(prefix) and p["metadata"]["name"][len(prefix) :].count("-") == 1
         ),
         None,
-    )
-
-
-def reconciles(operator) -> float:
-    with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
-        text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith('reward_operator_reconcile_total{kind="RewardModel"')
     )
 
 
@@ -182,8 +167,8 @@ def test_a_split_starts_at_its_first_step_and_rolls_back_once_when_the_candidate
     wait_until("the gateway told 0%", lambda: gateway_env(cluster, namespace).get("CANARY_PERCENT") == "0")
 
     # several more looks at the rollout (its timer runs every 2 s here): still one Warning event
-    seen = reconciles(operator)
-    wait_until("three more reconciles", lambda: reconciles(operator) >= seen + 3, timeout=60)
+    seen = operator.reconciles()
+    wait_until("three more reconciles", lambda: operator.reconciles() >= seen + 3, timeout=60)
     assert len(warnings(cluster, namespace, "RolledBack")) == 1
     assert rollout(cluster, namespace)["percent"] == 0
 
@@ -333,6 +318,6 @@ def test_the_share_steps_up_while_the_candidate_agrees_and_rolls_back_when_it_di
     progressing = condition(reward_model(cluster, namespace), "CanaryProgressing")
     assert (progressing["status"], progressing["reason"]) == ("False", "RolledBack")
     assert "pairs as the stable model does" in progressing["message"], progressing["message"]
-    seen = reconciles(operator)
-    wait_until("three more reconciles", lambda: reconciles(operator) >= seen + 3, timeout=60)
+    seen = operator.reconciles()
+    wait_until("three more reconciles", lambda: operator.reconciles() >= seen + 3, timeout=60)
     assert len(warnings(cluster, namespace, "RolledBack")) == 1

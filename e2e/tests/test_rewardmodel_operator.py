@@ -18,6 +18,8 @@ from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
 from testenv.helpers import condition, get_json
 
+pytestmark = pytest.mark.usefixtures("kserve_runs")  # skipped where the cluster has no KServe
+
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/rewardmodel-sequence-standard.yaml").read_text())
 STANDARD_SAMPLES = {
     "sequence": "rewardmodel-sequence-standard.yaml",
@@ -94,15 +96,6 @@ def workloads(cluster, namespace: str, name: str) -> dict[str, list[str]]:
     return found
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kserve_runs(cluster):
-    webhook = "mutatingwebhookconfiguration/inferenceservice.serving.kserve.io"
-    if cluster.kubectl("get", webhook, check=False).returncode != 0:
-        pytest.skip(
-            "these tests need KServe's controller and webhooks on the cluster (TESTENV_KSERVE=0 leaves them out)"
-        )
-
-
 @pytest.fixture
 def hf_token(cluster, namespace):
     cluster.kubectl("create", "secret", "generic", "hf-token", "-n", namespace, "--from-literal=HF_TOKEN=x")
@@ -177,7 +170,7 @@ def test_no_fight_with_kserves_defaulting(cluster, namespace, operator):
     apply_reward_model(cluster, namespace)
     wait_for_ready(cluster, namespace)
     first = isvc_of(cluster, namespace, "skywork-rm")
-    reconciles_before = _reconciles(operator)
+    reconciles_before = operator.reconciles()
     merge_patch(cluster, namespace, "rewardmodel", {"metadata": {"annotations": {"touched": "1"}}})
     # every change to the InferenceService from `first` on, for 60 s: the API server's own watch
     watch = cluster.kubectl(
@@ -190,17 +183,7 @@ def test_no_fight_with_kserves_defaulting(cluster, namespace, operator):
     for changed in changes:
         assert changed["metadata"]["generation"] == first["metadata"]["generation"]
         assert changed["spec"] == first["spec"]
-    assert _reconciles(operator) > reconciles_before, "the operator reconciled (and re-applied) meanwhile"
-
-
-def _reconciles(operator) -> float:
-    with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
-        text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith('reward_operator_reconcile_total{kind="RewardModel"')
-    )
+    assert operator.reconciles() > reconciles_before, "the operator reconciled (and re-applied) meanwhile"
 
 
 def test_spec_change_rolls_the_predictor(cluster, namespace, operator):

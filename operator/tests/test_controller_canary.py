@@ -99,18 +99,23 @@ def figures(cluster: Cluster, percent: int, concordant: float, discordant: float
     return [{"candidate": candidate, "mode": "split", "percent": percent, "pairs": pairs, "models": models}]
 
 
-def conditions_of(cluster: Cluster) -> dict[str, tuple[str, str]]:
-    return {c["type"]: (c["status"], c["reason"]) for c in cluster.obj["status"]["conditions"]}
-
-
-def test_a_rollout_steps_up_while_the_gates_hold_and_rolls_back_once_when_one_fails(cluster):
-    runner = Runner(
+def rewardmodel_runner() -> Runner:
+    """The RewardModel controller's sync on the shared runner, over the fake cluster."""
+    return Runner(
         API_VERSION,
         REWARD_MODEL_KIND,
         lambda obj, logger, child: controller.sync(obj, Settings(), logger, child),
         apply_defaults,
         OperatorMetrics([REWARD_MODEL_KIND], CollectorRegistry()),
     )
+
+
+def conditions_of(cluster: Cluster) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in cluster.obj["status"]["conditions"]}
+
+
+def test_a_rollout_steps_up_while_the_gates_hold_and_rolls_back_once_when_one_fails(cluster):
+    runner = rewardmodel_runner()
 
     def reconcile(after_seconds: float = 0) -> None:
         cluster.clock += timedelta(seconds=after_seconds)
@@ -150,13 +155,7 @@ def test_a_rollout_steps_up_while_the_gates_hold_and_rolls_back_once_when_one_fa
 
 
 def test_the_candidate_becoming_unready_rolls_back_its_share(cluster):
-    runner = Runner(
-        API_VERSION,
-        REWARD_MODEL_KIND,
-        lambda obj, logger, child: controller.sync(obj, Settings(), logger, child),
-        apply_defaults,
-        OperatorMetrics([REWARD_MODEL_KIND], CollectorRegistry()),
-    )
+    runner = rewardmodel_runner()
     cluster.candidate_ready = None
     runner.reconcile("ns", "rm", LOG)
     assert cluster.obj["status"]["canary"]["percent"] == 0 and cluster.gateway_share() == "0"
@@ -190,13 +189,7 @@ def test_knatives_candidate_is_judged_by_its_own_inference_service_and_pruned_af
         return stored
 
     monkeypatch.setattr(objects, "apply", apply)
-    runner = Runner(
-        API_VERSION,
-        REWARD_MODEL_KIND,
-        lambda obj, logger, child: controller.sync(obj, Settings(), logger, child),
-        apply_defaults,
-        OperatorMetrics([REWARD_MODEL_KIND], CollectorRegistry()),
-    )
+    runner = rewardmodel_runner()
     runner.reconcile("ns", "rm", LOG)
     applied = [m["metadata"]["name"] for m in cluster.applied if m["kind"] == "InferenceService"]
     assert applied == ["rm", "rm-canary"]
