@@ -36,6 +36,7 @@ from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_
 from ..render.canary import candidate_isvc_name, interval_seconds
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner
+from .seen import SeenChildren
 
 KIND = REWARD_MODEL_KIND
 
@@ -67,8 +68,14 @@ def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], logger:
 
 
 def sync(
-    reward_model: dict[str, Any], settings: Settings, logger: Logger, changed_child: dict[str, Any] | None = None
+    reward_model: dict[str, Any],
+    settings: Settings,
+    logger: Logger,
+    changed_child: dict[str, Any] | None = None,
+    seen: SeenChildren | None = None,
 ) -> Outcome:
+    """``seen``: where the InferenceService this reconcile applies is recorded as acted on, so the
+    watch's echo of that apply costs no reconcile of its own."""
     metadata = reward_model["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
 
@@ -117,6 +124,8 @@ def sync(
         _prune(reward_model, children, logger)
 
     isvc = _inference_service(applied, name)
+    if seen is not None and isvc is not None and not child_only:
+        seen.record(isvc)  # what follows decides from it; the handler records a changed_child itself
     fields = readiness.inference_service_fields(isvc)
     replicas = gather.ready_predictor_replicas(namespace, name)
     if replicas is not None:
@@ -197,8 +206,13 @@ def _rollout(
 
 def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics) -> Runner:
     """Wire the RewardModel handlers into ``registry``; returns the runner they share."""
+    seen = SeenChildren()
     runner = Runner(
-        API_VERSION, KIND, lambda obj, logger, child: sync(obj, settings, logger, child), apply_defaults, runner_metrics
+        API_VERSION,
+        KIND,
+        lambda obj, logger, child: sync(obj, settings, logger, child, seen),
+        apply_defaults,
+        runner_metrics,
     )
     resource = (GROUP, VERSION, REWARD_MODEL_PLURAL)
 
@@ -265,12 +279,20 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
     def inference_service_event(
         event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger, **_: Any
     ) -> None:
-        """A child changed (status, a hand edit) or vanished: reconcile its owner promptly."""
+        """A child changed (status, a hand edit) or vanished: reconcile its owner promptly, unless the
+        change is in nothing a reconcile reads (see :mod:`.seen`)."""
         owner = labels[owner_label(KIND)]
         started = time.monotonic()
         deleted = event.get("type") == "DELETED"
-        result = runner.reconcile(namespace, owner, logger, changed_child=None if deleted else dict(body))
-        if deleted and result != "deleted":
-            logger.info("InferenceService %s was deleted; restored in %.2fs", owner, time.monotonic() - started)
+        if deleted:
+            seen.forget(namespace, body["metadata"]["name"])  # first: the reconcile records the one it restores
+            if runner.reconcile(namespace, owner, logger) != "deleted":
+                logger.info("InferenceService %s was deleted; restored in %.2fs", owner, time.monotonic() - started)
+            return
+        child = dict(body)
+        if seen.unchanged(child):
+            return
+        runner.reconcile(namespace, owner, logger, changed_child=child)
+        seen.record(child)
 
     return runner

@@ -22,13 +22,22 @@ def _conditions_by_type(isvc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c.get("type"): c for c in (isvc.get("status") or {}).get("conditions") or []}
 
 
-def _failure(isvc: dict[str, Any]) -> Condition | None:
-    """KServe's diagnosis of a spec that will not serve, from modelStatus."""
+def model_failure(isvc: dict[str, Any]) -> dict[str, Any] | None:
+    """The only part of ``status.modelStatus`` the operator reads: KServe's diagnosis, when it is a failure.
+    (Its states and copies change at every step of a healthy start, after Ready too.)"""
     model_status = (isvc.get("status") or {}).get("modelStatus") or {}
     transition = model_status.get("transitionStatus")
     if transition not in FAILED_TRANSITIONS:
         return None
-    info = model_status.get("lastFailureInfo") or {}
+    return {"transitionStatus": transition, "lastFailureInfo": model_status.get("lastFailureInfo") or {}}
+
+
+def _failure(isvc: dict[str, Any]) -> Condition | None:
+    """KServe's diagnosis of a spec that will not serve, from modelStatus."""
+    failure = model_failure(isvc)
+    if failure is None:
+        return None
+    transition, info = failure["transitionStatus"], failure["lastFailureInfo"]
     message = info.get("message") or f"KServe reports {transition}"
     details = []
     if info.get("location"):
