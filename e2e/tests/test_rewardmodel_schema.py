@@ -358,7 +358,19 @@ def test_every_sample_is_accepted(cluster, namespace):
 def test_kubectl_get_shows_the_columns(cluster, namespace):
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(base()))
     header = cluster.kubectl("get", "rewardmodels", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
-    assert header == ["NAME", "READY", "MODE", "REPLICAS", "URL", "CANARY", "AGE", "REASON", "MESSAGE", "AGREEMENT"]
+    assert header == [
+        "NAME",
+        "READY",
+        "MODE",
+        "REPLICAS",
+        "ASLEEP",
+        "URL",
+        "CANARY",
+        "AGE",
+        "REASON",
+        "MESSAGE",
+        "AGREEMENT",
+    ]
     short = cluster.kubectl("get", "rwm", "-n", namespace).stdout
     assert "skywork-rm" in short and "Standard" in short
     assert "skywork-rm" in cluster.kubectl("get", "rlhf", "-n", namespace).stdout

@@ -299,11 +299,11 @@ SERVING = defaulted_obj(
             maximum=100000,
         ),
         "scaleDownDelay": string(
-            "How long the load must stay lower before the predictor scales down, to zero or by a replica "
-            f"(default {DEFAULT_SCALE_DOWN_DELAY}). Standard mode with KEDA (minReplicas 0 or targetConcurrency): "
-            "KEDA's cooldownPeriod before zero, and the HPA's scale-down stabilization window (at most 1h) "
-            f"between replicas. Knative mode: Knative's scale-down-delay (at most {KNATIVE_SCALE_DOWN_DELAY_MAX}, "
-            "whole seconds). A Go duration: 90s, 10m, 1h.",
+            "How long the load must stay lower before the predictor scales down, to zero or by a replica. "
+            "Standard mode with KEDA (minReplicas 0 or targetConcurrency): KEDA's cooldownPeriod before zero, "
+            "and the HPA's scale-down stabilization window (at most 1h) between replicas; default "
+            f"{DEFAULT_SCALE_DOWN_DELAY}. Knative mode: Knative's scale-down-delay (at most "
+            f"{KNATIVE_SCALE_DOWN_DELAY_MAX}, whole seconds); default Knative's (none). A Go duration: 90s, 10m, 1h.",
             maxLength=32,
             pattern=DURATION_PATTERN,
         ),
