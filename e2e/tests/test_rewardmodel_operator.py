@@ -381,6 +381,24 @@ def test_scale_to_zero_in_standard_mode_without_keda_is_an_invalid_spec(cluster,
     assert operator.alive()
 
 
+def test_a_concurrency_target_in_standard_mode_without_keda_is_an_invalid_spec(cluster, namespace, operator):
+    """targetConcurrency above zero in Standard mode is KEDA's to honour (KServe's HPA takes CPU or memory
+    only): without KEDA the RewardModel names the field and the ways out, and nothing of it is applied."""
+    if cluster.kubectl("get", "crd/scaledobjects.keda.sh", check=False).returncode == 0:
+        pytest.skip("KEDA is installed on this cluster (test_keda.py covers it)")
+    obj = _invalid_and_valid_side_by_side(
+        cluster,
+        namespace,
+        "no-keda-target",
+        serving={"mode": "Standard", "minReplicas": 1, "maxReplicas": 2, "targetConcurrency": 16},
+    )
+    message = condition(obj)["message"]
+    assert message.startswith("spec.serving.targetConcurrency"), message
+    assert "install KEDA" in message and "resources.cpu" in message, message
+    assert get_json(cluster, "service", "no-keda-target-gateway-scaler", "-n", namespace) is None
+    assert operator.alive()
+
+
 def test_status_replicas_follow_the_predictor_when_something_else_scales_it(cluster, namespace, operator):
     """An autoscaler (KServe's HPA here, KEDA or Knative elsewhere) scales the predictor's Deployment
     without a word to the RewardModel: status.replicas follows, long before the hourly drift timer.
