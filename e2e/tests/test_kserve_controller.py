@@ -225,6 +225,48 @@ def _controller_uid(obj: dict) -> str | None:
     return None
 
 
+def test_keda_scales_the_predictor_and_kserves_hpa_the_gateway(kserve_cluster, kserve_namespace, runtime):
+    """The rendering for a Standard-mode concurrency target, run by KServe's controller: the predictor's
+    Deployment gets no HPA (autoscalerClass external: KEDA's ScaledObject, not applied here, scales it),
+    the gateway's gets KServe's HPA on CPU from the class on the transformer alone, minReplicas..maxReplicas."""
+    isvc = _rendered_isvc("sequence-standard-keda-concurrency", kserve_namespace)
+    name = isvc["metadata"]["name"]
+    del isvc["metadata"]["ownerReferences"]  # no RewardModel here: the garbage collector would take it at once
+    kserve_cluster.kubectl(
+        "apply", "--server-side", "--field-manager=reward-operator", "-n", kserve_namespace, "-f", "-",
+        input=json.dumps(isvc),
+    )  # fmt: skip
+    try:
+
+        def made() -> dict | None:
+            found = _objects(kserve_cluster, kserve_namespace)
+            deployments = {o["metadata"]["name"] for o in found.get("Deployment", [])}
+            hpas = [o for o in found.get("HorizontalPodAutoscaler", []) if o["metadata"]["name"].startswith(name)]
+            wanted = {f"{name}-predictor", f"{name}-transformer"}
+            return found if wanted <= deployments and hpas else None
+
+        found = wait_until(f"KServe's Deployments and HPA for {name}", made, timeout=120)
+        (hpa,) = [o for o in found["HorizontalPodAutoscaler"] if o["metadata"]["name"].startswith(name)]
+        assert hpa["spec"]["scaleTargetRef"]["name"] == f"{name}-transformer"
+        assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
+        assert [m["resource"]["name"] for m in hpa["spec"]["metrics"]] == ["cpu"]
+        predictor = next(o for o in found["Deployment"] if o["metadata"]["name"] == f"{name}-predictor")
+        assert predictor["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "external"
+    finally:
+        kserve_cluster.kubectl("delete", "inferenceservice", name, "-n", kserve_namespace, "--wait=false")
+        wait_until(
+            f"{name} and its workloads gone",
+            lambda: (
+                not any(
+                    o["metadata"]["name"].startswith(name)
+                    for items in _objects(kserve_cluster, kserve_namespace).values()
+                    for o in items
+                )
+            ),
+            timeout=90,
+        )
+
+
 def test_deleting_leaves_nothing_behind(kserve_cluster, kserve_namespace, served):
     name = served
     assert _objects(kserve_cluster, kserve_namespace)
