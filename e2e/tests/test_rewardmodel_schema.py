@@ -240,6 +240,13 @@ INVALID = {
         _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "replicas": 2}),
         "canary.replicas may not exceed serving.minReplicas",
     ),
+    "canary-larger-than-kserve-makes-under-keda": (
+        lambda o: o["spec"].update(
+            serving={"minReplicas": 2, "maxReplicas": 4, "targetConcurrency": 8},
+            canary={"model": {"uri": "hf://org/rm-v2"}, "replicas": 2},
+        ),
+        "canary.replicas must be 1 with serving.targetConcurrency in Standard mode",
+    ),
     "canary-gpus-vs-tensor-parallel": (
         _set("spec.canary", {"model": {"uri": "hf://org/rm-v2", "tensorParallelSize": 2}}),
         "the candidate's GPUs (canary.resources.gpus, else resources.gpus) must equal its tensorParallelSize",
@@ -336,6 +343,8 @@ def test_load_scaling_settings_are_accepted_where_an_autoscaler_honours_them(clu
             ),
         )
     )
+    cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(keda))
+    keda["spec"]["canary"] = {"model": {"uri": "hf://org/rm-v2"}}  # one candidate replica, as KServe makes it
     cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(keda))
     for serving in (
         {"minReplicas": 0, "maxReplicas": 4, "initialScale": 0, "scalingWindow": "6s", "scaleDownDelay": "1h"},

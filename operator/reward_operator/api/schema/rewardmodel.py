@@ -792,6 +792,13 @@ SPEC = obj(
                 "more replicas than the stable predictor's minimum",
             ),
             rule(
+                "!has(self.canary) || self.serving.mode != 'Standard' || !has(self.serving.targetConcurrency) "
+                "|| self.canary.replicas == 1",
+                "canary.replicas must be 1 with serving.targetConcurrency in Standard mode: KEDA scales the stable "
+                "predictor alone, and KServe makes the candidate's Deployment with one replica and no autoscaler "
+                "(remove targetConcurrency for a larger candidate on KServe's HPA, or use serving.mode: Knative)",
+            ),
+            rule(
                 "!has(self.canary) || self.canary.replicas <= self.serving.maxReplicas",
                 "canary.replicas may not exceed serving.maxReplicas: the candidate scales up to serving.maxReplicas",
             ),
