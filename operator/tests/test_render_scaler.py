@@ -96,12 +96,8 @@ def test_the_gateway_serves_the_scaler_the_scaled_object_calls_and_never_sleeps(
     assert (config.scaler.port, config.scaler.peers) == (9090, SCALER_HOST)
     assert config.scaler.active_s == scaled["spec"]["pollingInterval"]
     assert (config.scale_from_zero_timeout_s, config.max_held_requests) == (300, 512)
-    # the gateway holds the requests while the predictor sleeps: it is never at zero itself, and scales on
-    # CPU through KServe's HPA, named on the transformer over the InferenceService's external
-    transformer = isvc["spec"]["transformer"]
-    assert (transformer["minReplicas"], transformer["maxReplicas"]) == (1, 4)
-    assert transformer["annotations"] == {"serving.kserve.io/autoscalerClass": "hpa"}
-    assert "cpu" in container["resources"]["requests"]
+    # the gateway holds the requests while the predictor sleeps: it is never at zero itself
+    assert (isvc["spec"]["transformer"]["minReplicas"], isvc["spec"]["transformer"]["maxReplicas"]) == (1, 1)
 
 
 def test_target_concurrency_is_the_gateways_requests_per_predictor_replica():
@@ -142,8 +138,6 @@ def test_a_concurrency_target_above_zero_scales_between_the_bounds_through_keda(
         "horizontalPodAutoscalerConfig": {"behavior": {"scaleDown": {"stabilizationWindowSeconds": 120}}}
     }
     assert "Service" in children
-    # the gateway keeps the minimum the predictor has, as on KServe's HPA
-    assert (isvc["spec"]["transformer"]["minReplicas"], isvc["spec"]["transformer"]["maxReplicas"]) == (1, 4)
     # without KEDA: InvalidSpec, naming the field that asked for it and the way out
     message = missing(
         NAMESPACE, references(apply_defaults(reward_model)), Observed(runtime_found=True, keda_served=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.keda import scales_through_keda
-from ..api.kserve import AUTOSCALER_CLASS, CONTAINER_NAME, cluster_local_url, predictor_name
+from ..api.kserve import CONTAINER_NAME, cluster_local_url, predictor_name
 from ..api.schema.rewardmodel import GATEWAY_REQUEST_TIMEOUT_SECONDS, GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS
 from ..api.types import GatewaySpec, ModelSpec, ServingSpec
 from . import chat_template, scaler
@@ -127,15 +127,10 @@ def transformer(
         # not say grpc or h2c: KServe would mark the HTTP port h2c)
         container["ports"][0]["name"] = "http"
         container["ports"].append(scaler.gateway_port())
-        # The gateway holds the requests and wakes the predictor, so it never goes to zero. KEDA scales the
-        # predictor (autoscalerClass external on the InferenceService); the gateway, CPU-bound, scales on CPU
-        # through KServe's HPA, named on the transformer alone (KServe takes a component's class over the
-        # InferenceService's). Each replica answers KEDA for all of them, through the scaler Service.
-        spec: dict[str, Any] = {
-            "minReplicas": max(1, serving["minReplicas"]),
-            "maxReplicas": serving["maxReplicas"],
-            "annotations": {AUTOSCALER_CLASS: "hpa"},
-        }
+        # The gateway holds the requests and wakes the predictor, so it never goes to zero; with
+        # autoscalerClass external KServe keeps it at the count it was created with. (A replica added by hand
+        # is counted too: each answers KEDA for all of them, through the scaler Service.)
+        spec: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 1}
     else:
         # The gateway scales with the predictor: at zero together between bursts (Knative mode).
         spec = {"minReplicas": serving["minReplicas"], "maxReplicas": serving["maxReplicas"]}
