@@ -259,7 +259,9 @@ NEEDED = [
     ("get", "servingruntimes.serving.kserve.io"),
     ("get", "secrets"),
     ("get", "serviceaccounts"),
+    # the predictor's replicas: listed per reconcile, watched so the status follows KEDA, HPA and Knative
     ("list", "deployments.apps"),
+    ("watch", "deployments.apps"),
     *[(verb, "configmaps") for verb in ("get", "create", "patch")],
     # gateway.allowedClients: applied, then pruned by label once no longer rendered
     *[(verb, "networkpolicies.networking.k8s.io") for verb in ("create", "patch", "list", "delete")],

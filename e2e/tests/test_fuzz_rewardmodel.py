@@ -392,6 +392,35 @@ SCENARIOS: dict[str, st.SearchStrategy[dict[tuple[str, ...], Any]]] = {
         st.one_of(st.none(), st.integers(1, 100000)),
         st.sampled_from([None, "1s", "90s", "10m", "1h30m"]),
     ),
+    # Knative's own autoscaling settings, within its bounds (initialScale 0 is KServe's to drop or keep)
+    "knative autoscaling": st.builds(
+        lambda top, initial, window, delay: {
+            ("serving",): {
+                "mode": "Knative",
+                "minReplicas": 0,
+                "maxReplicas": top,
+                "initialScale": min(initial, top),
+                "scalingWindow": window,
+                "scaleDownDelay": delay,
+            }
+        },
+        st.integers(1, 1000),
+        st.integers(0, 1000),
+        st.sampled_from(["6s", "60s", "1m30s", "1h"]),
+        st.sampled_from(["0s", "30s", "10m", "1h"]),
+    ),
+    # KEDA on a concurrency target above zero: InvalidSpec on the default test bed, as scale to zero
+    "standard concurrency target": st.builds(
+        lambda low, extra, concurrency, delay: {
+            ("serving",): {"mode": "Standard", "minReplicas": low, "maxReplicas": low + extra}
+            | {"targetConcurrency": concurrency}
+            | ({"scaleDownDelay": delay} if delay else {})
+        },
+        st.integers(1, 999),
+        st.integers(1, 1),
+        st.integers(1, 100000),
+        st.sampled_from([None, "1s", "2m", "2h"]),
+    ),
     "cpu serving": st.just({("resources", "gpus"): 0, ("model", "tensorParallelSize"): 1}),
     "tensor parallel": st.integers(1, 64).map(lambda n: {("resources", "gpus"): n, ("model", "tensorParallelSize"): n}),
     "gateway template": st.builds(
@@ -598,8 +627,10 @@ def expected_invalid(obj: dict, namespace: str, held: Holdings) -> str | None:
     account = credentials.get("serviceAccountName")
     if account and account not in held.accounts:
         return f"ServiceAccount {account!r} missing"
-    if spec["serving"]["mode"] == "Standard" and spec["serving"]["minReplicas"] == 0 and not held.keda:
-        return "scale to zero in Standard mode without KEDA"
+    serving = spec["serving"]
+    keda_scaled = serving["minReplicas"] == 0 or "targetConcurrency" in serving
+    if serving["mode"] == "Standard" and keda_scaled and not held.keda:
+        return "KEDA scaling (scale to zero or a concurrency target) in Standard mode without KEDA"
     return None
 
 

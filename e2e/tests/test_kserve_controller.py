@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from reward_testing.paths import REPO
+from reward_operator.render import render_reward_model
+from reward_testing.paths import REPO, golden_input
 from reward_testing.waiting import wait_until
 from testenv.helpers import condition, get_json
 
@@ -67,6 +68,63 @@ def test_validating_webhook_refuses_concurrency_with_hpa(kserve_cluster, kserve_
     assert result.returncode != 0
     assert 'admission webhook "inferenceservice.kserve-webhook-server.validator" denied the request' in result.stderr
     assert "[concurrency] is not a supported metric" in result.stderr
+
+
+# The autoscaling profiles (README, "Scale to zero between bursts"): KEDA above zero and at zero in Standard
+# mode, Knative's own settings in Knative mode.
+AUTOSCALING_CASES = (
+    "sequence-standard-keda-concurrency",
+    "sequence-standard-scale-to-zero",
+    "sequence-knative-autoscaling",
+)
+
+
+def _rendered_isvc(case: str, namespace: str) -> dict:
+    reward_model = golden_input(case)
+    reward_model["metadata"].update(namespace=namespace, uid="00000000-0000-4000-8000-000000000000")
+    (isvc,) = [child for child in render_reward_model(reward_model) if child["kind"] == "InferenceService"]
+    return isvc
+
+
+@pytest.mark.parametrize("case", AUTOSCALING_CASES)
+def test_kserves_webhooks_admit_each_autoscaling_rendering_as_rendered(kserve_cluster, kserve_namespace, case):
+    isvc = _rendered_isvc(case, kserve_namespace)
+    result = dry_run_create(kserve_cluster, kserve_namespace, isvc)
+    assert result.returncode == 0, result.stderr
+    admitted = json.loads(result.stdout)
+    # KServe's defaulter keeps every scaling setting of ours (the autoscaler class, Knative's annotations)
+    for key, value in isvc["metadata"]["annotations"].items():
+        assert admitted["metadata"]["annotations"][key] == value, key
+    for field in ("minReplicas", "maxReplicas", "scaleMetric", "scaleTarget"):
+        assert admitted["spec"]["predictor"].get(field) == isvc["spec"]["predictor"].get(field), field
+
+
+def test_kserves_webhook_refuses_our_concurrency_target_on_its_own_hpa(kserve_cluster, kserve_namespace):
+    """Why Standard mode's targetConcurrency goes to KEDA (autoscalerClass external) and never reaches
+    KServe: the same predictor on KServe's HPA with a concurrency metric is refused."""
+    isvc = _rendered_isvc("sequence-standard-keda-concurrency", kserve_namespace)
+    isvc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] = "hpa"
+    isvc["spec"]["predictor"].update(scaleMetric="concurrency", scaleTarget=32)
+    result = dry_run_create(kserve_cluster, kserve_namespace, isvc)
+    assert result.returncode != 0
+    assert "[concurrency] is not a supported metric" in result.stderr, result.stderr
+
+
+def test_kserves_webhook_leaves_knatives_bounds_to_knative(kserve_cluster, kserve_namespace):
+    """KServe validates the class and metric of a Knative rendering, never the values of Knative's own
+    annotations: a window or delay Knative would refuse passes KServe, so the RewardModel's schema is the
+    only guard before Knative's (absent here) refuses the revision."""
+    isvc = _rendered_isvc("sequence-knative-autoscaling", kserve_namespace)
+    isvc["metadata"]["annotations"].update(
+        {"autoscaling.knative.dev/window": "5s", "autoscaling.knative.dev/scale-down-delay": "2h"}
+    )
+    result = dry_run_create(kserve_cluster, kserve_namespace, isvc)
+    assert result.returncode == 0, result.stderr
+    # the negative control: the same webhook judges the metric of a Knative rendering
+    isvc["spec"]["predictor"]["scaleMetric"] = "cpu"
+    result = dry_run_create(kserve_cluster, kserve_namespace, isvc)
+    assert result.returncode != 0
+    assert "[cpu] is not a supported metric" in result.stderr, result.stderr
 
 
 # What an InferenceService makes in Standard mode, down to its pods. The module's
@@ -165,6 +223,52 @@ def _controller_uid(obj: dict) -> str | None:
         if owner.get("controller"):
             return owner["uid"]
     return None
+
+
+def test_kserve_leaves_a_predictor_scaled_on_load_above_zero_to_keda(kserve_cluster, kserve_namespace, runtime):
+    """The rendering for a Standard-mode concurrency target (minReplicas 1), run by KServe's controller to
+    Ready: the predictor's Deployment carries autoscalerClass external and KServe makes no HPA, for the
+    predictor or the gateway, so KEDA's ScaledObject (not applied here) is the only autoscaler."""
+    isvc = _rendered_isvc("sequence-standard-keda-concurrency", kserve_namespace)
+    name = isvc["metadata"]["name"]
+    del isvc["metadata"]["ownerReferences"]  # no RewardModel here: the garbage collector would take it at once
+    # small enough for any kwok node beside the module's other model (scaling is what is under test)
+    small = {"cpu": "1", "memory": "1Gi"}
+    isvc["spec"]["predictor"]["model"]["resources"] = {"requests": small, "limits": small}
+    kserve_cluster.kubectl(
+        "apply", "--server-side", "--field-manager=reward-operator", "-n", kserve_namespace, "-f", "-",
+        input=json.dumps(isvc),
+    )  # fmt: skip
+    try:
+
+        def ready() -> bool:
+            found = get_json(kserve_cluster, "inferenceservice", name, "-n", kserve_namespace)
+            return (condition(found) or {}).get("status") == "True"
+
+        # Ready is written after every component's reconcile, autoscalers included
+        wait_until(f"InferenceService {name} Ready (written by KServe's controller)", ready, timeout=120)
+        found = _objects(kserve_cluster, kserve_namespace)
+        mine = {kind: [o for o in items if o["metadata"]["name"].startswith(name)] for kind, items in found.items()}
+        assert {o["metadata"]["name"] for o in mine.get("Deployment", [])} == {
+            f"{name}-predictor",
+            f"{name}-transformer",
+        }
+        assert not mine.get("HorizontalPodAutoscaler"), "KServe made an HPA beside KEDA's ScaledObject"
+        predictor = next(o for o in mine["Deployment"] if o["metadata"]["name"] == f"{name}-predictor")
+        assert predictor["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "external"
+    finally:
+        kserve_cluster.kubectl("delete", "inferenceservice", name, "-n", kserve_namespace, "--wait=false")
+        wait_until(
+            f"{name} and its workloads gone",
+            lambda: (
+                not any(
+                    o["metadata"]["name"].startswith(name)
+                    for items in _objects(kserve_cluster, kserve_namespace).values()
+                    for o in items
+                )
+            ),
+            timeout=90,
+        )
 
 
 def test_deleting_leaves_nothing_behind(kserve_cluster, kserve_namespace, served):

@@ -381,6 +381,50 @@ def test_scale_to_zero_in_standard_mode_without_keda_is_an_invalid_spec(cluster,
     assert operator.alive()
 
 
+def test_a_concurrency_target_in_standard_mode_without_keda_is_an_invalid_spec(cluster, namespace, operator):
+    """targetConcurrency above zero in Standard mode is KEDA's to honour (KServe's HPA takes CPU or memory
+    only): without KEDA the RewardModel names the field and the ways out, and nothing of it is applied."""
+    if cluster.kubectl("get", "crd/scaledobjects.keda.sh", check=False).returncode == 0:
+        pytest.skip("KEDA is installed on this cluster (test_keda.py covers it)")
+    obj = _invalid_and_valid_side_by_side(
+        cluster,
+        namespace,
+        "no-keda-target",
+        serving={"mode": "Standard", "minReplicas": 1, "maxReplicas": 2, "targetConcurrency": 16},
+    )
+    message = condition(obj)["message"]
+    assert message.startswith("spec.serving.targetConcurrency"), message
+    assert "install KEDA" in message and "resources.cpu" in message, message
+    assert get_json(cluster, "service", "no-keda-target-gateway-scaler", "-n", namespace) is None
+    assert operator.alive()
+
+
+def test_status_replicas_follow_the_predictor_when_something_else_scales_it(cluster, namespace, operator):
+    """An autoscaler (KServe's HPA here, KEDA or Knative elsewhere) scales the predictor's Deployment
+    without a word to the RewardModel: status.replicas follows, long before the hourly drift timer.
+    (In Standard mode KServe's own status on the InferenceService moves too, so this passes through
+    either of the operator's watches; the Deployment watch alone, which Knative mode needs, is pinned by
+    operator/tests/test_controllers.py.)"""
+    apply_reward_model(cluster, namespace)  # Standard mode, 1..4 on KServe's HPA
+    assert wait_for_ready(cluster, namespace)["status"]["replicas"] == 1
+
+    def replicas(count: int):
+        def reached():
+            obj = reward_model(cluster, namespace)
+            return obj if (obj.get("status") or {}).get("replicas") == count else None
+
+        return reached
+
+    # as an autoscaler would: the HPA, with no metrics to go on here, leaves a count at zero alone
+    cluster.kubectl("scale", "deployment", "skywork-rm-predictor", "--replicas=0", "-n", namespace)
+    obj = wait_until("status.replicas 0 after the predictor went to zero", replicas(0), timeout=60)
+    # a minimum above zero: the spec never sleeps on purpose, so there is no ScaledToZero to report
+    assert all(c["type"] != "ScaledToZero" for c in obj["status"]["conditions"])
+    cluster.kubectl("scale", "deployment", "skywork-rm-predictor", "--replicas=1", "-n", namespace)
+    wait_until("status.replicas 1 once the predictor's pod is ready again", replicas(1), timeout=90)
+    assert operator.alive()
+
+
 def test_a_name_too_long_for_kserves_host_names_is_an_invalid_spec(cluster, operator):
     """Standard mode: <name>-transformer-<namespace> must fit a 63-character DNS label."""
     namespace = "t-" + "n" * 30

@@ -57,13 +57,49 @@ INVALID = {
         lambda o: o["spec"].update(serving={"minReplicas": 0, "maxReplicas": 2}, gateway={"enabled": False}),
         "serving.minReplicas: 0 in Standard mode needs gateway.enabled: true",
     ),
-    "scale-down-delay-above-zero": (
+    "scale-down-delay-with-kserves-hpa": (
         _set("spec.serving.scaleDownDelay", "10m"),
-        "serving.scaleDownDelay is the idle time before KEDA takes the predictor to zero",
+        "serving.scaleDownDelay needs an autoscaler that honours it: Knative mode, or in Standard mode KEDA",
     ),
-    "scale-down-delay-in-knative": (
-        _set("spec.serving", {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2, "scaleDownDelay": "10m"}),
-        "serving.scaleDownDelay is the idle time before KEDA takes the predictor to zero",
+    "scale-down-delay-in-knative-over-an-hour": (
+        _set("spec.serving", {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2, "scaleDownDelay": "61m"}),
+        "serving.scaleDownDelay in Knative mode must be at most 1h in whole seconds",
+    ),
+    "scale-down-delay-in-knative-not-whole-seconds": (
+        _set("spec.serving", {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2, "scaleDownDelay": "1500ms"}),
+        "serving.scaleDownDelay in Knative mode must be at most 1h in whole seconds",
+    ),
+    "initial-scale-in-standard": (
+        _set("spec.serving.initialScale", 2),
+        "serving.initialScale is Knative's initial-scale and needs serving.mode: Knative",
+    ),
+    "initial-scale-below-minimum": (
+        _set("spec.serving", {"mode": "Knative", "minReplicas": 1, "maxReplicas": 2, "initialScale": 0}),
+        "serving.initialScale must be between serving.minReplicas and serving.maxReplicas",
+    ),
+    "initial-scale-above-maximum": (
+        _set("spec.serving", {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2, "initialScale": 3}),
+        "serving.initialScale must be between serving.minReplicas and serving.maxReplicas",
+    ),
+    "scaling-window-in-standard": (
+        _set("spec.serving.scalingWindow", "2m"),
+        "serving.scalingWindow is Knative's stable window and needs serving.mode: Knative",
+    ),
+    "scaling-window-under-six-seconds": (
+        _set("spec.serving", {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2, "scalingWindow": "5s"}),
+        "serving.scalingWindow must be 6s to 1h in whole seconds",
+    ),
+    "scaling-window-over-an-hour": (
+        _set("spec.serving", {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2, "scalingWindow": "1h1s"}),
+        "serving.scalingWindow must be 6s to 1h in whole seconds",
+    ),
+    "scaling-window-not-whole-seconds": (
+        _set("spec.serving", {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2, "scalingWindow": "6500ms"}),
+        "serving.scalingWindow must be 6s to 1h in whole seconds",
+    ),
+    "scaling-window-not-a-duration": (
+        _set("spec.serving", {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2, "scalingWindow": "a minute"}),
+        "spec.serving.scalingWindow",
     ),
     "scale-down-delay-under-a-second": (
         _set("spec.serving", {"minReplicas": 0, "maxReplicas": 2, "scaleDownDelay": "500ms"}),
@@ -119,9 +155,16 @@ INVALID = {
         "env[].value may not contain '{{'",
     ),
     "pythonpath": (_set("spec.env", [{"name": "PYTHONPATH", "value": "/x"}]), "KServe refuses PYTHONPATH"),
-    "target-concurrency-in-standard": (
-        _set("spec.serving.targetConcurrency", 64),
-        "serving.targetConcurrency needs serving.mode: Knative",
+    "target-concurrency-in-standard-with-nothing-to-scale": (
+        _set("spec.serving", {"minReplicas": 2, "maxReplicas": 2, "targetConcurrency": 64}),
+        "serving.targetConcurrency in Standard mode scales the predictor between serving.minReplicas and "
+        "serving.maxReplicas through KEDA: set serving.maxReplicas above serving.minReplicas",
+    ),
+    "target-concurrency-in-standard-without-gateway": (
+        lambda o: o["spec"].update(
+            serving={"minReplicas": 1, "maxReplicas": 4, "targetConcurrency": 64}, gateway={"enabled": False}
+        ),
+        "serving.targetConcurrency in Standard mode needs gateway.enabled: true",
     ),
     "knative-timeout-over-600": (
         _set("spec.serving", {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2, "timeoutSeconds": 900}),
@@ -196,6 +239,13 @@ INVALID = {
     "canary-replicas-over-stable-minimum": (
         _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "replicas": 2}),
         "canary.replicas may not exceed serving.minReplicas",
+    ),
+    "canary-larger-than-kserve-makes-under-keda": (
+        lambda o: o["spec"].update(
+            serving={"minReplicas": 2, "maxReplicas": 4, "targetConcurrency": 8},
+            canary={"model": {"uri": "hf://org/rm-v2"}, "replicas": 2},
+        ),
+        "canary.replicas must be 1 with serving.targetConcurrency in Standard mode",
     ),
     "canary-gpus-vs-tensor-parallel": (
         _set("spec.canary", {"model": {"uri": "hf://org/rm-v2", "tensorParallelSize": 2}}),
@@ -282,6 +332,33 @@ def test_scale_to_zero_in_standard_mode_is_accepted(cluster, namespace):
     assert result.returncode != 0 and "resources.cpu is needed" in result.stderr, result.stderr
 
 
+def test_load_scaling_settings_are_accepted_where_an_autoscaler_honours_them(cluster, namespace):
+    """The positive side of the rules above: KEDA on a concurrency target above zero without a CPU
+    request, with a scale-down delay; Knative's initial scale, window and delay at their bounds."""
+    keda = with_changes(
+        lambda o: (
+            o["spec"]["resources"].pop("cpu", None),
+            o["spec"].update(
+                serving={"minReplicas": 1, "maxReplicas": 4, "targetConcurrency": 32, "scaleDownDelay": "2m"}
+            ),
+        )
+    )
+    cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(keda))
+    keda["spec"]["canary"] = {"model": {"uri": "hf://org/rm-v2"}}  # one candidate replica, as KServe makes it
+    cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(keda))
+    for serving in (
+        {"minReplicas": 0, "maxReplicas": 4, "initialScale": 0, "scalingWindow": "6s", "scaleDownDelay": "1h"},
+        {"minReplicas": 1, "maxReplicas": 4, "initialScale": 4, "scalingWindow": "1h", "scaleDownDelay": "0.5m"},
+        {"minReplicas": 2, "maxReplicas": 2, "targetConcurrency": 8, "scalingWindow": "1m30s"},
+    ):
+        knative = with_changes(_set("spec.serving", {"mode": "Knative", **serving}))
+        knative["metadata"]["name"] = "skywork-rm-knative"
+        result = cluster.kubectl(
+            "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(knative), check=False
+        )
+        assert result.returncode == 0, f"{serving}: {result.stderr}"
+
+
 def test_every_sample_is_accepted(cluster, namespace):
     for sample in sorted((REPO / "manifests" / "samples").glob("rewardmodel-*.yaml")):
         cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(sample))
@@ -290,7 +367,19 @@ def test_every_sample_is_accepted(cluster, namespace):
 def test_kubectl_get_shows_the_columns(cluster, namespace):
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(base()))
     header = cluster.kubectl("get", "rewardmodels", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
-    assert header == ["NAME", "READY", "MODE", "REPLICAS", "URL", "CANARY", "AGE", "REASON", "MESSAGE", "AGREEMENT"]
+    assert header == [
+        "NAME",
+        "READY",
+        "MODE",
+        "REPLICAS",
+        "ASLEEP",
+        "URL",
+        "CANARY",
+        "AGE",
+        "REASON",
+        "MESSAGE",
+        "AGREEMENT",
+    ]
     short = cluster.kubectl("get", "rwm", "-n", namespace).stdout
     assert "skywork-rm" in short and "Standard" in short
     assert "skywork-rm" in cluster.kubectl("get", "rlhf", "-n", namespace).stdout

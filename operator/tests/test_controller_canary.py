@@ -18,6 +18,7 @@ from reward_operator.controllers import runner as runner_module
 from reward_operator.controllers.runner import Runner
 from reward_operator.metrics import OperatorMetrics
 from reward_operator.policy.dependencies import Observed
+from reward_operator.policy.scaling import PredictorReplicas
 from reward_operator.render import canary_identity
 from reward_operator.settings import Settings
 
@@ -85,7 +86,7 @@ def cluster(monkeypatch) -> Cluster:
     monkeypatch.setattr(objects, "patch_status", fake.patch_status)
     monkeypatch.setattr(runner_module.events, "post_event", lambda owner, t, reason, m: fake.events.append((t, reason)))
     monkeypatch.setattr(gather, "observe", lambda namespace, wanted: Observed(runtime_found=True))
-    monkeypatch.setattr(gather, "ready_predictor_replicas", lambda namespace, name: 1)
+    monkeypatch.setattr(gather, "predictor_replicas", lambda namespace, name: PredictorReplicas(ready=1, wanted=1))
     monkeypatch.setattr(gather, "keda_served", lambda: False)
     monkeypatch.setattr(gateways, "rollout_figures", lambda namespace, name: fake.figures)
     monkeypatch.setattr(controller, "now", lambda: fake.clock)

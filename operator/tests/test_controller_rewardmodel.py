@@ -17,6 +17,7 @@ from reward_operator.cluster import events, gather, objects
 from reward_operator.controllers import rewardmodel as controller
 from reward_operator.metrics import OperatorMetrics
 from reward_operator.policy.dependencies import Observed
+from reward_operator.policy.scaling import PredictorReplicas
 from reward_operator.render import render_reward_model
 from reward_operator.settings import Settings
 from reward_testing.paths import golden_input
@@ -46,7 +47,7 @@ def calls(monkeypatch) -> Calls:
     monkeypatch.setattr(objects, "apply", apply)
     monkeypatch.setattr(objects, "prune", prune)
     monkeypatch.setattr(gather, "observe", lambda namespace, wanted: Observed(runtime_found=True))
-    monkeypatch.setattr(gather, "ready_predictor_replicas", lambda namespace, name: 1)
+    monkeypatch.setattr(gather, "predictor_replicas", lambda namespace, name: PredictorReplicas(ready=1, wanted=1))
     monkeypatch.setattr(gather, "keda_served", lambda: False)
     return record
 
@@ -168,3 +169,61 @@ def test_an_inference_service_event_with_no_news_costs_no_reconcile(calls, monke
     assert handled.syncs == 3 and calls.applied[-1] == kserve.INFERENCE_SERVICE_KIND, "restored"
     handled.event("ADDED", copy.deepcopy(applied))
     assert handled.syncs == 3, "the restored one's echo is no news either"
+
+
+def scale_to_zero_model() -> dict:
+    body = apply_defaults(golden_input("sequence-standard-scale-to-zero"))
+    body["metadata"]["generation"] = 2
+    ready = {"type": conditions.READY, "status": "True", "reason": conditions.INFERENCE_SERVICE_READY}
+    body["status"] = {"observedGeneration": 2, "conditions": [ready], "replicas": 1}
+    return body
+
+
+def predictor_deployment(replicas: int) -> dict:
+    return {
+        "kind": "Deployment",
+        "metadata": {"name": "skywork-rm-predictor", "namespace": "rlhf", "uid": "d1"},
+        "spec": {"replicas": replicas},
+        "status": {},
+    }
+
+
+def test_a_predictor_scaled_by_its_autoscaler_refreshes_the_status_alone(calls, monkeypatch):
+    """KEDA took the predictor to zero: the InferenceService is read as stored, nothing is applied or
+    pruned, and the status says zero replicas, asleep, still Ready."""
+    body = scale_to_zero_model()
+    stored = stored_inference_service(body)
+    stored["status"] = {
+        "conditions": [{"type": t, "status": "True"} for t in ("Ready", "PredictorReady", "TransformerReady")]
+    }
+    reads = []
+
+    def get(api_version, kind, name, namespace=None):
+        reads.append((kind, name))
+        return stored
+
+    monkeypatch.setattr(objects, "get", get)
+    monkeypatch.setattr(gather, "predictor_replicas", lambda namespace, name: PredictorReplicas(ready=0, wanted=0))
+    outcome = controller.sync(body, SETTINGS, LOG, predictor_deployment(0))
+    assert reads == [(kserve.INFERENCE_SERVICE_KIND, "skywork-rm")]
+    assert calls.applied == [] and calls.pruned == 0
+    assert outcome.fields["replicas"] == 0
+    assert outcome.ready.status == "True"
+    (asleep,) = outcome.conditions
+    assert (asleep.type, asleep.status, asleep.reason) == (conditions.SCALED_TO_ZERO, "True", conditions.IDLE)
+    assert conditions.SCALED_TO_ZERO not in outcome.removed_conditions
+
+
+def test_scaled_to_zero_goes_with_a_minimum_above_zero(calls):
+    body = reward_model(settled=False)  # minReplicas 1
+    outcome = controller.sync(body, SETTINGS, LOG)
+    assert conditions.SCALED_TO_ZERO in outcome.removed_conditions
+    assert all(condition.type != conditions.SCALED_TO_ZERO for condition in outcome.conditions)
+    assert outcome.fields["replicas"] == 1
+
+
+def test_a_predictor_change_before_the_spec_is_reconciled_is_a_full_reconcile(calls):
+    body = scale_to_zero_model()
+    body["status"]["observedGeneration"] = 1
+    controller.sync(body, SETTINGS, LOG, predictor_deployment(0))
+    assert calls.applied == ["Service", kserve.INFERENCE_SERVICE_KIND, "ScaledObject"] and calls.pruned > 0

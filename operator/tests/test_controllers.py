@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 
 import kopf
 from kopf._core.intents.causes import Activity  # kopf's internals: the registry has no public query API
@@ -71,3 +72,51 @@ def test_the_watchs_copy_is_taken_on_the_event_loop_not_behind_queued_reconciles
     registry = build_registry(Settings(), CollectorRegistry())
     handlers = {h.id.rpartition(".")[2]: h.fn for h in registry._watching.get_all_handlers()}
     assert inspect.iscoroutinefunction(handlers["reward_model_event"])
+
+
+def test_a_predictor_deployment_refreshes_its_owner_only_when_its_replicas_change(monkeypatch):
+    """KEDA, KServe's HPA and Knative scale the predictor without touching the RewardModel: the watch on its
+    Deployments reconciles the owner when the replicas wanted or ready move, and at no other event."""
+    from reward_operator.controllers.runner import Runner
+
+    reconciled = []
+    monkeypatch.setattr(
+        Runner, "reconcile", lambda self, namespace, name, logger, changed_child=None: reconciled.append(
+            (namespace, name, changed_child["kind"], changed_child["spec"]["replicas"])
+        )
+    )  # fmt: skip
+    registry = build_registry(Settings(), CollectorRegistry())
+    handlers = {h.id.rpartition(".")[2]: h for h in registry._watching.get_all_handlers()}
+    handler = handlers["predictor_deployment_event"]
+    assert inspect.iscoroutinefunction(handler.fn)
+    # only KServe's predictor Deployments of a RewardModel's InferenceService are delivered
+    assert handler.labels == {
+        "app.kubernetes.io/managed-by": "reward-operator",
+        "serving.rlhf.dev/rewardmodel": kopf.PRESENT,
+        "component": "predictor",
+    }
+    labels = {"serving.rlhf.dev/rewardmodel": "rm", "serving.kserve.io/inferenceservice": "rm"}
+
+    def event(kind: str, replicas: int, ready: int, name: str = "rm-predictor", uid: str = "d1", **extra) -> None:
+        body = {
+            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "spec": {"replicas": replicas},
+            "status": {"readyReplicas": ready, **extra},
+        }
+        asyncio.run(
+            handler.fn(event={"type": kind}, body=body, namespace="ns", labels=dict(labels), logger=logging.getLogger())
+        )
+
+    event("ADDED", 1, 1)  # the watch's first listing: recorded, nothing to refresh
+    event("MODIFIED", 1, 1, observedGeneration=3)  # no replica moved
+    assert reconciled == []
+    event("MODIFIED", 0, 1)  # KEDA asked for zero
+    event("MODIFIED", 0, 0)  # the last pod went
+    event("MODIFIED", 0, 0, observedGeneration=4)
+    assert reconciled == [("ns", "rm", "Deployment", 0), ("ns", "rm", "Deployment", 0)]
+    event("DELETED", 0, 0)  # a Knative revision's Deployment removed: the sum moved
+    assert len(reconciled) == 3
+    # Standard mode's canary Deployment carries the owner's labels too: not the stable predictor
+    event("ADDED", 1, 1, name="rm-canary-predictor", uid="d2")
+    event("MODIFIED", 2, 2, name="rm-canary-predictor", uid="d2")
+    assert len(reconciled) == 3

@@ -28,7 +28,19 @@ def test_reward_model_crd_conventions():
     version = crd["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
-    assert list(columns) == ["Ready", "Mode", "Replicas", "URL", "Canary", "Age", "Reason", "Message", "Agreement"]
+    assert list(columns) == [
+        "Ready",
+        "Mode",
+        "Replicas",
+        "Asleep",
+        "URL",
+        "Canary",
+        "Age",
+        "Reason",
+        "Message",
+        "Agreement",
+    ]
+    assert columns["Asleep"]["jsonPath"] == '.status.conditions[?(@.type=="ScaledToZero")].status'
     assert columns["Reason"]["priority"] == 1 and columns["Message"]["priority"] == 1
 
 

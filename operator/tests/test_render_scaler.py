@@ -1,9 +1,11 @@
-"""Scale to zero in Standard mode: serving.minReplicas 0 -> autoscalerClass external, the gateway's
-scaler (env and port), a headless Service over the gateway's pods and KEDA's ScaledObject.
+"""KEDA in Standard mode: serving.minReplicas 0 (scale to zero) or serving.targetConcurrency (scale on
+load above zero) -> autoscalerClass external, the gateway's scaler (env and port), a headless Service over
+the gateway's pods and KEDA's ScaledObject.
 
-The goldens `sequence-standard-scale-to-zero` and `token-standard-scale-to-zero-allowed-clients` hold
-the whole rendering; these tests state the contract between the pieces (runtimes/gateway/README.md,
-"What the operator renders"). That KServe's webhook and KEDA's CRD accept them: e2e/tests."""
+The goldens `sequence-standard-scale-to-zero`, `token-standard-scale-to-zero-allowed-clients` and
+`sequence-standard-keda-concurrency` hold the whole rendering; these tests state the contract between
+the pieces (runtimes/gateway/README.md, "What the operator renders"). That KServe's webhook and KEDA's
+CRD accept them: e2e/tests."""
 
 from __future__ import annotations
 
@@ -116,9 +118,79 @@ def test_keda_waits_five_minutes_idle_unless_told():
     )
 
 
+def test_a_concurrency_target_above_zero_scales_between_the_bounds_through_keda():
+    """Standard mode, minReplicas 1 with targetConcurrency: the same KEDA path as scale to zero, from the
+    minimum (never below it) to the maximum, on the gateway's requests in flight; no HPA of KServe's."""
+    reward_model = golden_input("sequence-standard-keda-concurrency")
+    children = by_kind(render_reward_model(reward_model))
+    isvc, scaled = children["InferenceService"], children["ScaledObject"]
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "external"
+    assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (1, 4)
+    assert (isvc["spec"]["predictor"]["minReplicas"], isvc["spec"]["predictor"]["maxReplicas"]) == (1, 4)
+    # KServe refuses a concurrency metric for its HPA: none is rendered for KServe to judge
+    assert "scaleMetric" not in isvc["spec"]["predictor"] and "scaleTarget" not in isvc["spec"]["predictor"]
+    scaler = load_config(plain_env(transformer_container(isvc))).scaler
+    assert scaler is not None and (scaler.metric, scaler.target) == ("requests", 32)
+    assert scaler.peers == SCALER_HOST  # several gateway replicas answer KEDA for all of them
+    # scaleDownDelay 2m: the idle time before zero, and the HPA's wait before it drops a replica
+    assert scaled["spec"]["cooldownPeriod"] == 120
+    assert scaled["spec"]["advanced"] == {
+        "horizontalPodAutoscalerConfig": {"behavior": {"scaleDown": {"stabilizationWindowSeconds": 120}}}
+    }
+    assert "Service" in children
+    # without KEDA: InvalidSpec, naming the field that asked for it and the way out
+    message = missing(
+        NAMESPACE, references(apply_defaults(reward_model)), Observed(runtime_found=True, keda_served=False)
+    )
+    assert message is not None and message.startswith("spec.serving.targetConcurrency")
+    assert "install KEDA" in message and "resources.cpu" in message and "Knative" in message
+
+
+def test_the_hpas_window_follows_the_delay_up_to_its_limit_and_is_left_alone_unless_told():
+    reward_model = scale_to_zero()
+    del reward_model["spec"]["serving"]["scaleDownDelay"]
+    assert "advanced" not in by_kind(render_reward_model(reward_model))["ScaledObject"]["spec"]
+    scaled = by_kind(render_reward_model(scale_to_zero(scaleDownDelay="2h")))["ScaledObject"]["spec"]
+    assert scaled["cooldownPeriod"] == 7200
+    # Kubernetes refuses an HPA stabilization window above an hour
+    assert scaled["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"] == {
+        "stabilizationWindowSeconds": 3600
+    }
+
+
+def test_knatives_autoscaling_settings_are_annotations_on_the_inference_service():
+    """KServe copies the InferenceService's annotations onto the predictor's and the gateway's revisions
+    (they scale together in Knative mode) and checks initial-scale there against allow-zero-initial-scale."""
+    (isvc,) = render_reward_model(golden_input("sequence-knative-autoscaling"))
+    annotations = isvc["metadata"]["annotations"]
+    assert annotations == {
+        "serving.kserve.io/deploymentMode": "Knative",
+        "autoscaling.knative.dev/initial-scale": "0",
+        "autoscaling.knative.dev/scale-down-delay": "600s",
+        "autoscaling.knative.dev/window": "120s",
+    }
+    # the concurrency target is KServe's own field: it writes Knative's target and metric annotations
+    predictor = isvc["spec"]["predictor"]
+    assert (predictor["scaleMetric"], predictor["scaleTarget"]) == ("concurrency", 8)
+    assert not any(key.startswith("autoscaling.knative.dev/") for key in predictor["annotations"])
+    # unset, Knative's defaults stand: nothing is rendered
+    (plain,) = render_reward_model(golden_input("sequence-knative"))
+    assert not any(key.startswith("autoscaling.knative.dev/") for key in plain["metadata"]["annotations"])
+
+
+@pytest.mark.parametrize(("given", "rendered"), [("90s", "90s"), ("1m30s", "90s"), ("1.5m", "90s"), ("1h", "3600s")])
+def test_knative_durations_are_rendered_in_whole_seconds(given: str, rendered: str):
+    reward_model = golden_input("sequence-knative-autoscaling")
+    reward_model["spec"]["serving"].update(scalingWindow=given, scaleDownDelay=given)
+    (isvc,) = render_reward_model(reward_model)
+    assert isvc["metadata"]["annotations"]["autoscaling.knative.dev/window"] == rendered
+    assert isvc["metadata"]["annotations"]["autoscaling.knative.dev/scale-down-delay"] == rendered
+
+
 @pytest.mark.parametrize("case", ["sequence-standard", "token-knative", "process-knative"])
 def test_only_standard_mode_at_zero_uses_keda(case: str):
-    """Standard mode with a minimum of 1 or more stays on KServe's HPA; Knative mode on Knative."""
+    """Standard mode with a minimum of 1 or more and no concurrency target stays on KServe's HPA; Knative mode
+    on Knative."""
     children = render_reward_model(golden_input(case))
     assert not {"ScaledObject", "Service"} & {child["kind"] for child in children}
     (isvc,) = [child for child in children if child["kind"] == "InferenceService"]

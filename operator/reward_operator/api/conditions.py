@@ -14,6 +14,9 @@ READY = "Ready"  # the reward model answers requests at status.url
 CANARY_READY = "CanaryReady"  # the candidate's predictor (KServe's canary) is Ready
 CANARY_PROGRESSING = "CanaryProgressing"  # the rollout moves (or may move) on; False: it stopped, see reason
 CANARY_CONDITIONS = (CANARY_READY, CANARY_PROGRESSING)
+# With serving.minReplicas 0 only (removed otherwise): the predictor is at zero replicas. Ready stays True
+# while it sleeps (policy/scaling.py says why).
+SCALED_TO_ZERO = "ScaledToZero"
 
 # ---- reasons for Ready --------------------------------------------------------
 
@@ -44,6 +47,13 @@ DEGRADED_SUFFIX = "Failed"
 # Reasons worth only a Normal event on a transition (so is any Ready=True or
 # Ready=Unknown: still converging); any other Ready=False gets a Warning.
 NORMAL_REASONS = (INFERENCE_SERVICE_READY, AWAITING_KSERVE, GATEWAY_NOT_READY)
+
+# ---- reasons for ScaledToZero -----------------------------------------------------
+# (AWAITING_KSERVE too: Unknown, KServe has made no predictor Deployment yet)
+
+IDLE = "Idle"  # True: the autoscaler took the predictor to zero; the next request wakes it (a cold start)
+SCALING_UP = "ScalingUp"  # False: the autoscaler asked for replicas, none is ready yet
+ACTIVE = "Active"  # False: predictor replicas are ready
 
 # ---- reasons for CanaryReady ------------------------------------------------------
 

@@ -13,6 +13,7 @@ from . import API_VERSION, CATEGORY, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLUR
 from .schema import REWARD_MODEL, Schema
 
 READY = '.status.conditions[?(@.type=="Ready")]'
+SCALED_TO_ZERO = '.status.conditions[?(@.type=="ScaledToZero")]'
 
 
 def _column(name: str, json_path: str, type_: str = "string", priority: int = 0, description: str = "") -> dict:
@@ -67,7 +68,12 @@ def reward_model_crd() -> dict[str, Any]:
     columns = [
         _column("Ready", f"{READY}.status", description="Whether the reward model serves"),
         _column("Mode", ".spec.serving.mode", description="KServe deployment mode"),
-        _column("Replicas", ".status.replicas", "integer", description="Ready predictor replicas"),
+        _column("Replicas", ".status.replicas", "integer", description="Ready predictor replicas, as scaled now"),
+        _column(
+            "Asleep",
+            f"{SCALED_TO_ZERO}.status",
+            description="ScaledToZero: True while the predictor is at zero replicas (minReplicas 0 only)",
+        ),
         _column("URL", ".status.url", description="Where clients reach the model"),
         _column(
             "Canary",

@@ -12,5 +12,6 @@ SCALED_OBJECT_KIND = "ScaledObject"
 
 
 def scales_through_keda(serving: ServingSpec) -> bool:
-    """Standard mode with minReplicas 0: the predictor scales to zero through KEDA, fed by the gateway."""
-    return serving["mode"] == "Standard" and serving["minReplicas"] == 0
+    """Standard mode with minReplicas 0 (to zero and back) or a concurrency target (minReplicas..maxReplicas on
+    load): KEDA scales the predictor, fed by the gateway's external scaler. Otherwise KServe's HPA on CPU."""
+    return serving["mode"] == "Standard" and (serving["minReplicas"] == 0 or "targetConcurrency" in serving)

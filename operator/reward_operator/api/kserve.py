@@ -23,6 +23,14 @@ AUTOSCALER_CLASS = "serving.kserve.io/autoscalerClass"  # hpa | keda | external 
 STORAGE_SECRET_NAME = "serving.kserve.io/storageSecretName"
 # Knative's time for a new revision to become ready before it is marked failed.
 KNATIVE_PROGRESS_DEADLINE = "serving.knative.dev/progress-deadline"
+# Knative's autoscaling settings (knative.dev/serving pkg/apis/autoscaling/register.go), set on the
+# InferenceService: KServe copies its annotations onto the revisions of the predictor and the transformer (the
+# gateway scales with the predictor in Knative mode), and reads initial-scale there itself: it drops a 0 the
+# cluster's config-autoscaler does not allow (allow-zero-initial-scale), so the revision starts at Knative's
+# default instead of being refused. min-scale and max-scale are KServe's own, from min/maxReplicas.
+KNATIVE_INITIAL_SCALE = "autoscaling.knative.dev/initial-scale"  # an integer
+KNATIVE_SCALE_DOWN_DELAY = "autoscaling.knative.dev/scale-down-delay"  # a Go duration, 0..1h, whole seconds
+KNATIVE_WINDOW = "autoscaling.knative.dev/window"  # a Go duration, 6s..1h, whole seconds
 
 # ---- the predictor and transformer -----------------------------------------------
 

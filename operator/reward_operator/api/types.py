@@ -68,6 +68,8 @@ class ServingSpec(TypedDict):
     targetConcurrency: NotRequired[int]
     timeoutSeconds: NotRequired[int]
     scaleDownDelay: NotRequired[str]
+    initialScale: NotRequired[int]
+    scalingWindow: NotRequired[str]
 
 
 class GatewayResources(TypedDict, total=False):

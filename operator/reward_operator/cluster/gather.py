@@ -15,6 +15,7 @@ from ..api.kserve import (
     canary_predictor_name,
 )
 from ..policy.dependencies import Observed, References
+from ..policy.scaling import PredictorReplicas
 from .client import apps, core, translated
 from .objects import get, or_none, served
 
@@ -86,8 +87,9 @@ def observe(namespace: str, wanted: References) -> Observed:
     return observed
 
 
-def ready_predictor_replicas(namespace: str, isvc: str) -> int | None:
-    """Ready pods of the predictor KServe made for ``isvc``, in either mode, or None when it made none yet.
+def predictor_replicas(namespace: str, isvc: str) -> PredictorReplicas | None:
+    """Ready and wanted pods of the predictor KServe made for ``isvc``, in either mode, or None when it made
+    none yet.
 
     Standard mode has one Deployment ``<isvc>-predictor``; Knative one per
     revision. KServe labels all of them, so one list by label covers both. A
@@ -98,4 +100,8 @@ def ready_predictor_replicas(namespace: str, isvc: str) -> int | None:
     deployments = [d for d in listed if d.metadata.name != canary_predictor_name(isvc)]
     if not deployments:
         return None
-    return sum((d.status.ready_replicas or 0) if d.status else 0 for d in deployments)
+    return PredictorReplicas(
+        ready=sum((d.status.ready_replicas or 0) if d.status else 0 for d in deployments),
+        # the API server defaults an unset spec.replicas to 1
+        wanted=sum(d.spec.replicas if d.spec and d.spec.replicas is not None else 1 for d in deployments),
+    )

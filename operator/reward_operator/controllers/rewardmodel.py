@@ -30,7 +30,7 @@ from ..cluster import Refused, gateways, gather, objects
 from ..metrics import OperatorMetrics
 from ..policy import canary as canary_policy
 from ..policy import children as child_policy
-from ..policy import dependencies, names, readiness
+from ..policy import dependencies, names, readiness, scaling
 from ..policy.conditions import not_ready, settled
 from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_reward_model
 from ..render.canary import candidate_isvc_name, interval_seconds
@@ -39,6 +39,7 @@ from .runner import Logger, Outcome, Runner
 from .seen import SeenChildren
 
 KIND = REWARD_MODEL_KIND
+DEPLOYMENT_KIND = "Deployment"
 
 
 def _inference_service(children: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
@@ -78,6 +79,14 @@ def sync(
     watch's echo of that apply costs no reconcile of its own."""
     metadata = reward_model["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
+    if changed_child is not None and changed_child.get("kind") == DEPLOYMENT_KIND:
+        # the predictor's replicas moved (KEDA, an HPA, Knative): with the spec as last reconciled only the
+        # status can follow, so this is the InferenceService's path with the InferenceService as stored
+        changed_child = (
+            objects.get(kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace)
+            if settled(reward_model)
+            else None
+        )
 
     spec = reward_model["spec"]
     gateway_enabled = spec["gateway"]["enabled"]
@@ -127,13 +136,22 @@ def sync(
     if seen is not None and isvc is not None and not child_only:
         seen.record(isvc)  # what follows decides from it; the handler records a changed_child itself
     fields = readiness.inference_service_fields(isvc)
-    replicas = gather.ready_predictor_replicas(namespace, name)
+    replicas = gather.predictor_replicas(namespace, name)
     if replicas is not None:
-        fields["replicas"] = replicas
+        fields["replicas"] = replicas.ready
+    asleep = scaling.scaled_to_zero(spec["serving"], replicas)
+    scale_conditions = (asleep,) if asleep is not None else ()
+    unscaled = () if asleep is not None else (conditions.SCALED_TO_ZERO,)
     ready = readiness.ready_from_inference_service(isvc, gateway_enabled)
     result = "ready" if ready.status == "True" else "progressing"
     if identity is None:
-        return Outcome(ready, fields, result, removed_conditions=conditions.CANARY_CONDITIONS)
+        return Outcome(
+            ready,
+            fields,
+            result,
+            conditions=scale_conditions,
+            removed_conditions=conditions.CANARY_CONDITIONS + unscaled,
+        )
     candidate_isvc = _inference_service(applied, candidate_isvc_name(name))
     rollout = _rollout(reward_model, identity, isvc if candidate_isvc is None else candidate_isvc, percent)
     if rollout.percent != percent:
@@ -159,7 +177,8 @@ def sync(
         ready,
         fields,
         result,
-        conditions=(rollout.ready, rollout.progressing),
+        conditions=(rollout.ready, rollout.progressing, *scale_conditions),
+        removed_conditions=unscaled,
         events=tuple((event.type, event.reason, event.message) for event in rollout.events),
     )
 
@@ -294,5 +313,39 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
             return
         runner.reconcile(namespace, owner, logger, changed_child=child)
         seen.record(child)
+
+    # The predictor's replicas as last seen, per Deployment (uid): KEDA, KServe's HPA and Knative scale it
+    # without a word to the RewardModel or its InferenceService, so status.replicas and ScaledToZero follow
+    # this watch. Only a change of the replicas wanted or ready refreshes the status; a Deployment first seen
+    # (the watch's initial listing, a new revision) is only recorded: the reconcile that made it reads it.
+    seen_replicas: dict[str, tuple[int | None, int]] = {}
+
+    @kopf.on.event(
+        "apps",
+        "v1",
+        "deployments",
+        labels={**MANAGED_BY, owner_label(KIND): kopf.PRESENT, kserve.COMPONENT_LABEL: kserve.PREDICTOR_COMPONENT},
+        registry=registry,
+    )
+    async def predictor_deployment_event(
+        event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger, **_: Any
+    ) -> None:
+        """On the event loop: most events (status heartbeats of a rollout, observedGeneration) change no
+        replica count and cost a comparison, never a thread."""
+        owner = labels[owner_label(KIND)]
+        # the stable predictor only: Knative mode's candidate InferenceService, and Standard mode's canary
+        # Deployment, carry the owner's label too
+        if labels.get(kserve.ISVC_LABEL) != owner or body["metadata"]["name"] == kserve.canary_predictor_name(owner):
+            return
+        uid = body["metadata"]["uid"]
+        if event.get("type") == "DELETED":
+            changed = seen_replicas.pop(uid, None) is not None
+        else:
+            now = (body.get("spec", {}).get("replicas"), body.get("status", {}).get("readyReplicas") or 0)
+            previous = seen_replicas.get(uid)
+            seen_replicas[uid] = now
+            changed = previous is not None and previous != now
+        if changed:
+            await asyncio.to_thread(runner.reconcile, namespace, owner, logger, {**body, "kind": DEPLOYMENT_KIND})
 
     return runner

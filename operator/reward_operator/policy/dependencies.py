@@ -26,7 +26,8 @@ class References:
     runtime: str
     secrets: tuple[SecretReference, ...]
     service_account: str | None
-    keda: bool = False  # scale to zero in Standard mode: KEDA's ScaledObject must be served
+    keda: bool = False  # KEDA scales the predictor (Standard mode): KEDA's ScaledObject must be served
+    keda_reason: str = "minReplicas"  # the field that asks for KEDA: minReplicas (0) or targetConcurrency
 
     @property
     def secret_names(self) -> set[str]:
@@ -54,8 +55,29 @@ def references(reward_model: RewardModel) -> References:
             secrets.append(SecretReference(f"spec.env[{item['name']}]", ref["name"], ref["key"]))
     if auth := spec["gateway"].get("authSecretRef"):
         secrets.append(SecretReference("spec.gateway.authSecretRef", auth["name"], auth["key"]))
+    serving = spec["serving"]
     return References(
-        spec["runtime"], tuple(secrets), credentials.get("serviceAccountName"), scales_through_keda(spec["serving"])
+        spec["runtime"],
+        tuple(secrets),
+        credentials.get("serviceAccountName"),
+        scales_through_keda(serving),
+        "minReplicas" if serving["minReplicas"] == 0 else "targetConcurrency",
+    )
+
+
+def keda_missing(reason: str) -> str:
+    """Why a spec that KEDA must scale cannot be honoured on a cluster without KEDA, and what to do."""
+    if reason == "minReplicas":
+        return (
+            "spec.serving.minReplicas: 0 in Standard mode scales the predictor to zero through KEDA, and this "
+            "cluster serves no keda.sh/v1alpha1 ScaledObject: install KEDA (v2), or set serving.minReplicas "
+            "to 1 or more, or use serving.mode: Knative"
+        )
+    return (
+        "spec.serving.targetConcurrency in Standard mode scales the predictor on the gateway's load through KEDA, "
+        "and this cluster serves no keda.sh/v1alpha1 ScaledObject: install KEDA (v2), or remove "
+        "serving.targetConcurrency (KServe's HPA then scales on CPU: set resources.cpu), or use serving.mode: "
+        "Knative"
     )
 
 
@@ -78,9 +100,5 @@ def missing(namespace: str, wanted: References, observed: Observed) -> str | Non
             f"not found in namespace {namespace}"
         )
     if wanted.keda and not observed.keda_served:
-        return (
-            "spec.serving.minReplicas: 0 in Standard mode scales the predictor to zero through KEDA, and this "
-            "cluster serves no keda.sh/v1alpha1 ScaledObject: install KEDA (v2), or set serving.minReplicas "
-            "to 1 or more, or use serving.mode: Knative"
-        )
+        return keda_missing(wanted.keda_reason)
     return None

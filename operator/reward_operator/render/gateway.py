@@ -128,7 +128,8 @@ def transformer(
         container["ports"][0]["name"] = "http"
         container["ports"].append(scaler.gateway_port())
         # The gateway holds the requests and wakes the predictor, so it never goes to zero; with
-        # autoscalerClass external KServe keeps it at the count it was created with.
+        # autoscalerClass external KServe keeps it at the count it was created with. (A replica added by hand
+        # is counted too: each answers KEDA for all of them, through the scaler Service.)
         spec: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 1}
     else:
         # The gateway scales with the predictor: at zero together between bursts (Knative mode).

@@ -9,23 +9,42 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..api.keda import scales_through_keda
 from ..api.kserve import (
     AUTOSCALER_CLASS,
     DEPLOYMENT_MODE,
     INFERENCE_SERVICE_API_VERSION,
     INFERENCE_SERVICE_KIND,
+    KNATIVE_INITIAL_SCALE,
+    KNATIVE_SCALE_DOWN_DELAY,
+    KNATIVE_WINDOW,
 )
 from ..api.types import ServingSpec
+from .canary import interval_seconds
 
 
 def annotations(serving: ServingSpec) -> dict[str, str]:
-    """The deployment mode, always explicit (KServe's shipped default is Knative), and in Standard mode
-    who scales: KServe's HPA, or KEDA for scale to zero."""
+    """The deployment mode, always explicit (KServe's shipped default is Knative); in Standard mode who
+    scales (KServe's HPA, or KEDA on the gateway's load); in Knative mode Knative's autoscaling settings."""
     rendered = {DEPLOYMENT_MODE: serving["mode"]}
     if serving["mode"] == "Standard":
         # external: KEDA scales the predictor (render/scaler.py), KServe makes no HPA
-        rendered[AUTOSCALER_CLASS] = "external" if serving["minReplicas"] == 0 else "hpa"
+        rendered[AUTOSCALER_CLASS] = "external" if scales_through_keda(serving) else "hpa"
+        return rendered
+    if "initialScale" in serving:
+        rendered[KNATIVE_INITIAL_SCALE] = str(serving["initialScale"])
+    # Knative reads both as Go durations in whole seconds (the schema refuses anything finer); written
+    # in seconds, so 1m30s and 90s render alike
+    if "scaleDownDelay" in serving:
+        rendered[KNATIVE_SCALE_DOWN_DELAY] = go_seconds(serving["scaleDownDelay"])
+    if "scalingWindow" in serving:
+        rendered[KNATIVE_WINDOW] = go_seconds(serving["scalingWindow"])
     return rendered
+
+
+def go_seconds(duration: str) -> str:
+    """A Go duration the schema admits, in whole seconds as Knative reads it (1m30s -> 90s)."""
+    return f"{round(interval_seconds(duration))}s"
 
 
 def inference_service(

@@ -1,8 +1,8 @@
 """RewardModel -> its children: a ConfigMap with its chat template (when it has
 one), NetworkPolicies for the gateway's allowed clients (when it names them), the
-InferenceService (vLLM pooling predictor, reward gateway transformer) and, for
-scale to zero in Standard mode, the gateway's scaler Service and KEDA's
-ScaledObject."""
+InferenceService (vLLM pooling predictor, reward gateway transformer) and, where
+KEDA scales a Standard-mode predictor (to zero, or on a concurrency target), the
+gateway's scaler Service and KEDA's ScaledObject."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ COMPONENT = "reward-model"
 # Children that come and go with the spec: the controller deletes the ones of
 # these kinds it owns and no longer renders (the rest live as long as their owner).
 PRUNED_KINDS = ((networkpolicy.API_VERSION, networkpolicy.KIND),)
-# The same, for scale to zero in Standard mode; the ScaledObject's kind exists only where KEDA is installed.
+# The same, for KEDA's scaling in Standard mode; the ScaledObject's kind exists only where KEDA is installed.
 SCALER_PRUNED_KINDS = (
     (scaler.SERVICE_API_VERSION, scaler.SERVICE_KIND),
     (SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND),

@@ -1,11 +1,13 @@
-"""Scale to zero in Standard mode: KEDA, fed by the reward gateway's external scaler.
+"""Standard mode scaled on load: KEDA, fed by the reward gateway's external scaler.
 
-KServe v0.20's HPA keeps at least one replica, and nothing of the predictor's own
-exists at zero to wake it (its ``vllm:*`` metrics go with its last pod). The
-gateway (the transformer, never scaled to zero) holds the requests that arrive
-meanwhile and serves KEDA's ``externalscaler.ExternalScaler`` on its own port
-(runtimes/gateway/README.md, "Scale to zero"). So, with ``serving.minReplicas: 0``
-in Standard mode, the operator renders:
+KServe v0.20's HPA keeps at least one replica and scales on CPU or memory only,
+which say nothing of a GPU model's work; and nothing of the predictor's own exists
+at zero to wake it (its ``vllm:*`` metrics go with its last pod). The gateway (the
+transformer, never scaled to zero) counts the requests in flight, holds the ones
+that arrive while the predictor is away, and serves KEDA's
+``externalscaler.ExternalScaler`` on its own port (runtimes/gateway/README.md,
+"Scale to zero"). So, with ``serving.minReplicas: 0`` or ``serving.targetConcurrency``
+in Standard mode (``api.keda.scales_through_keda``), the operator renders:
 
 - ``serving.kserve.io/autoscalerClass: external`` on the InferenceService: KServe
   makes no HPA and leaves the Deployments' ``replicas`` alone, so KEDA owns the
@@ -15,8 +17,11 @@ in Standard mode, the operator renders:
   resolves it to every pod in turn, and the replicas find their peers through it
   (each answers for all of them);
 - a ScaledObject on the predictor's Deployment with one ``external-push`` trigger:
-  KEDA scales 0 -> 1 the moment the gateway pushes, 1..N on the gateway's in-flight
-  count, and back to 0 after ``cooldownPeriod`` (``serving.scaleDownDelay``) idle.
+  KEDA scales 0 -> 1 the moment the gateway pushes (with minReplicas 0),
+  minReplicas..maxReplicas on the gateway's in-flight count, and back to 0 after
+  ``cooldownPeriod`` (``serving.scaleDownDelay``) idle. A set scaleDownDelay is also
+  the HPA's scale-down stabilization window (its default is the same 5 minutes), so
+  one setting holds the replicas through a gap in the load at every count.
 """
 
 from __future__ import annotations
@@ -63,6 +68,11 @@ def cooldown_seconds(serving: ServingSpec) -> int:
     return max(1, round(interval_seconds(serving.get("scaleDownDelay", DEFAULT_SCALE_DOWN_DELAY))))
 
 
+# The most the HPA KEDA makes accepts as its scale-down stabilization window (Kubernetes' validation of
+# HPAScalingRules.stabilizationWindowSeconds).
+HPA_MAX_STABILIZATION_SECONDS = 3600
+
+
 def gateway_env(owner_name: str, namespace: str, serving: ServingSpec) -> dict[str, str]:
     """The gateway's REWARD_GATEWAY_SCALER_* settings (without the prefix)."""
     env = {
@@ -98,13 +108,13 @@ def scaled_object(owner: dict[str, Any], isvc: str, serving: ServingSpec) -> dic
     """KEDA's ScaledObject on the predictor's Deployment, woken and fed by the gateway's push scaler."""
     owner_name = owner["metadata"]["name"]
     namespace = owner["metadata"].get("namespace", "default")
-    return {
+    rendered: dict[str, Any] = {
         "apiVersion": SCALED_OBJECT_API_VERSION,
         "kind": SCALED_OBJECT_KIND,
         "metadata": child_metadata(owner, predictor_name(isvc), SCALED_OBJECT_COMPONENT),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": predictor_name(isvc)},
-            "minReplicaCount": 0,
+            "minReplicaCount": serving["minReplicas"],
             "maxReplicaCount": serving["maxReplicas"],
             "pollingInterval": POLLING_INTERVAL_SECONDS,
             "cooldownPeriod": cooldown_seconds(serving),
@@ -116,3 +126,9 @@ def scaled_object(owner: dict[str, Any], isvc: str, serving: ServingSpec) -> dic
             ],
         },
     }
+    if "scaleDownDelay" in serving:
+        # between replicas the HPA decides, on its own window (300 s unless told): the same delay
+        window = min(cooldown_seconds(serving), HPA_MAX_STABILIZATION_SECONDS)
+        behavior = {"scaleDown": {"stabilizationWindowSeconds": window}}
+        rendered["spec"]["advanced"] = {"horizontalPodAutoscalerConfig": {"behavior": behavior}}
+    return rendered
