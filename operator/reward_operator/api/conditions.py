@@ -14,6 +14,8 @@ READY = "Ready"  # the reward model answers requests at status.url
 CANARY_READY = "CanaryReady"  # the candidate's predictor (KServe's canary) is Ready
 CANARY_PROGRESSING = "CanaryProgressing"  # the rollout moves (or may move) on; False: it stopped, see reason
 CANARY_CONDITIONS = (CANARY_READY, CANARY_PROGRESSING)
+# With spec.cache only (removed with it):
+MODEL_CACHED = "ModelCached"  # every node of the cache's node groups holds a copy of spec.model.uri
 
 # ---- reasons for Ready --------------------------------------------------------
 
@@ -23,6 +25,9 @@ AWAITING_KSERVE = "AwaitingKServe"  # applied; KServe has not reported on it yet
 GATEWAY_NOT_READY = "GatewayNotReady"  # KServe reports Ready, the reward gateway (transformer) is not yet
 INVALID_SPEC = "InvalidSpec"  # the schema accepted the spec but the cluster cannot honour it
 APPLY_FAILED = "ApplyFailed"  # the API server refused a rendered child
+# With spec.cache: the InferenceService is not created until ModelCached is True (Unknown while the
+# copies download, False when a download failed or the cache cannot be made)
+AWAITING_MODEL_CACHE = "AwaitingModelCache"
 
 # KServe's failure reasons (lastFailureInfo.reason) that Ready passes on: the
 # spec will not serve until someone changes it or the model.
@@ -44,6 +49,14 @@ DEGRADED_SUFFIX = "Failed"
 # Reasons worth only a Normal event on a transition (so is any Ready=True or
 # Ready=Unknown: still converging); any other Ready=False gets a Warning.
 NORMAL_REASONS = (INFERENCE_SERVICE_READY, AWAITING_KSERVE, GATEWAY_NOT_READY)
+
+# ---- reasons for ModelCached -------------------------------------------------------
+
+CACHE_DOWNLOADED = "Downloaded"  # True: KServe reports a copy on every node of the node groups
+CACHE_DOWNLOADING = "Downloading"  # Unknown: copies are still downloading (or KServe has not reported yet)
+CACHE_DOWNLOAD_FAILED = "DownloadFailed"  # False: a node's download failed (KServe's NodeDownloadError)
+CACHE_NO_NODES = "NoNodes"  # False: the node groups select no node, so there is nowhere to cache
+CACHE_CONFLICT = "CacheConflict"  # False: the shared cache's settings differ from this spec's
 
 # ---- reasons for CanaryReady ------------------------------------------------------
 

@@ -147,6 +147,13 @@ class CanarySpec(TypedDict):
     clientHeader: NotRequired[str]
 
 
+class CacheSpec(TypedDict):
+    scope: str  # Namespace | Cluster (defaulted)
+    modelSize: int | str
+    nodeGroups: list[str]
+    serviceAccountName: NotRequired[str]
+
+
 class RewardModelSpec(TypedDict):
     model: ModelSpec
     runtime: str  # defaulted
@@ -158,6 +165,7 @@ class RewardModelSpec(TypedDict):
     env: NotRequired[list[EnvVar]]
     credentials: NotRequired[CredentialsSpec]
     canary: NotRequired[CanarySpec]
+    cache: NotRequired[CacheSpec]
 
 
 class Condition(TypedDict):

@@ -23,21 +23,25 @@ from typing import Any
 import kopf
 
 from ..api import API_VERSION, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION, conditions, kserve
+from ..api.cache import cache_identity
 from ..api.defaults import apply_defaults
 from ..api.keda import scales_through_keda
 from ..api.names import MANAGED_BY, owner_label
-from ..cluster import Refused, gateways, gather, objects
+from ..cluster import Refused, caches, gateways, gather, objects
 from ..metrics import OperatorMetrics
+from ..policy import cache as cache_policy
 from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness
 from ..policy.conditions import not_ready, settled
 from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_reward_model
+from ..render.cache import local_model_cache
 from ..render.canary import candidate_isvc_name, interval_seconds
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner
 
 KIND = REWARD_MODEL_KIND
+CACHE_KINDS = (kserve.LOCAL_MODEL_CACHE_KIND, kserve.LOCAL_MODEL_NAMESPACE_CACHE_KIND)
 
 
 def _inference_service(children: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
@@ -92,12 +96,38 @@ def sync(
     if identity is not None and previous_rollout and previous_rollout.get("revision") == identity[1]:
         percent = int(previous_rollout.get("percent") or 0)  # the share the gateways run now
     applied = []
+    cached, cache_bound, hold = None, True, False
+    if "cache" in spec:
+        # the shared cache first: KServe binds it to the InferenceService only when that is admitted
+        manifest = local_model_cache(reward_model)  # type: ignore[arg-type]
+        try:
+            stored_cache, conflict = caches.ensure(manifest, reward_model)
+        except Refused as error:
+            message = f"{manifest['kind']} {manifest['metadata']['name']} rejected: {error.message}"
+            return Outcome(not_ready(conditions.APPLY_FAILED, message), _kept_rollout(reward_model), "apply_failed")
+        cached = cache_policy.model_cached(stored_cache, conflict)
+        stored_isvc = changed_child
+        if stored_isvc is None or stored_isvc["metadata"]["name"] != name:
+            stored_isvc = objects.get(
+                kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace
+            )
+        cache_bound = cache_policy.bound(cached, stored_isvc, manifest["metadata"]["name"])
+        hold = not cache_bound and stored_isvc is None  # see policy.cache: never started on a partial cache
     children = render_reward_model(
-        reward_model, settings.gateway_image, percent, settings.operator_namespace, settings.keda_namespace
+        reward_model,
+        settings.gateway_image,
+        percent,
+        settings.operator_namespace,
+        settings.keda_namespace,
+        cache_bound,
     )
     # only the InferenceService changed, and the spec is as last reconciled: see the module's docstring
     child_only = changed_child is not None and settled(reward_model)
     for child in children:
+        if child["kind"] in CACHE_KINDS:
+            continue  # applied above
+        if hold and child["kind"] == kserve.INFERENCE_SERVICE_KIND:
+            continue
         if child_only and child["kind"] != kserve.INFERENCE_SERVICE_KIND:
             continue
         stored = changed_child
@@ -116,6 +146,17 @@ def sync(
     if not child_only:
         _prune(reward_model, children, logger)
 
+    cache_conditions = (cached,) if cached is not None else ()
+    removed = () if cached is not None else (conditions.MODEL_CACHED,)
+    if hold:
+        assert cached is not None
+        return Outcome(
+            cache_policy.held(cached),
+            _kept_rollout(reward_model),
+            "progressing",
+            conditions=cache_conditions,
+            removed_conditions=conditions.CANARY_CONDITIONS if identity is None else (),
+        )
     isvc = _inference_service(applied, name)
     fields = readiness.inference_service_fields(isvc)
     replicas = gather.ready_predictor_replicas(namespace, name)
@@ -124,7 +165,13 @@ def sync(
     ready = readiness.ready_from_inference_service(isvc, gateway_enabled)
     result = "ready" if ready.status == "True" else "progressing"
     if identity is None:
-        return Outcome(ready, fields, result, removed_conditions=conditions.CANARY_CONDITIONS)
+        return Outcome(
+            ready,
+            fields,
+            result,
+            conditions=cache_conditions,
+            removed_conditions=conditions.CANARY_CONDITIONS + removed,
+        )
     candidate_isvc = _inference_service(applied, candidate_isvc_name(name))
     rollout = _rollout(reward_model, identity, isvc if candidate_isvc is None else candidate_isvc, percent)
     if rollout.percent != percent:
@@ -137,6 +184,7 @@ def sync(
                 rollout.percent,
                 settings.operator_namespace,
                 settings.keda_namespace,
+                cache_bound,
             )
             if child["kind"] == kserve.INFERENCE_SERVICE_KIND and child["metadata"]["name"] == name
         ]
@@ -150,7 +198,8 @@ def sync(
         ready,
         fields,
         result,
-        conditions=(rollout.ready, rollout.progressing),
+        conditions=(rollout.ready, rollout.progressing, *cache_conditions),
+        removed_conditions=removed,
         events=tuple((event.type, event.reason, event.message) for event in rollout.events),
     )
 
@@ -252,6 +301,9 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
     async def reward_model_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
         if event.get("type") == "DELETED":
             await asyncio.to_thread(runner.forget, namespace, name)  # waits for the object's reconcile
+            if (used := cache_identity(body)) is not None:
+                # its last user gone, the cache goes (or waits for KServe to see its InferenceService go)
+                await asyncio.to_thread(caches.sweep_quietly, *used, logging.getLogger(__name__))
         else:
             runner.observe(namespace, name, dict(body))  # a dict store under a lock held only briefly
 
@@ -273,4 +325,32 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
         if deleted and result != "deleted":
             logger.info("InferenceService %s was deleted; restored in %.2fs", owner, time.monotonic() - started)
 
+    for cache_kind in CACHE_KINDS:
+        _register_cache_watch(registry, runner, cache_kind)
+
     return runner
+
+
+def _register_cache_watch(registry: kopf.OperatorRegistry, runner: Runner, cache_kind: str) -> None:
+    """A shared cache we made changed (KServe's report on its copies, most often), or the watch starts
+    (the first list: users deleted while the operator was stopped): tell its users (ModelCached, and the
+    InferenceService bound once it is filled), then drop the users that are gone, and the cache with the last."""
+
+    @kopf.on.event(
+        kserve.GROUP,
+        kserve.LOCAL_MODEL_API_VERSION.rpartition("/")[2],
+        objects.plural_of(cache_kind),
+        labels=MANAGED_BY,
+        registry=registry,
+    )
+    def cache_event(event: dict[str, Any], body: kopf.Body, logger: Logger, **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            return
+        metadata = body["metadata"]
+        for user in cache_policy.users(dict(body)):
+            user_namespace, _, user_name = user.partition("/")
+            try:
+                runner.reconcile(user_namespace, user_name, logger)
+            except kopf.TemporaryError as error:
+                logger.info("RewardModel %s not reconciled after a change of its cache: %s", user, error)
+        caches.sweep_quietly(cache_kind, metadata["name"], metadata.get("namespace"), logger)
