@@ -69,6 +69,9 @@ def ensure(manifest: dict[str, Any], reward_model: dict[str, Any]) -> tuple[dict
     key = cache_policy.user_key(reward_model["metadata"]["namespace"], reward_model["metadata"]["name"])
     stored = get(manifest["apiVersion"], manifest["kind"], metadata["name"], metadata.get("namespace"))
     conflict = None
+    if stored is not None and stored["metadata"].get("deletionTimestamp"):
+        # its last user went a moment ago: made again once KServe has cleaned it up
+        raise ClusterError(None, "Conflict", f"{manifest['kind']} {metadata['name']} is being deleted")
     if stored is not None:
         others = [user for user in cache_policy.users(stored) if user != key]
         conflict = cache_policy.conflict(stored.get("spec") or {}, manifest["spec"]) if others else None
@@ -119,9 +122,11 @@ def sweep(kind: str, name: str, namespace: str | None) -> str:
     if any(labels.get(k) != v for k, v in MANAGED_BY.items()):
         return "kept"  # not ours
     recorded = cache_policy.users(stored)
+    if not recorded:
+        return "kept"  # just made: its maker records itself next
     identity = (kind, name, namespace)
     alive = [user for user in recorded if cache_policy.uses(_reward_model(user), identity)]
-    if alive == recorded and alive:
+    if alive == recorded:
         return "kept"
     path = object_path(LOCAL_MODEL_API_VERSION, kind, name, namespace)
     precondition = stored["metadata"]["resourceVersion"]
