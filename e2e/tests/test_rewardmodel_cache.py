@@ -239,7 +239,7 @@ def test_a_cache_added_later_reaches_the_serving_predictor_once_filled(cluster, 
         isvc = get_json(cluster, "inferenceservice", "rm", "-n", ns)
         assert isvc["metadata"]["annotations"].get("serving.kserve.io/disable-localmodel") == "true"
         assert BOUND not in isvc["metadata"]["labels"]
-        assert condition(get_json(cluster, "rewardmodel", "rm", "-n", ns))["status"] == "True"
+        wait_for_condition(cluster, ns, "rm", "Ready", "True", "InferenceServiceReady")
 
         report_as_node_agent(cluster, cache, dict.fromkeys(GPU_NODES, "ModelDownloaded"))
 
@@ -258,3 +258,35 @@ def test_a_node_group_that_does_not_exist_is_invalid_spec(cluster, start_operato
         ready = wait_for_condition(cluster, ns, "rm", "Ready", "False", "InvalidSpec")
         assert "LocalModelNodeGroup 'no-such-group' not found" in ready["message"]
         assert caches(cluster, ns) == []
+
+
+def test_spec_cache_removed_releases_the_predictor_and_the_cache(cluster, start_operator, operator_log):
+    uri = unique_uri()
+    with namespaces(cluster, 2) as (ns1, ns2), start_operator(cluster, operator_log):
+        apply_reward_model(cluster, ns1, "rm-a", uri, scope="Cluster")
+        apply_reward_model(cluster, ns2, "rm-b", uri, scope="Cluster")
+        cache = the_cache(cluster, None, uri, [f"{ns1}/rm-a", f"{ns2}/rm-b"])
+        report_as_node_agent(cluster, cache, dict.fromkeys(GPU_NODES, "ModelDownloaded"))
+        for ns, name in ((ns1, "rm-a"), (ns2, "rm-b")):
+            wait_for_condition(cluster, ns, name, "Ready", "True", "InferenceServiceReady")
+
+        def unbound(ns: str, name: str):
+            isvc = get_json(cluster, "inferenceservice", name, "-n", ns)
+            return isvc if BOUND not in isvc["metadata"]["labels"] else None
+
+        # one user leaves: its predictor reads from its own download again (KServe would otherwise
+        # keep it bound while the cache exists), the other keeps the cache
+        apply_reward_model(cluster, ns1, "rm-a", uri, cached=False)
+        wait_until("rm-a's InferenceService unbound from the cache", lambda: unbound(ns1, "rm-a"))
+        the_cache(cluster, None, uri, [f"{ns2}/rm-b"])
+        wait_until(
+            "rm-a's ModelCached removed with spec.cache",
+            lambda: condition(get_json(cluster, "rewardmodel", "rm-a", "-n", ns1), "ModelCached") is None,
+        )
+
+        # the last user leaves: KServe's webhook would refuse to delete a cache an InferenceService uses
+        apply_reward_model(cluster, ns2, "rm-b", uri, cached=False)
+        wait_until("rm-b's InferenceService unbound from the cache", lambda: unbound(ns2, "rm-b"))
+        wait_until(f"the cluster-wide cache of {uri} removed", lambda: cache_gone(cluster, None, uri))
+        for ns, name in ((ns1, "rm-a"), (ns2, "rm-b")):
+            wait_for_condition(cluster, ns, name, "Ready", "True", "InferenceServiceReady")

@@ -156,3 +156,21 @@ def test_a_missing_node_group_or_a_contradicting_selector_is_invalid_spec():
     assert "spec.nodeSelector contradicts LocalModelNodeGroup 'gpu-h100'" in missing("rlhf", wanted, observed)
     model["spec"]["nodeSelector"] = {"serving.kserve.io/nodegroup": "gpu"}
     assert missing("rlhf", references(model), observed) is None
+
+
+def test_a_cache_no_longer_used_is_released():
+    model = golden_input("sequence-standard-cache")
+    assert policy.released(model) is None  # never reconciled with a cache
+    identity = cache_identity(model)
+    model["status"] = {"modelCache": policy.identity_status(identity)}
+    assert policy.released(model) is None  # still in use
+    changed = copy.deepcopy(model)
+    changed["spec"]["model"]["uri"] = URI + "-v2"
+    assert policy.released(changed) == identity
+    removed = copy.deepcopy(model)
+    del removed["spec"]["cache"]
+    assert policy.released(removed) == identity
+    cluster_wide = copy.deepcopy(model)
+    cluster_wide["spec"]["cache"]["scope"] = "Cluster"
+    assert policy.released(cluster_wide) == identity
+    assert policy.identity_status(("LocalModelCache", "c", None)) == {"kind": "LocalModelCache", "name": "c"}

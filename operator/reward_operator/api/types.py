@@ -195,6 +195,12 @@ class CanaryStatus(TypedDict, total=False):
     message: str
 
 
+class ModelCacheStatus(TypedDict, total=False):
+    kind: str
+    name: str
+    namespace: str
+
+
 class RewardModelStatus(TypedDict, total=False):
     observedGeneration: int
     conditions: list[Condition]
@@ -203,6 +209,7 @@ class RewardModelStatus(TypedDict, total=False):
     inferenceService: str
     replicas: int
     canary: CanaryStatus
+    modelCache: ModelCacheStatus
 
 
 class RewardModel(TypedDict):

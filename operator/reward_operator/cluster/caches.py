@@ -24,7 +24,12 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from ..api import API_VERSION, REWARD_MODEL_KIND
-from ..api.kserve import LOCAL_MODEL_API_VERSION
+from ..api.kserve import (
+    DISABLE_LOCAL_MODEL,
+    INFERENCE_SERVICE_API_VERSION,
+    INFERENCE_SERVICE_KIND,
+    LOCAL_MODEL_API_VERSION,
+)
 from ..api.names import CACHE_USERS_ANNOTATION, FIELD_MANAGER, MANAGED_BY
 from ..policy import cache as cache_policy
 from ..render.cache import user_reference
@@ -169,3 +174,16 @@ def sweep_quietly(kind: str, name: str, namespace: str | None, logger: logging.L
         where = f"{namespace}/" if namespace else ""
         logger.info("%s %s%s: %s (its users are gone)", kind, where, name, result)
     return result
+
+
+def opt_out(isvc_name: str, namespace: str, out: bool) -> None:
+    """Set (or clear) KServe's opt-out annotation on an InferenceService by merge patch: an admission
+    of its own, at which KServe's webhook unbinds (or binds) the cache. Not part of the operator's
+    server-side apply, so a later apply that no longer renders it does not take it away again."""
+    path = object_path(INFERENCE_SERVICE_API_VERSION, INFERENCE_SERVICE_KIND, isvc_name, namespace)
+    with translated():
+        try:
+            _merge_patch(path, {"metadata": {"annotations": {DISABLE_LOCAL_MODEL: "true" if out else None}}})
+        except ApiException as error:
+            if not is_not_found(error):
+                raise

@@ -96,7 +96,18 @@ def sync(
     if identity is not None and previous_rollout and previous_rollout.get("revision") == identity[1]:
         percent = int(previous_rollout.get("percent") or 0)  # the share the gateways run now
     applied = []
-    cached, cache_bound, hold = None, True, False
+    cached, cache_bound, hold, cache_fields = None, True, False, {}
+    stored_isvc = changed_child
+    if stored_isvc is None or stored_isvc["metadata"]["name"] != name:
+        stored_isvc = None
+    if (released := cache_policy.released(reward_model)) is not None:
+        # spec.cache gone (or its model changed): out of the old cache, which goes if this was its last user
+        stored_isvc = stored_isvc or objects.get(
+            kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace
+        )
+        if cache_policy.bound_to(stored_isvc) == released[1]:
+            caches.opt_out(name, namespace, True)  # KServe unbinds it at this admission
+        caches.sweep_quietly(*released, logger)
     if "cache" in spec:
         # the shared cache first: KServe binds it to the InferenceService only when that is admitted
         manifest = local_model_cache(reward_model)  # type: ignore[arg-type]
@@ -106,13 +117,14 @@ def sync(
             message = f"{manifest['kind']} {manifest['metadata']['name']} rejected: {error.message}"
             return Outcome(not_ready(conditions.APPLY_FAILED, message), _kept_rollout(reward_model), "apply_failed")
         cached = cache_policy.model_cached(stored_cache, conflict)
-        stored_isvc = changed_child
-        if stored_isvc is None or stored_isvc["metadata"]["name"] != name:
-            stored_isvc = objects.get(
-                kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace
-            )
+        cache_fields = {"modelCache": cache_policy.identity_status(cache_identity(reward_model))}  # type: ignore[arg-type]
+        stored_isvc = stored_isvc or objects.get(
+            kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace
+        )
         cache_bound = cache_policy.bound(cached, stored_isvc, manifest["metadata"]["name"])
         hold = not cache_bound and stored_isvc is None  # see policy.cache: never started on a partial cache
+        if cache_bound and cache_policy.opted_out(stored_isvc):
+            caches.opt_out(name, namespace, False)  # an opt-out of an earlier release: bound at this admission
     children = render_reward_model(
         reward_model,
         settings.gateway_image,
@@ -152,13 +164,13 @@ def sync(
         assert cached is not None
         return Outcome(
             cache_policy.held(cached),
-            _kept_rollout(reward_model),
+            {**_kept_rollout(reward_model), **cache_fields},
             "progressing",
             conditions=cache_conditions,
             removed_conditions=conditions.CANARY_CONDITIONS if identity is None else (),
         )
     isvc = _inference_service(applied, name)
-    fields = readiness.inference_service_fields(isvc)
+    fields = {**readiness.inference_service_fields(isvc), **cache_fields}
     replicas = gather.ready_predictor_replicas(namespace, name)
     if replicas is not None:
         fields["replicas"] = replicas
@@ -209,9 +221,12 @@ def now() -> datetime:
 
 
 def _kept_rollout(reward_model: dict[str, Any]) -> dict[str, Any]:
-    """The rollout's status as it was, for outcomes that decide nothing about it."""
-    kept = (reward_model.get("status") or {}).get("canary")
-    return {"canary": kept} if kept and "canary" in reward_model["spec"] else {}
+    """The rollout's status as it was (and the cache in use), for outcomes that decide nothing about them."""
+    status = reward_model.get("status") or {}
+    kept = {"modelCache": status["modelCache"]} if status.get("modelCache") else {}
+    if status.get("canary") and "canary" in reward_model["spec"]:
+        kept["canary"] = status["canary"]
+    return kept
 
 
 def _rollout(
@@ -331,6 +346,18 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
     return runner
 
 
+class _ObjectLogger(logging.LoggerAdapter):
+    """Log lines about a RewardModel reconciled from another object's handler, prefixed as kopf
+    prefixes its own (``[namespace/name]``)."""
+
+    def __init__(self, key: str):
+        super().__init__(logging.getLogger("kopf.objects"), {})
+        self.key = key
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return f"[{self.key}] {msg}", kwargs
+
+
 def _register_cache_watch(registry: kopf.OperatorRegistry, runner: Runner, cache_kind: str) -> None:
     """A shared cache we made changed (KServe's report on its copies, most often), or the watch starts
     (the first list: users deleted while the operator was stopped): tell its users (ModelCached, and the
@@ -350,7 +377,7 @@ def _register_cache_watch(registry: kopf.OperatorRegistry, runner: Runner, cache
         for user in cache_policy.users(dict(body)):
             user_namespace, _, user_name = user.partition("/")
             try:
-                runner.reconcile(user_namespace, user_name, logger)
+                runner.reconcile(user_namespace, user_name, _ObjectLogger(user))
             except kopf.TemporaryError as error:
                 logger.info("RewardModel %s not reconciled after a change of its cache: %s", user, error)
         caches.sweep_quietly(cache_kind, metadata["name"], metadata.get("namespace"), logger)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..api import conditions
 from ..api.cache import cache_identity
-from ..api.kserve import LOCAL_MODEL_LABEL, NODE_DOWNLOAD_ERROR, NODE_DOWNLOADED
+from ..api.kserve import DISABLE_LOCAL_MODEL, LOCAL_MODEL_LABEL, NODE_DOWNLOAD_ERROR, NODE_DOWNLOADED
 from ..api.names import CACHE_USERS_ANNOTATION
 from .conditions import Condition
 
@@ -120,3 +120,33 @@ def held(cached: Condition) -> Condition:
         conditions.AWAITING_MODEL_CACHE,
         f"the InferenceService is created once the model cache is filled: {cached.message}",
     )
+
+
+def identity_status(identity: tuple[str, str, str | None]) -> dict[str, str]:
+    """status.modelCache for a cache identity (kind, name, namespace or None)."""
+    kind, name, namespace = identity
+    return {"kind": kind, "name": name, **({"namespace": namespace} if namespace else {})}
+
+
+def previous_identity(reward_model: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
+    """The cache the status says this RewardModel used when last reconciled, or None."""
+    recorded = (reward_model.get("status") or {}).get("modelCache") or {}
+    if not recorded.get("kind") or not recorded.get("name"):
+        return None
+    return recorded["kind"], recorded["name"], recorded.get("namespace")
+
+
+def released(reward_model: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
+    """The cache this RewardModel used and no longer does (spec.cache removed, or its URI or scope
+    changed), to be let go of: its InferenceService opted out of it, and its users swept."""
+    previous = previous_identity(reward_model)
+    return previous if previous is not None and previous != cache_identity(reward_model) else None
+
+
+def bound_to(isvc: Mapping[str, Any] | None) -> str | None:
+    """The name of the cache KServe bound an InferenceService to, or None."""
+    return (((isvc or {}).get("metadata") or {}).get("labels") or {}).get(LOCAL_MODEL_LABEL)
+
+
+def opted_out(isvc: Mapping[str, Any] | None) -> bool:
+    return DISABLE_LOCAL_MODEL in (((isvc or {}).get("metadata") or {}).get("annotations") or {})

@@ -871,6 +871,15 @@ STATUS = obj(
         "inferenceService": string("Name of the InferenceService serving this model."),
         "replicas": integer("Ready predictor replicas, in either mode."),
         "canary": CANARY_STATUS,
+        "modelCache": obj(
+            "The LocalModel cache spec.cache uses (absent without it): once it changes or goes, the "
+            "operator releases the previous one.",
+            {
+                "kind": string("LocalModelNamespaceCache or LocalModelCache."),
+                "name": string("The cache's name (one per model URI)."),
+                "namespace": string("Its namespace; absent for a cluster-wide LocalModelCache."),
+            },
+        ),
     },
 )
 
