@@ -158,7 +158,7 @@ def test_two_reward_models_share_one_cache_which_goes_with_the_last(cluster, sta
         report_as_node_agent(cluster, cache, {"kwok-gpu-0": "ModelDownloaded", "kwok-gpu-1": "ModelDownloadError"})
         failed = wait_for_condition(cluster, ns, "rm-a", "ModelCached", "False", "DownloadFailed")
         assert "kwok-gpu-1" in failed["message"] and "1/2" in failed["message"]
-        wait_for_condition(cluster, ns, "rm-a", "Ready", "False", "AwaitingModelCache")
+        wait_for_condition(cluster, ns, "rm-a", "Ready", "False", "ModelCacheFailed")
         assert get_json(cluster, "inferenceservice", "rm-a", "-n", ns) is None
 
         report_as_node_agent(cluster, cache, {"kwok-gpu-1": "ModelDownloaded"})

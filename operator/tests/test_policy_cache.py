@@ -90,7 +90,8 @@ def test_bound_only_once_filled_and_then_kept():
     assert not policy.bound(filling, {"metadata": {"labels": {}}}, "c")
     held = policy.held(filling)
     assert (held.type, held.status, held.reason) == ("Ready", "Unknown", "AwaitingModelCache")
-    assert policy.held(policy.model_cached(cache_with({"total": 0}, {}))).status == "False"
+    failed = policy.held(policy.model_cached(cache_with({"total": 0}, {})))
+    assert (failed.status, failed.reason) == ("False", "ModelCacheFailed")  # Degraded in Argo CD
 
 
 def test_users_are_read_sorted_and_tolerate_garbage():

@@ -25,9 +25,10 @@ AWAITING_KSERVE = "AwaitingKServe"  # applied; KServe has not reported on it yet
 GATEWAY_NOT_READY = "GatewayNotReady"  # KServe reports Ready, the reward gateway (transformer) is not yet
 INVALID_SPEC = "InvalidSpec"  # the schema accepted the spec but the cluster cannot honour it
 APPLY_FAILED = "ApplyFailed"  # the API server refused a rendered child
-# With spec.cache: the InferenceService is not created until ModelCached is True (Unknown while the
-# copies download, False when a download failed or the cache cannot be made)
+# With spec.cache: the InferenceService is not created until ModelCached is True: Unknown while the
+# copies download; False when a download failed or the cache cannot be made (Degraded in Argo CD)
 AWAITING_MODEL_CACHE = "AwaitingModelCache"
+MODEL_CACHE_FAILED = "ModelCacheFailed"
 
 # KServe's failure reasons (lastFailureInfo.reason) that Ready passes on: the
 # spec will not serve until someone changes it or the model.

@@ -114,10 +114,11 @@ def bound(cached: Condition, isvc: Mapping[str, Any] | None, cache_name: str) ->
 
 def held(cached: Condition) -> Condition:
     """Ready while a new RewardModel's InferenceService waits for its cache."""
+    failed = cached.status == "False"
     return Condition(
         conditions.READY,
-        "False" if cached.status == "False" else "Unknown",
-        conditions.AWAITING_MODEL_CACHE,
+        "False" if failed else "Unknown",
+        conditions.MODEL_CACHE_FAILED if failed else conditions.AWAITING_MODEL_CACHE,
         f"the InferenceService is created once the model cache is filled: {cached.message}",
     )
 
