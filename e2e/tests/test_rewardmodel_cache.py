@@ -113,6 +113,12 @@ def report_as_node_agent(cluster, cache: dict, states: dict[str, str]) -> None:
         cluster.kubectl("patch", "localmodelnode", node, "--subresource=status", "--type=merge", "-p", patch)
 
 
+def predictor_pod(cluster, namespace: str, isvc: str) -> dict | None:
+    selector = f"serving.kserve.io/inferenceservice={isvc},component=predictor"
+    listed = get_json(cluster, "pods", "-n", namespace, "-l", selector)
+    return ((listed or {}).get("items") or [None])[0]
+
+
 def wait_for_condition(
     cluster, namespace: str, name: str, type_: str, status: str, reason: str, saying: str = ""
 ) -> dict:
@@ -168,6 +174,15 @@ def test_two_reward_models_share_one_cache_which_goes_with_the_last(cluster, sta
             isvc = get_json(cluster, "inferenceservice", name, "-n", ns)
             assert isvc["metadata"]["labels"][BOUND] == cache["metadata"]["name"]  # KServe's webhook bound it
             assert "serving.kserve.io/disable-localmodel" not in isvc["metadata"]["annotations"]
+        # a cold start reads the node's copy: KServe's pod webhook mounts the cache's volume and adds no
+        # storage-initializer to download the model
+        pod = wait_until("rm-a's predictor pod", lambda: predictor_pod(cluster, ns, "rm-a"))
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
+                  if "persistentVolumeClaim" in v}  # fmt: skip
+        assert list(claims.values()) == [f"{cache['metadata']['name']}-gpu"]
+        mounts = [m for c in pod["spec"]["containers"] for m in c.get("volumeMounts", []) if m["name"] in claims]
+        assert [m["mountPath"] for m in mounts] == ["/mnt/models"]
+        assert not [c["name"] for c in pod["spec"].get("initContainers", []) if "storage-initializer" in c["name"]]
 
         delete_reward_model(cluster, ns, "rm-a")
         kept = the_cache(cluster, ns, uri, [f"{ns}/rm-b"])
