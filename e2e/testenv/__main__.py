@@ -35,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="run KEDA's operator and external metrics API server; default: no, unless TESTENV_KEDA=1",
     )
+    up.add_argument(
+        "--localmodel",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run KServe's LocalModel controller with localModel enabled and a node group (spec.cache); "
+        "implies --kserve; default: no, unless TESTENV_LOCALMODEL=1",
+    )
     sub.add_parser("down", help="stop every process of the control plane and remove its folder")
     sub.add_parser("status", help="show which components are running")
     sub.add_parser("kubeconfig", help="print the kubeconfig path (use: export KUBECONFIG=$(...))")
@@ -51,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     plane = controlplane.ControlPlane()
     if args.command == "up":
-        state = plane.up(timeout=args.timeout, kserve=args.kserve, keda=args.keda)
+        state = plane.up(timeout=args.timeout, kserve=args.kserve, keda=args.keda, localmodel=args.localmodel)
         print(f"export KUBECONFIG={state.kubeconfig}")
         print(f"export PATH={build.bin_dir()}:$PATH   # kubectl, helm of the pinned releases")
         return 0

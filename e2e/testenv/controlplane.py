@@ -30,7 +30,7 @@ from reward_testing import pki
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
-from . import build, kserve, kserve_manager
+from . import build, kserve, kserve_manager, localmodel
 from . import keda as keda_setup
 from .helpers import condition
 
@@ -43,7 +43,7 @@ OUR_CRDS = REPO_ROOT / "crds"
 # Start order; ``down`` stops them in reverse.
 COMPONENT_ORDER = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-    kserve_manager.NAME, keda_setup.OPERATOR, keda_setup.ADAPTER,
+    kserve_manager.NAME, localmodel.NAME, keda_setup.OPERATOR, keda_setup.ADAPTER,
 )  # fmt: skip
 
 
@@ -144,11 +144,20 @@ class ControlPlane:
 
     # ---- start -------------------------------------------------------------
 
-    def up(self, timeout: float = 120, kserve: bool | None = None, keda: bool | None = None) -> State:
+    def up(
+        self,
+        timeout: float = 120,
+        kserve: bool | None = None,
+        keda: bool | None = None,
+        localmodel: bool | None = None,
+    ) -> State:
         """Start everything and wait until it is ready; ``kserve`` (default: the
         TESTENV_KSERVE=1 environment variable) adds KServe's manager and webhooks,
-        ``keda`` (default: TESTENV_KEDA=1) KEDA's operator and metrics API server."""
-        with_kserve = kserve_manager.enabled_by_env() if kserve is None else kserve
+        ``keda`` (default: TESTENV_KEDA=1) KEDA's operator and metrics API server,
+        ``localmodel`` (default: TESTENV_LOCALMODEL=1; implies ``kserve``) KServe's LocalModel
+        controller with localModel enabled."""
+        with_localmodel = localmodel.enabled_by_env() if localmodel is None else localmodel
+        with_kserve = with_localmodel or (kserve_manager.enabled_by_env() if kserve is None else kserve)
         with_keda = keda_setup.enabled_by_env() if keda is None else keda
         if (self.directory / "state.json").exists():
             raise RuntimeError(
@@ -182,12 +191,14 @@ class ControlPlane:
             self._start_controllers(keys, deadline=time.monotonic() + timeout, with_keda=with_keda)
             if with_kserve:
                 # the manager starts while the fake nodes register: neither waits on the other
-                kserve_started = self._start_kserve(keys)
+                kserve_started = self._start_kserve(keys, with_localmodel)
             if with_keda:
                 keda_started = self._start_keda(keys)
             self._add_fake_nodes(deadline=time.monotonic() + timeout)
             if with_kserve:
                 self._wait_kserve(keys, kserve_started, deadline=time.monotonic() + timeout)
+            if with_localmodel:
+                self._start_localmodel(keys, deadline=time.monotonic() + timeout)
             if with_keda:
                 self._wait_keda(keda_started, deadline=time.monotonic() + timeout)
         except BaseException:
@@ -335,7 +346,7 @@ class ControlPlane:
         self._wait(f"https://127.0.0.1:{ports['kcm']}/healthz", deadline, "kube-controller-manager")
         self._wait(f"https://127.0.0.1:{ports['scheduler']}/healthz", deadline, "kube-scheduler")
 
-    def _start_kserve(self, keys: pki.Pki) -> float:
+    def _start_kserve(self, keys: pki.Pki, with_localmodel: bool = False) -> float:
         """Namespace, ConfigMap and serving certificate, then KServe's manager (its CRDs are installed).
 
         Returns when the manager was started (time.monotonic()), for the progress lines."""
@@ -344,9 +355,12 @@ class ControlPlane:
         for name in kserve_manager.PORTS:
             self.state.ports[name] = free_port()
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kserve_manager.NAMESPACE}}
+        config = kserve_manager.inference_service_config()
+        if with_localmodel:
+            config = localmodel.enable_in_config(config)
         self.kubectl(
             "apply", "--server-side", "--field-manager=testenv", "-f", "-",
-            input=yaml.safe_dump_all([namespace, kserve_manager.inference_service_config()]),
+            input=yaml.safe_dump_all([namespace, config]),
         )  # fmt: skip
         scratch = self.directory / "kserve-manager"
         kserve_manager.serving_certificate(keys, kserve_manager.cert_dir(scratch))
@@ -380,6 +394,36 @@ class ControlPlane:
             interval=0.2,
         )
         log(f"KServe webhooks answering {time.monotonic() - started:.1f}s after the manager's start")
+
+    def _start_localmodel(self, keys: pki.Pki, deadline: float) -> None:
+        """KServe's LocalModel controller and its webhook, the job namespace and a node group (see
+        ``localmodel``); after the manager, whose ConfigMap it reads at start."""
+        assert self.state is not None
+        started = time.monotonic()
+        log(f"starting KServe {kserve.KSERVE_VERSION} LocalModel controller")
+        for name in localmodel.PORTS:
+            self.state.ports[name] = free_port()
+        scratch = self.directory / localmodel.NAME
+        kserve_manager.serving_certificate(keys, kserve_manager.cert_dir(scratch))
+        self._spawn(
+            localmodel.NAME,
+            localmodel.controller_command(self.bin / localmodel.NAME, self.state.kubeconfig, self.state.ports),
+            env=kserve_manager.manager_env(scratch),
+        )
+        self._wait(f"http://127.0.0.1:{self.state.ports['localmodel-health']}/healthz", deadline, localmodel.NAME,
+                   tls=False)  # fmt: skip
+        hooks = localmodel.webhook_configurations(self.state.ports["localmodel-webhook"], keys.ca_cert.read_bytes())
+        self.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-",
+                     input=yaml.safe_dump_all([*hooks, *localmodel.objects()]))  # fmt: skip
+        probe = json.dumps(localmodel.probe_cache())
+
+        def validated() -> bool:
+            self._fail_if_exited(localmodel.NAME)
+            return self.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False).returncode == 0
+
+        wait_until("KServe's LocalModelCache webhook (a dry-run cache admitted)", validated,
+                   timeout=max(5.0, deadline - time.monotonic()), interval=0.2)  # fmt: skip
+        log(f"LocalModel controller and webhook ready {time.monotonic() - started:.1f}s after its start")
 
     def _start_keda(self, keys: pki.Pki) -> float:
         """Namespace and certificates, then KEDA's operator and metrics API server (its CRDs are
@@ -573,6 +617,7 @@ class ControlPlane:
             "kube-controller-manager": (f"https://127.0.0.1:{ports['kcm']}/healthz", True),
             "kube-scheduler": (f"https://127.0.0.1:{ports['scheduler']}/healthz", True),
             kserve_manager.NAME: (f"http://127.0.0.1:{ports.get('kserve-health')}/healthz", False),
+            localmodel.NAME: (f"http://127.0.0.1:{ports.get('localmodel-health')}/healthz", False),
             keda_setup.OPERATOR: (f"http://127.0.0.1:{ports.get('keda-health')}/readyz", False),
             keda_setup.ADAPTER: (f"https://127.0.0.1:{ports.get('keda-adapter')}/readyz", True),
         }.get(name)

@@ -5,7 +5,8 @@ real one with KServe's CRDs installed); otherwise one local control plane is
 started for the whole session and stopped at its end, with KServe's own manager
 (controller and webhooks) on it unless ``TESTENV_KSERVE=0``; tests that need
 KServe use ``kserve_cluster``, which brings its own control plane in that case.
-Tests that need KEDA use ``keda_cluster`` likewise (KEDA is off unless TESTENV_KEDA=1).
+Tests that need KEDA use ``keda_cluster`` likewise (KEDA is off unless TESTENV_KEDA=1), and tests
+that need KServe's LocalModel controller ``localmodel_cluster`` (off unless TESTENV_LOCALMODEL=1).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from . import build, controlplane, keda, kserve_manager
+from . import build, controlplane, keda, kserve_manager, localmodel
 
 
 @dataclass
@@ -44,10 +45,12 @@ class Cluster:
 
 
 @contextmanager
-def _local_cluster(kserve: bool | None = None, keda: bool | None = None) -> Iterator[Cluster]:
+def _local_cluster(
+    kserve: bool | None = None, keda: bool | None = None, localmodel: bool | None = None
+) -> Iterator[Cluster]:
     with tempfile.TemporaryDirectory(prefix="reward-operator-testenv-") as scratch:
         plane = controlplane.ControlPlane(Path(scratch) / "plane")
-        state = plane.up(kserve=kserve, keda=keda)
+        state = plane.up(kserve=kserve, keda=keda, localmodel=localmodel)
         try:
             yield Cluster(kubeconfig=state.kubeconfig, bin_dir=plane.bin, local=True)
         finally:
@@ -101,6 +104,24 @@ def keda_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         yield local
 
 
+@pytest.fixture(scope="module")
+def localmodel_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A cluster on which KServe's LocalModel controller runs, with localModel enabled and a
+    LocalModelNodeGroup ``gpu`` (see ``testenv.localmodel``).
+
+    The session's ``cluster`` when it has them (TESTENV_LOCALMODEL=1, or an E2E_KUBECONFIG cluster
+    with KServe's LocalModel install); otherwise a control plane with them (and KServe's manager) for
+    this module alone, stopped after it."""
+    if os.environ.get("E2E_KUBECONFIG") or localmodel.enabled_by_env():
+        shared: Cluster = request.getfixturevalue("cluster")
+        if shared.kubectl("get", f"localmodelnodegroup/{localmodel.NODE_GROUP}", check=False).returncode != 0:
+            pytest.skip(f"no LocalModelNodeGroup {localmodel.NODE_GROUP} (KServe's LocalModel) on {shared.kubeconfig}")
+        yield shared
+        return
+    with _local_cluster(kserve=True, localmodel=True) as local:
+        yield local
+
+
 @contextmanager
 def _fresh_namespace(cluster: Cluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
@@ -138,5 +159,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Anything that needs a cluster is an integration test, so `-m "not integration"`
     # gives the fast unit run without marking each test by hand.
     for item in items:
-        if {"cluster", "kserve_cluster", "keda_cluster"} & set(getattr(item, "fixturenames", ())):
+        if {"cluster", "kserve_cluster", "keda_cluster", "localmodel_cluster"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)

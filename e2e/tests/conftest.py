@@ -95,6 +95,12 @@ def operator(cluster, runtimes, tmp_path_factory) -> Iterator[RunningOperator]:
         yield running
 
 
+@pytest.fixture(scope="session")
+def start_operator():
+    """:func:`running_operator` itself, for tests that stop the operator and start it again."""
+    return running_operator
+
+
 @contextmanager
 def running_operator(cluster, log_path: Path) -> Iterator[RunningOperator]:
     """`reward-operator run` against ``cluster`` until the block ends, its log in ``log_path``."""

@@ -271,12 +271,21 @@ NEEDED = [
     *[(verb, "services") for verb in ("create", "patch", "list", "delete")],
     ("create", "events"),
     ("patch", "events"),
+    # spec.cache: the namespaced cache, applied, watched, its users recorded, deleted after the last
+    *[
+        (verb, "localmodelnamespacecaches.serving.kserve.io")
+        for verb in ("get", "list", "watch", "create", "patch", "delete")
+    ],
 ]
 NEEDED_CLUSTER_SCOPED = [
     ("get", "clusterservingruntimes.serving.kserve.io"),
     ("list", "clusterservingruntimes.serving.kserve.io"),
     ("create", "localmodelcaches.serving.kserve.io"),
     ("delete", "localmodelcaches.serving.kserve.io"),
+    ("watch", "localmodelcaches.serving.kserve.io"),
+    ("patch", "localmodelcaches.serving.kserve.io"),
+    ("get", "localmodelnodegroups.serving.kserve.io"),
+    ("list", "localmodelnodegroups.serving.kserve.io"),
     ("list", "customresourcedefinitions.apiextensions.k8s.io"),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
     ("list", "namespaces"),
@@ -312,6 +321,8 @@ NOT_NEEDED_CLUSTER_SCOPED = [
     ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
     ("escalate", "clusterroles.rbac.authorization.k8s.io"),
     ("list", "nodes"),
+    ("create", "localmodelnodegroups.serving.kserve.io"),
+    ("delete", "localmodelnodegroups.serving.kserve.io"),
 ]
 
 

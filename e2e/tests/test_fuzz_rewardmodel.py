@@ -102,6 +102,9 @@ OPERATOR_REASONS = {
     documented.INVALID_SPEC,
     documented.APPLY_FAILED,
     *documented.KSERVE_FAILURE_REASONS,
+    # spec.cache: the InferenceService waits for the cache (KServe's LocalModel controller fills it)
+    documented.AWAITING_MODEL_CACHE,
+    documented.MODEL_CACHE_FAILED,
 }
 # What the operator's log must never hold.
 UNHANDLED = re.compile(
@@ -447,6 +450,12 @@ SCENARIOS: dict[str, st.SearchStrategy[dict[tuple[str, ...], Any]]] = {
     "gateway auth": st.builds(lambda ref: {("gateway", "authSecretRef"): ref}, _key_ref()),
     "service account": st.builds(lambda a: {("credentials", "serviceAccountName"): a}, st.sampled_from(ACCOUNTS)),
     "no gateway": st.just({("gateway",): {"enabled": False}}),
+    # a node group of the local test bed's LocalModel setup (testenv.localmodel), or none at all
+    "model cache": st.builds(
+        lambda scope, group: {("cache",): {"scope": scope, "modelSize": "1Gi", "nodeGroups": [group]}},
+        st.sampled_from(["Namespace", "Cluster"]),
+        st.sampled_from(["gpu", "no-such-group"]),
+    ),
     "missing runtime": st.just({("runtime",): "no-such-runtime"}),
     "hpa range": st.builds(
         lambda low, extra, cpu: {
@@ -602,6 +611,7 @@ class Holdings:
     secrets: dict[str, set[str]]
     accounts: set[str]
     keda: bool  # KEDA's ScaledObject is served (scale to zero in Standard mode needs it)
+    node_groups: set[str] = field(default_factory=set)  # LocalModelNodeGroups (spec.cache names them)
 
 
 def expected_invalid(obj: dict, namespace: str, held: Holdings) -> str | None:
@@ -631,6 +641,9 @@ def expected_invalid(obj: dict, namespace: str, held: Holdings) -> str | None:
     keda_scaled = serving["minReplicas"] == 0 or "targetConcurrency" in serving
     if serving["mode"] == "Standard" and keda_scaled and not held.keda:
         return "KEDA scaling (scale to zero or a concurrency target) in Standard mode without KEDA"
+    for group in (spec.get("cache") or {}).get("nodeGroups") or []:
+        if group not in held.node_groups:
+            return f"LocalModelNodeGroup {group!r} missing"
     return None
 
 
@@ -794,7 +807,19 @@ def _holdings(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, namespace: str)
         secrets={s.metadata.name: set((s.data or {}).keys()) for s in secrets},
         accounts={a.metadata.name for a in core.list_namespaced_service_account(namespace).items},
         keda=any(group.name == "keda.sh" for group in k8s.ApisApi(core.api_client).get_api_versions().groups),
+        node_groups=_node_groups(custom),
     )
+
+
+def _node_groups(custom: k8s.CustomObjectsApi) -> set[str]:
+    """The LocalModelNodeGroups (none where KServe's LocalModel CRDs are not installed)."""
+    try:
+        listed = custom.list_cluster_custom_object("serving.kserve.io", "v1alpha1", "localmodelnodegroups")
+    except ApiException as error:
+        if error.status == 404:
+            return set()
+        raise
+    return {group["metadata"]["name"] for group in listed["items"]}
 
 
 @dataclass

@@ -53,7 +53,7 @@ def test_samples_cover_every_model_kind_and_mode(cluster, namespace):
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", str(REPO / "crds"))
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
     names = cluster.kubectl("get", "rewardmodels", "-n", namespace, "-o", "name").stdout.split()
-    assert len(names) == len(docs) == 7  # the six, and one with gateway.allowedClients
+    assert len(names) == len(docs) == 8  # the six, one with gateway.allowedClients, one with spec.cache
 
 
 def test_argocd_application_orders_operator_before_models():

@@ -273,6 +273,37 @@ INVALID = {
         ),
         "canary.clientHeader applies to canary.sticky: client",
     ),
+    "cache-of-a-pvc-model": (
+        lambda o: o["spec"].update(model={"uri": "pvc://models/rm"}, cache={"modelSize": "8Gi", "nodeGroups": ["gpu"]}),
+        "cache needs a model.uri KServe can download into a node's volume (hf://, s3://, gs://)",
+    ),
+    "cache-of-an-oci-model": (
+        lambda o: o["spec"].update(
+            model={"uri": "oci://registry/rm:1"}, cache={"modelSize": "8Gi", "nodeGroups": ["gpu"]}
+        ),
+        "an oci:// model is mounted as a modelcar",
+    ),
+    "cache-with-a-token-but-no-downloader": (
+        lambda o: o["spec"].update(
+            credentials={"huggingFaceToken": {"name": "hf-token"}}, cache={"modelSize": "8Gi", "nodeGroups": ["gpu"]}
+        ),
+        "cache with credentials.huggingFaceToken needs cache.serviceAccountName",
+    ),
+    "cache-on-another-group-than-the-node-selector": (
+        lambda o: o["spec"].update(
+            nodeSelector={"serving.kserve.io/nodegroup": "cpu"}, cache={"modelSize": "8Gi", "nodeGroups": ["gpu"]}
+        ),
+        "nodeSelector['serving.kserve.io/nodegroup'] must name cache.nodeGroups[0]",
+    ),
+    "cache-without-node-groups": (
+        _set("spec.cache", {"modelSize": "8Gi", "nodeGroups": []}),
+        "spec.cache.nodeGroups: Invalid value",
+    ),
+    "cache-without-size": (_set("spec.cache", {"nodeGroups": ["gpu"]}), "spec.cache.modelSize: Required value"),
+    "cache-unknown-scope": (
+        _set("spec.cache", {"scope": "Node", "modelSize": "8Gi", "nodeGroups": ["gpu"]}),
+        'Unsupported value: "Node"',
+    ),
     "selector-in-without-values": (
         _set("spec.gateway", {"allowedClients": [{"podSelector": {"matchExpressions": IN_WITHOUT_VALUES}}]}),
         "operators In and NotIn need values",

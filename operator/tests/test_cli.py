@@ -25,7 +25,9 @@ def test_render_prints_the_children_of_each_sample(capsys):
     assert sum(c["kind"] == "InferenceService" for c in children) == len(samples)
     # the sample with gateway.allowedClients adds its two NetworkPolicies
     assert sum(c["kind"] == "NetworkPolicy" for c in children) == 2
-    assert {c["kind"] for c in children} == {"InferenceService", "NetworkPolicy"}
+    # and the sample with spec.cache its model cache
+    assert sum(c["kind"] == "LocalModelNamespaceCache" for c in children) == 1
+    assert {c["kind"] for c in children} == {"InferenceService", "NetworkPolicy", "LocalModelNamespaceCache"}
     assert {c["metadata"]["namespace"] for c in children} == {"team-a"}
 
 

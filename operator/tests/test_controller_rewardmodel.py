@@ -227,3 +227,70 @@ def test_a_predictor_change_before_the_spec_is_reconciled_is_a_full_reconcile(ca
     body["status"]["observedGeneration"] = 1
     controller.sync(body, SETTINGS, LOG, predictor_deployment(0))
     assert calls.applied == ["Service", kserve.INFERENCE_SERVICE_KIND, "ScaledObject"] and calls.pruned > 0
+
+
+def cached_reward_model(copies: dict) -> tuple[dict, dict]:
+    body = apply_defaults(golden_input("sequence-standard-cache"))
+    cache = {**render_reward_model(body)[0], "status": {"copies": copies}}
+    return body, cache
+
+
+@pytest.fixture
+def cache_calls(calls, monkeypatch):
+    """``calls``, with the shared cache as ``ensure`` returns it and no InferenceService stored yet."""
+    from reward_operator.cluster import caches
+
+    state = {"cache": None, "opt_out": []}
+    monkeypatch.setattr(caches, "ensure", lambda manifest, body: (state["cache"], None))
+    monkeypatch.setattr(caches, "opt_out", lambda name, namespace, out: state["opt_out"].append(out))
+    monkeypatch.setattr(objects, "get", lambda *args, **kwargs: None)
+    groups = {"gpu-h100": [], "gpu-a100": []}
+    monkeypatch.setattr(gather, "observe", lambda namespace, wanted: Observed(runtime_found=True, node_groups=groups))
+    calls.state = state
+    return calls
+
+
+def test_a_new_inference_service_waits_for_a_filled_cache(cache_calls):
+    body, cache = cached_reward_model({"total": 2, "available": 1})
+    cache_calls.state["cache"] = cache
+    outcome = controller.sync(body, SETTINGS, LOG)
+    assert kserve.INFERENCE_SERVICE_KIND not in cache_calls.applied
+    assert (outcome.ready.status, outcome.ready.reason) == ("Unknown", conditions.AWAITING_MODEL_CACHE)
+    (cached,) = outcome.conditions
+    assert (cached.type, cached.status) == (conditions.MODEL_CACHED, "Unknown")
+    assert outcome.fields["modelCache"]["kind"] == "LocalModelNamespaceCache"
+
+    cache["status"]["copies"]["available"] = 2
+    outcome = controller.sync(body, SETTINGS, LOG)
+    assert cache_calls.applied[-1] == kserve.INFERENCE_SERVICE_KIND
+    assert outcome.conditions[0].status == "True"
+
+
+def test_a_serving_inference_service_keeps_serving_opted_out_until_the_cache_is_filled(cache_calls, monkeypatch):
+    body, cache = cached_reward_model({"total": 2, "available": 0})
+    cache_calls.state["cache"] = cache
+    applied = []
+    monkeypatch.setattr(objects, "apply", lambda manifest, dry_run=False: applied.append(manifest) or manifest)
+    serving = stored_inference_service(body)
+    controller.sync(body, SETTINGS, LOG, serving)
+    (isvc,) = [m for m in applied if m["kind"] == kserve.INFERENCE_SERVICE_KIND]
+    assert isvc["metadata"]["annotations"][kserve.DISABLE_LOCAL_MODEL] == "true"
+
+
+def test_removing_spec_cache_opts_the_bound_inference_service_out_and_sweeps_the_cache(cache_calls, monkeypatch):
+    from reward_operator.cluster import caches
+
+    body, cache = cached_reward_model({"total": 1, "available": 1})
+    body["status"] = {"modelCache": {"kind": "LocalModelNamespaceCache", "name": cache["metadata"]["name"],
+                                     "namespace": "rlhf"}}  # fmt: skip
+    del body["spec"]["cache"]
+    bound = stored_inference_service(body)
+    bound["metadata"]["labels"][kserve.LOCAL_MODEL_LABEL] = cache["metadata"]["name"]
+    swept = []
+    monkeypatch.setattr(caches, "sweep_quietly", lambda *args: swept.append(args[:3]))
+    monkeypatch.setattr(objects, "get", lambda *args, **kwargs: bound)
+    outcome = controller.sync(body, SETTINGS, LOG)
+    assert cache_calls.state["opt_out"] == [True]
+    assert swept == [("LocalModelNamespaceCache", cache["metadata"]["name"], "rlhf")]
+    assert "modelCache" not in outcome.fields
+    assert conditions.MODEL_CACHED in outcome.removed_conditions

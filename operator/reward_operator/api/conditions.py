@@ -18,6 +18,9 @@ CANARY_CONDITIONS = (CANARY_READY, CANARY_PROGRESSING)
 # while it sleeps (policy/scaling.py says why).
 SCALED_TO_ZERO = "ScaledToZero"
 
+# With spec.cache only (removed with it):
+MODEL_CACHED = "ModelCached"  # every node of the cache's node groups holds a copy of spec.model.uri
+
 # ---- reasons for Ready --------------------------------------------------------
 
 INFERENCE_SERVICE_READY = "InferenceServiceReady"  # KServe reports the InferenceService Ready
@@ -26,6 +29,10 @@ AWAITING_KSERVE = "AwaitingKServe"  # applied; KServe has not reported on it yet
 GATEWAY_NOT_READY = "GatewayNotReady"  # KServe reports Ready, the reward gateway (transformer) is not yet
 INVALID_SPEC = "InvalidSpec"  # the schema accepted the spec but the cluster cannot honour it
 APPLY_FAILED = "ApplyFailed"  # the API server refused a rendered child
+# With spec.cache: the InferenceService is not created until ModelCached is True: Unknown while the
+# copies download; False when a download failed or the cache cannot be made (Degraded in Argo CD)
+AWAITING_MODEL_CACHE = "AwaitingModelCache"
+MODEL_CACHE_FAILED = "ModelCacheFailed"
 
 # KServe's failure reasons (lastFailureInfo.reason) that Ready passes on: the
 # spec will not serve until someone changes it or the model.
@@ -54,6 +61,14 @@ NORMAL_REASONS = (INFERENCE_SERVICE_READY, AWAITING_KSERVE, GATEWAY_NOT_READY)
 IDLE = "Idle"  # True: the autoscaler took the predictor to zero; the next request wakes it (a cold start)
 SCALING_UP = "ScalingUp"  # False: the autoscaler asked for replicas, none is ready yet
 ACTIVE = "Active"  # False: predictor replicas are ready
+
+# ---- reasons for ModelCached -------------------------------------------------------
+
+CACHE_DOWNLOADED = "Downloaded"  # True: KServe reports a copy on every node of the node groups
+CACHE_DOWNLOADING = "Downloading"  # Unknown: copies are still downloading (or KServe has not reported yet)
+CACHE_DOWNLOAD_FAILED = "DownloadFailed"  # False: a node's download failed (KServe's NodeDownloadError)
+CACHE_NO_NODES = "NoNodes"  # False: the node groups select no node, so there is nowhere to cache
+CACHE_CONFLICT = "CacheConflict"  # False: the shared cache's settings differ from this spec's
 
 # ---- reasons for CanaryReady ------------------------------------------------------
 

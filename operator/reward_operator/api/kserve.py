@@ -14,6 +14,19 @@ RUNTIME_API_VERSION = f"{GROUP}/v1alpha1"
 CLUSTER_SERVING_RUNTIME_KIND = "ClusterServingRuntime"
 SERVING_RUNTIME_KIND = "ServingRuntime"
 
+# LocalModel (v1alpha1): a node-local cache of a model URI, bound to an InferenceService by KServe's
+# defaulting webhook at admission when its storageUri is (under) the cache's sourceModelUri.
+LOCAL_MODEL_API_VERSION = f"{GROUP}/v1alpha1"
+LOCAL_MODEL_CACHE_KIND = "LocalModelCache"  # cluster-scoped
+LOCAL_MODEL_NAMESPACE_CACHE_KIND = "LocalModelNamespaceCache"  # namespaced; takes precedence at binding
+LOCAL_MODEL_NODE_GROUP_KIND = "LocalModelNodeGroup"  # cluster-scoped, made by the admin
+# The webhook's marks on a bound InferenceService: the cache's name (and namespace, for a namespaced one).
+LOCAL_MODEL_LABEL = "internal.serving.kserve.io/localmodel"
+LOCAL_MODEL_NAMESPACE_LABEL = "internal.serving.kserve.io/localmodel-namespace"
+# Node statuses in a cache's status.nodeStatus (local_model_cache_status.go).
+NODE_DOWNLOADED = "NodeDownloaded"
+NODE_DOWNLOAD_ERROR = "NodeDownloadError"
+
 # ---- annotations ---------------------------------------------------------------
 
 DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"  # Standard | Knative; always set explicitly
@@ -21,6 +34,10 @@ AUTOSCALER_CLASS = "serving.kserve.io/autoscalerClass"  # hpa | keda | external 
 # The Secret KServe's storage initializer takes download credentials from
 # (instead of the predictor ServiceAccount's); for hf:// it reads key HF_TOKEN.
 STORAGE_SECRET_NAME = "serving.kserve.io/storageSecretName"
+# Which of the cache's node groups the InferenceService reads from (default: the cache's first).
+NODE_GROUP = "serving.kserve.io/nodegroup"
+# Present: the webhook binds no cache (and unbinds one bound before) at this admission.
+DISABLE_LOCAL_MODEL = "serving.kserve.io/disable-localmodel"
 # Knative's time for a new revision to become ready before it is marked failed.
 KNATIVE_PROGRESS_DEADLINE = "serving.knative.dev/progress-deadline"
 # Knative's autoscaling settings (knative.dev/serving pkg/apis/autoscaling/register.go), set on the

@@ -24,3 +24,8 @@ DEFAULT_GATEWAY_IMAGE = f"reward-operator:{__version__}"
 def owner_label(kind: str) -> str:
     """``serving.rlhf.dev/rewardmodel`` for a RewardModel, and so on per kind."""
     return f"{GROUP}/{kind.lower()}"
+
+
+# On a shared LocalModel cache: the RewardModels that use it, as a JSON list of "<namespace>/<name>".
+# The cache lives while one of them does (cluster-scoped caches cannot be owned by a namespaced object).
+CACHE_USERS_ANNOTATION = f"{GROUP}/users"

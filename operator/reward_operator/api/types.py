@@ -149,6 +149,13 @@ class CanarySpec(TypedDict):
     clientHeader: NotRequired[str]
 
 
+class CacheSpec(TypedDict):
+    scope: str  # Namespace | Cluster (defaulted)
+    modelSize: int | str
+    nodeGroups: list[str]
+    serviceAccountName: NotRequired[str]
+
+
 class RewardModelSpec(TypedDict):
     model: ModelSpec
     runtime: str  # defaulted
@@ -160,6 +167,7 @@ class RewardModelSpec(TypedDict):
     env: NotRequired[list[EnvVar]]
     credentials: NotRequired[CredentialsSpec]
     canary: NotRequired[CanarySpec]
+    cache: NotRequired[CacheSpec]
 
 
 class Condition(TypedDict):
@@ -189,6 +197,12 @@ class CanaryStatus(TypedDict, total=False):
     message: str
 
 
+class ModelCacheStatus(TypedDict, total=False):
+    kind: str
+    name: str
+    namespace: str
+
+
 class RewardModelStatus(TypedDict, total=False):
     observedGeneration: int
     conditions: list[Condition]
@@ -197,6 +211,7 @@ class RewardModelStatus(TypedDict, total=False):
     inferenceService: str
     replicas: int
     canary: CanaryStatus
+    modelCache: ModelCacheStatus
 
 
 class RewardModel(TypedDict):

@@ -10,6 +10,8 @@ from ..api.kserve import (
     CLUSTER_SERVING_RUNTIME_KIND,
     COMPONENT_LABEL,
     ISVC_LABEL,
+    LOCAL_MODEL_API_VERSION,
+    LOCAL_MODEL_NODE_GROUP_KIND,
     RUNTIME_API_VERSION,
     SERVING_RUNTIME_KIND,
     canary_predictor_name,
@@ -79,12 +81,21 @@ def observe(namespace: str, wanted: References) -> Observed:
     observed.secret_keys = {name: secret_keys(namespace, name) for name in sorted(wanted.secret_names)}
     if wanted.keda:
         observed.keda_served = keda_served()
+    for group in wanted.node_groups:
+        found = get(LOCAL_MODEL_API_VERSION, LOCAL_MODEL_NODE_GROUP_KIND, group)
+        observed.node_groups[group] = None if found is None else _required_terms(found)
     if wanted.service_account:
         account = wanted.service_account
         observed.service_account_found = (
             or_none(lambda: core().read_namespaced_service_account(account, namespace)) is not None
         )
     return observed
+
+
+def _required_terms(node_group: dict) -> list[dict]:
+    """The required node affinity terms of a LocalModelNodeGroup's volume (where it caches)."""
+    affinity = ((node_group.get("spec") or {}).get("persistentVolumeSpec") or {}).get("nodeAffinity") or {}
+    return list((affinity.get("required") or {}).get("nodeSelectorTerms") or [])
 
 
 def predictor_replicas(namespace: str, isvc: str) -> PredictorReplicas | None:

@@ -88,7 +88,7 @@ def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     return json.loads(response.data)
 
 
-def _call(method: str, path: str, query: list[tuple[str, str]], body: dict[str, Any] | None = None) -> Any:
+def call(method: str, path: str, query: list[tuple[str, str]], body: dict[str, Any] | None = None) -> Any:
     """One request to any kind's REST path; the decoded answer (ApiException on a non-2xx)."""
     client = api_client()
     request = client.param_serialize(
@@ -111,7 +111,7 @@ def served(api_version: str, kind: str) -> bool:
     root = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
     with translated():
         try:
-            listed = _call("GET", root, [])
+            listed = call("GET", root, [])
         except ApiException as error:
             if is_not_found(error):
                 return False
@@ -129,7 +129,7 @@ def prune(
     selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
     deleted = []
     with translated():
-        listed = _call("GET", collection, [("labelSelector", selector)])
+        listed = call("GET", collection, [("labelSelector", selector)])
         for item in listed.get("items", []):
             metadata = item["metadata"]
             controlled = any(
@@ -139,7 +139,7 @@ def prune(
                 continue
             try:
                 # the uid precondition: a same-named object made since the list is left alone
-                _call(
+                call(
                     "DELETE",
                     f"{collection}/{metadata['name']}",
                     [],

@@ -23,16 +23,19 @@ from typing import Any
 import kopf
 
 from ..api import API_VERSION, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION, conditions, kserve
+from ..api.cache import cache_identity
 from ..api.defaults import apply_defaults
 from ..api.keda import scales_through_keda
 from ..api.names import MANAGED_BY, owner_label
-from ..cluster import Refused, gateways, gather, objects
+from ..cluster import Refused, caches, gateways, gather, objects
 from ..metrics import OperatorMetrics
+from ..policy import cache as cache_policy
 from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness, scaling
 from ..policy.conditions import not_ready, settled
 from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_reward_model
+from ..render.cache import local_model_cache
 from ..render.canary import candidate_isvc_name, interval_seconds
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner
@@ -40,6 +43,7 @@ from .seen import SeenChildren
 
 KIND = REWARD_MODEL_KIND
 DEPLOYMENT_KIND = "Deployment"
+CACHE_KINDS = (kserve.LOCAL_MODEL_CACHE_KIND, kserve.LOCAL_MODEL_NAMESPACE_CACHE_KIND)
 
 
 def _inference_service(children: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
@@ -108,12 +112,50 @@ def sync(
     if identity is not None and previous_rollout and previous_rollout.get("revision") == identity[1]:
         percent = int(previous_rollout.get("percent") or 0)  # the share the gateways run now
     applied = []
+    cached, cache_bound, hold, cache_fields = None, True, False, {}
+    stored_isvc = changed_child
+    if stored_isvc is None or stored_isvc["metadata"]["name"] != name:
+        stored_isvc = None
+    if (released := cache_policy.released(reward_model)) is not None:
+        # spec.cache gone (or its model changed): out of the old cache, which goes if this was its last user
+        stored_isvc = stored_isvc or objects.get(
+            kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace
+        )
+        if cache_policy.bound_to(stored_isvc) == released[1]:
+            caches.opt_out(name, namespace, True)  # KServe unbinds it at this admission
+        caches.sweep_quietly(*released, logger)
+    if "cache" in spec:
+        # the shared cache first: KServe binds it to the InferenceService only when that is admitted
+        manifest = local_model_cache(reward_model)  # type: ignore[arg-type]
+        try:
+            stored_cache, conflict = caches.ensure(manifest, reward_model)
+        except Refused as error:
+            message = f"{manifest['kind']} {manifest['metadata']['name']} rejected: {error.message}"
+            return Outcome(not_ready(conditions.APPLY_FAILED, message), _kept_rollout(reward_model), "apply_failed")
+        cached = cache_policy.model_cached(stored_cache, conflict)
+        cache_fields = {"modelCache": cache_policy.identity_status(cache_identity(reward_model))}  # type: ignore[arg-type]
+        stored_isvc = stored_isvc or objects.get(
+            kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace
+        )
+        cache_bound = cache_policy.bound(cached, stored_isvc, manifest["metadata"]["name"])
+        hold = not cache_bound and stored_isvc is None  # see policy.cache: never started on a partial cache
+        if cache_bound and cache_policy.opted_out(stored_isvc):
+            caches.opt_out(name, namespace, False)  # an opt-out of an earlier release: bound at this admission
     children = render_reward_model(
-        reward_model, settings.gateway_image, percent, settings.operator_namespace, settings.keda_namespace
+        reward_model,
+        settings.gateway_image,
+        percent,
+        settings.operator_namespace,
+        settings.keda_namespace,
+        cache_bound,
     )
     # only the InferenceService changed, and the spec is as last reconciled: see the module's docstring
     child_only = changed_child is not None and settled(reward_model)
     for child in children:
+        if child["kind"] in CACHE_KINDS:
+            continue  # applied above
+        if hold and child["kind"] == kserve.INFERENCE_SERVICE_KIND:
+            continue
         if child_only and child["kind"] != kserve.INFERENCE_SERVICE_KIND:
             continue
         stored = changed_child
@@ -132,10 +174,21 @@ def sync(
     if not child_only:
         _prune(reward_model, children, logger)
 
+    cache_conditions = (cached,) if cached is not None else ()
+    removed = () if cached is not None else (conditions.MODEL_CACHED,)
+    if hold:
+        assert cached is not None
+        return Outcome(
+            cache_policy.held(cached),
+            {**_kept_rollout(reward_model), **cache_fields},
+            "progressing",
+            conditions=cache_conditions,
+            removed_conditions=conditions.CANARY_CONDITIONS if identity is None else (),
+        )
     isvc = _inference_service(applied, name)
     if seen is not None and isvc is not None and not child_only:
         seen.record(isvc)  # what follows decides from it; the handler records a changed_child itself
-    fields = readiness.inference_service_fields(isvc)
+    fields = {**readiness.inference_service_fields(isvc), **cache_fields}
     replicas = gather.predictor_replicas(namespace, name)
     if replicas is not None:
         fields["replicas"] = replicas.ready
@@ -149,8 +202,8 @@ def sync(
             ready,
             fields,
             result,
-            conditions=scale_conditions,
-            removed_conditions=conditions.CANARY_CONDITIONS + unscaled,
+            conditions=scale_conditions + cache_conditions,
+            removed_conditions=conditions.CANARY_CONDITIONS + unscaled + removed,
         )
     candidate_isvc = _inference_service(applied, candidate_isvc_name(name))
     rollout = _rollout(reward_model, identity, isvc if candidate_isvc is None else candidate_isvc, percent)
@@ -164,6 +217,7 @@ def sync(
                 rollout.percent,
                 settings.operator_namespace,
                 settings.keda_namespace,
+                cache_bound,
             )
             if child["kind"] == kserve.INFERENCE_SERVICE_KIND and child["metadata"]["name"] == name
         ]
@@ -177,8 +231,8 @@ def sync(
         ready,
         fields,
         result,
-        conditions=(rollout.ready, rollout.progressing, *scale_conditions),
-        removed_conditions=unscaled,
+        conditions=(rollout.ready, rollout.progressing, *scale_conditions, *cache_conditions),
+        removed_conditions=unscaled + removed,
         events=tuple((event.type, event.reason, event.message) for event in rollout.events),
     )
 
@@ -188,9 +242,12 @@ def now() -> datetime:
 
 
 def _kept_rollout(reward_model: dict[str, Any]) -> dict[str, Any]:
-    """The rollout's status as it was, for outcomes that decide nothing about it."""
-    kept = (reward_model.get("status") or {}).get("canary")
-    return {"canary": kept} if kept and "canary" in reward_model["spec"] else {}
+    """The rollout's status as it was (and the cache in use), for outcomes that decide nothing about them."""
+    status = reward_model.get("status") or {}
+    kept = {"modelCache": status["modelCache"]} if status.get("modelCache") else {}
+    if status.get("canary") and "canary" in reward_model["spec"]:
+        kept["canary"] = status["canary"]
+    return kept
 
 
 def _rollout(
@@ -285,6 +342,9 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
     async def reward_model_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
         if event.get("type") == "DELETED":
             await asyncio.to_thread(runner.forget, namespace, name)  # waits for the object's reconcile
+            if (used := cache_identity(body)) is not None:
+                # its last user gone, the cache goes (or waits for KServe to see its InferenceService go)
+                await asyncio.to_thread(caches.sweep_quietly, *used, logging.getLogger(__name__))
         else:
             runner.observe(namespace, name, dict(body))  # a dict store under a lock held only briefly
 
@@ -348,4 +408,44 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
         if changed:
             await asyncio.to_thread(runner.reconcile, namespace, owner, logger, {**body, "kind": DEPLOYMENT_KIND})
 
+    for cache_kind in CACHE_KINDS:
+        _register_cache_watch(registry, runner, cache_kind)
+
     return runner
+
+
+class _ObjectLogger(logging.LoggerAdapter):
+    """Log lines about a RewardModel reconciled from another object's handler, prefixed as kopf
+    prefixes its own (``[namespace/name]``)."""
+
+    def __init__(self, key: str):
+        super().__init__(logging.getLogger("kopf.objects"), {})
+        self.key = key
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return f"[{self.key}] {msg}", kwargs
+
+
+def _register_cache_watch(registry: kopf.OperatorRegistry, runner: Runner, cache_kind: str) -> None:
+    """A shared cache we made changed (KServe's report on its copies, most often), or the watch starts
+    (the first list: users deleted while the operator was stopped): tell its users (ModelCached, and the
+    InferenceService bound once it is filled), then drop the users that are gone, and the cache with the last."""
+
+    @kopf.on.event(
+        kserve.GROUP,
+        kserve.LOCAL_MODEL_API_VERSION.rpartition("/")[2],
+        objects.plural_of(cache_kind),
+        labels=MANAGED_BY,
+        registry=registry,
+    )
+    def cache_event(event: dict[str, Any], body: kopf.Body, logger: Logger, **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            return
+        metadata = body["metadata"]
+        for user in cache_policy.users(dict(body)):
+            user_namespace, _, user_name = user.partition("/")
+            try:
+                runner.reconcile(user_namespace, user_name, _ObjectLogger(user))
+            except kopf.TemporaryError as error:
+                logger.info("RewardModel %s not reconciled after a change of its cache: %s", user, error)
+        caches.sweep_quietly(cache_kind, metadata["name"], metadata.get("namespace"), logger)

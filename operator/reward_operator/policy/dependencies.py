@@ -28,6 +28,8 @@ class References:
     service_account: str | None
     keda: bool = False  # KEDA scales the predictor (Standard mode): KEDA's ScaledObject must be served
     keda_reason: str = "minReplicas"  # the field that asks for KEDA: minReplicas (0) or targetConcurrency
+    node_groups: tuple[str, ...] = ()  # spec.cache.nodeGroups: LocalModelNodeGroups must exist
+    node_selector: dict[str, str] = field(default_factory=dict)
 
     @property
     def secret_names(self) -> set[str]:
@@ -42,6 +44,8 @@ class Observed:
     secret_keys: dict[str, set[str] | None] = field(default_factory=dict)  # None: no such Secret
     service_account_found: bool = True
     keda_served: bool = True
+    # LocalModelNodeGroup name -> its volume's required node affinity terms (None: no such group)
+    node_groups: dict[str, list[dict] | None] = field(default_factory=dict)
 
 
 def references(reward_model: RewardModel) -> References:
@@ -56,12 +60,15 @@ def references(reward_model: RewardModel) -> References:
     if auth := spec["gateway"].get("authSecretRef"):
         secrets.append(SecretReference("spec.gateway.authSecretRef", auth["name"], auth["key"]))
     serving = spec["serving"]
+    cache = spec.get("cache")
     return References(
         spec["runtime"],
         tuple(secrets),
         credentials.get("serviceAccountName"),
         scales_through_keda(serving),
         "minReplicas" if serving["minReplicas"] == 0 else "targetConcurrency",
+        tuple(cache["nodeGroups"]) if cache else (),
+        dict(spec.get("nodeSelector") or {}),
     )
 
 
@@ -79,6 +86,25 @@ def keda_missing(reason: str) -> str:
         "serving.targetConcurrency (KServe's HPA then scales on CPU: set resources.cpu), or use serving.mode: "
         "Knative"
     )
+
+
+def _term_excludes(term: dict, selector: dict[str, str]) -> bool:
+    """Whether a node affinity term cannot match any node carrying ``selector``'s labels."""
+    for expression in term.get("matchExpressions") or []:
+        key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
+        if key not in selector:
+            continue
+        value = selector[key]
+        if (operator == "In" and value not in values) or (operator == "NotIn" and value in values):
+            return True
+        if operator == "DoesNotExist":
+            return True
+    return False
+
+
+def selector_contradicts(terms: list[dict], selector: dict[str, str]) -> bool:
+    """Whether no node can satisfy both ``selector`` and the node affinity ``terms`` (ORed)."""
+    return bool(terms) and bool(selector) and all(_term_excludes(term, selector) for term in terms)
 
 
 def missing(namespace: str, wanted: References, observed: Observed) -> str | None:
@@ -101,4 +127,17 @@ def missing(namespace: str, wanted: References, observed: Observed) -> str | Non
         )
     if wanted.keda and not observed.keda_served:
         return keda_missing(wanted.keda_reason)
+    for group in wanted.node_groups:
+        if observed.node_groups.get(group) is None:
+            return (
+                f"spec.cache.nodeGroups: LocalModelNodeGroup {group!r} not found; the cluster admin makes "
+                "them (kubectl get localmodelnodegroups)"
+            )
+    if wanted.node_groups:
+        first = wanted.node_groups[0]
+        if selector_contradicts(observed.node_groups[first] or [], wanted.node_selector):
+            return (
+                f"spec.nodeSelector contradicts LocalModelNodeGroup {first!r} (cache.nodeGroups[0]): its volume's "
+                "node affinity admits no node with these labels, so the predictor could never read the cache"
+            )
     return None

@@ -23,15 +23,17 @@ def render_reward_model(
     canary_percent: int | None = None,
     operator_namespace: str | None = None,
     keda_namespace: str = DEFAULT_KEDA_NAMESPACE,
+    cache_bound: bool = True,
 ) -> list[dict[str, Any]]:
     """Every child of a RewardModel, in apply order (defaults applied first, as the API server would).
 
     ``canary_percent``: the candidate's current share; None takes the one in the object's
-    status.canary (what the operator last rolled out), else 0."""
+    status.canary (what the operator last rolled out), else 0. ``cache_bound``: with spec.cache, whether
+    the InferenceService reads from the cache yet (offline: as it will once the cache is filled)."""
     if canary_percent is None:
         canary_percent = ((reward_model.get("status") or {}).get("canary") or {}).get("percent", 0)
     return reward_model_children(
-        apply_defaults(reward_model), gateway_image, canary_percent, operator_namespace, keda_namespace
+        apply_defaults(reward_model), gateway_image, canary_percent, operator_namespace, keda_namespace, cache_bound
     )
 
 

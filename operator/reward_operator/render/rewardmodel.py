@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND, scales_through_keda
-from ..api.kserve import STORAGE_SECRET_NAME
+from ..api.kserve import DISABLE_LOCAL_MODEL, NODE_GROUP, STORAGE_SECRET_NAME
 from ..api.types import RewardModel
+from . import cache as cache_render
 from . import canary as canary_render
 from . import chat_template, networkpolicy, scaler
 from .gateway import transformer
@@ -44,6 +45,7 @@ def reward_model_children(
     canary_percent: int = 0,
     operator_namespace: str | None = None,
     keda_namespace: str = scaler.DEFAULT_KEDA_NAMESPACE,
+    cache_bound: bool = True,
 ) -> list[dict[str, Any]]:
     """Every child of a (defaulted) RewardModel, in apply order.
 
@@ -51,8 +53,12 @@ def reward_model_children(
     current step, status.canary.percent); ``operator_namespace``: where the
     operator runs, admitted to the gateway's pods for its rollout figures when
     NetworkPolicies guard them; ``keda_namespace``: where KEDA's operator runs,
-    admitted to the gateway's scaler port likewise."""
+    admitted to the gateway's scaler port likewise; ``cache_bound``: with spec.cache, whether the
+    InferenceService reads from the cache yet (:mod:`reward_operator.policy.cache`)."""
     children = []
+    if "cache" in reward_model["spec"]:
+        # before the InferenceService: KServe binds a cache to it only when it is admitted
+        children.append(cache_render.local_model_cache(reward_model))
     if template := reward_model["spec"]["model"].get("chatTemplate"):
         children.append(chat_template.config_map(reward_model, template))  # mounted: applied first
     canary = reward_model["spec"].get("canary")
@@ -74,7 +80,7 @@ def reward_model_children(
     name = reward_model["metadata"]["name"]
     if keda:
         children.append(scaler.scaler_service(reward_model, name))  # the gateway's peers resolve it at start
-    children.append(reward_model_inference_service(reward_model, gateway_image, canary_percent))
+    children.append(reward_model_inference_service(reward_model, gateway_image, canary_percent, cache_bound))
     if keda:
         children.append(scaler.scaled_object(reward_model, name, reward_model["spec"]["serving"]))
     if canary and reward_model["spec"]["serving"]["mode"] == "Knative":
@@ -151,7 +157,7 @@ def _canary_entry(reward_model: RewardModel) -> dict[str, Any]:
 
 
 def reward_model_inference_service(
-    reward_model: RewardModel, gateway_image: str, canary_percent: int = 0
+    reward_model: RewardModel, gateway_image: str, canary_percent: int = 0, cache_bound: bool = True
 ) -> dict[str, Any]:
     """The InferenceService for a (defaulted) RewardModel; ``gateway_image`` runs its transformer."""
     name, spec = reward_model["metadata"]["name"], reward_model["spec"]
@@ -212,6 +218,11 @@ def reward_model_inference_service(
         # KServe's storage initializer downloads hf:// models; it takes the token
         # from this Secret (key HF_TOKEN), not from the vLLM container's env.
         isvc_annotations[STORAGE_SECRET_NAME] = token["name"]
+    if cache := spec.get("cache"):
+        # KServe reads the cache of this node group (its PV's node affinity places the pods)
+        isvc_annotations[NODE_GROUP] = cache["nodeGroups"][0]
+        if not cache_bound:
+            isvc_annotations[DISABLE_LOCAL_MODEL] = "true"  # served from its own download meanwhile
     metadata = child_metadata(reward_model, name, COMPONENT, isvc_annotations)
     isvc = inference_service(metadata, rendered_predictor, rendered_transformer)
     if canary is not None and spec["serving"]["mode"] == "Standard":

@@ -23,6 +23,12 @@ from .common import (
 )
 
 MODEL_KINDS = ("sequence", "token", "process")
+CACHE_SCOPES = ("Namespace", "Cluster")
+# What KServe's LocalModel download Job (its storage initializer) can fetch into a node's volume:
+# pvc:// is already on a volume and oci:// is mounted as a modelcar, so neither is cached.
+CACHEABLE_SCHEMES = ("hf", "s3", "gs")
+# KServe's job namespace (localModel.jobNamespace in inferenceservice-config): cache downloads run there.
+LOCAL_MODEL_JOB_NAMESPACE = "kserve-localmodel-jobs"
 DEPLOYMENT_MODES = ("Standard", "Knative")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 STORAGE_SCHEMES = ("hf", "s3", "gs", "pvc", "oci")
@@ -678,6 +684,40 @@ CANARY = obj(
     },
 )
 
+CACHE = obj(
+    "A node-local copy of spec.model.uri (KServe's LocalModel cache), so a cold start reads the weights "
+    "from the node instead of downloading them. One cache per model URI, shared by every RewardModel "
+    "that names it (per namespace, or cluster-wide with scope: Cluster); it goes with its last user. "
+    "The InferenceService is created once every node of the groups holds a copy (condition ModelCached).",
+    {
+        "scope": string(
+            "Namespace: a LocalModelNamespaceCache shared by the RewardModels of this namespace. Cluster: a "
+            "LocalModelCache shared across namespaces (its download credentials come from a ServiceAccount "
+            f"in KServe's job namespace, {LOCAL_MODEL_JOB_NAMESPACE}).",
+            enum=list(CACHE_SCOPES),
+            default="Namespace",
+        ),
+        "modelSize": quantity("Space the model takes on each node's volume, e.g. 16Gi (KServe's modelSize)."),
+        "nodeGroups": array(
+            "LocalModelNodeGroups (cluster-scoped, made by the cluster admin) whose nodes hold a copy; the "
+            "predictor runs on the first group's nodes, so spec.nodeSelector must agree with its volume's "
+            "node affinity.",
+            string("A LocalModelNodeGroup's name.", maxLength=63, pattern=DNS_SUBDOMAIN_PATTERN),
+            minItems=1,
+            maxItems=8,
+            **{"x-kubernetes-list-type": "set"},
+        ),
+        "serviceAccountName": string(
+            f"A ServiceAccount in KServe's job namespace ({LOCAL_MODEL_JOB_NAMESPACE}) whose Secrets hold the "
+            "download credentials (e.g. HF_TOKEN for a gated model): the download Jobs run there, where "
+            "spec.credentials' Secrets cannot be read.",
+            maxLength=253,
+            pattern=DNS_SUBDOMAIN_PATTERN,
+        ),
+    },
+    required=["modelSize", "nodeGroups"],
+)
+
 SPEC = obj(
     "Desired state of a reward-model service.",
     {
@@ -716,6 +756,7 @@ SPEC = obj(
         "serving": SERVING,
         "gateway": GATEWAY,
         "canary": CANARY,
+        "cache": CACHE,
     },
     required=["model"],
     **{
@@ -768,6 +809,25 @@ SPEC = obj(
                 f"{GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS} and {GATEWAY_REQUEST_TIMEOUT_SECONDS}) must be at most "
                 f"{KNATIVE_MAX_TIMEOUT_SECONDS} in Knative mode: the gateway's request timeout is at most "
                 "Knative's revision timeout",
+            ),
+            rule(
+                "!has(self.cache) || self.model.uri.matches('^(" + "|".join(CACHEABLE_SCHEMES) + ")://')",
+                "cache needs a model.uri KServe can download into a node's volume ("
+                + ", ".join(f"{s}://" for s in CACHEABLE_SCHEMES)
+                + "): a pvc:// model is already on a volume and an oci:// model is mounted as a modelcar",
+            ),
+            rule(
+                "!has(self.cache) || !has(self.credentials) || !has(self.credentials.huggingFaceToken) "
+                "|| has(self.cache.serviceAccountName)",
+                "cache with credentials.huggingFaceToken needs cache.serviceAccountName: KServe downloads the "
+                f"cache in its job namespace ({LOCAL_MODEL_JOB_NAMESPACE}), which cannot read this namespace's "
+                "Secret; name a ServiceAccount there whose Secret holds HF_TOKEN",
+            ),
+            rule(
+                "!has(self.cache) || !has(self.nodeSelector) || !('serving.kserve.io/nodegroup' in self.nodeSelector) "
+                "|| self.nodeSelector['serving.kserve.io/nodegroup'] == self.cache.nodeGroups[0]",
+                "nodeSelector['serving.kserve.io/nodegroup'] must name cache.nodeGroups[0]: the predictor reads the "
+                "cache of the first node group, on that group's nodes",
             ),
             rule(
                 "self.resources.gpus == 0 ? self.model.tensorParallelSize == 1 "
@@ -892,6 +952,15 @@ STATUS = obj(
         "inferenceService": string("Name of the InferenceService serving this model."),
         "replicas": integer("Ready predictor replicas, in either mode."),
         "canary": CANARY_STATUS,
+        "modelCache": obj(
+            "The LocalModel cache spec.cache uses (absent without it): once it changes or goes, the "
+            "operator releases the previous one.",
+            {
+                "kind": string("LocalModelNamespaceCache or LocalModelCache."),
+                "name": string("The cache's name (one per model URI)."),
+                "namespace": string("Its namespace; absent for a cluster-wide LocalModelCache."),
+            },
+        ),
     },
 )
 
