@@ -29,7 +29,7 @@ What runs, and why:
 In-cluster names: the operator renders each ScaledObject's ``scalerAddress`` as the
 gateway's headless Service, ``<name>-gateway-scaler.<namespace>.svc.cluster.local:9090``,
 and there is no cluster DNS out of cluster. So KEDA's operator runs in a mount
-namespace of its own (``unshare``, with a user namespace, so no root is needed)
+namespace of its own (``unshare``; with a user namespace where not root)
 whose ``/etc/hosts`` is the control plane's ``keda/hosts``: a test that runs a
 gateway on the host adds that Service's names there (``HostsFile.names``), pointing
 at a loopback address of the gateway's own, where it serves the rendered port. Go's
@@ -252,9 +252,12 @@ def hosts_file(directory: Path) -> Path:
 
 def with_private_hosts(command: list[str], hosts: Path) -> list[str]:
     """``command`` run in a mount namespace of its own where ``hosts`` is /etc/hosts. The
-    process keeps its pid (unshare and sh exec), so the control plane stops it as any other."""
+    process keeps its pid (unshare and sh exec), so the control plane stops it as any other.
+    Root needs no user namespace for it (and may be on a kernel that allows none); anyone
+    else gets one, mapped to root inside, which may mount there."""
     script = 'mount --bind "$1" /etc/hosts && shift && exec "$@"'
-    return ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", str(hosts), *command]
+    namespaces = ["--mount"] if os.geteuid() == 0 else ["--user", "--map-root-user", "--mount"]
+    return ["unshare", *namespaces, "sh", "-c", script, "sh", str(hosts), *command]
 
 
 class HostsFile:
