@@ -91,7 +91,6 @@ class Gate:
         self._open = True
         self._waiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self._lock = threading.Lock()
-        self.held = 0
 
     def close(self) -> None:
         with self._lock:
@@ -110,7 +109,6 @@ class Gate:
                 closed = not self._open
                 if closed:
                     self._waiting.append((asyncio.get_running_loop(), event))
-                    self.held += 1
             if closed:
                 await event.wait()
         await self.app(scope, receive, send)
@@ -132,8 +130,8 @@ class PredictorStandIn:
 
     def __post_init__(self) -> None:
         self.gate = Gate(FakeVllm().app)
-        # Cleared: the container's start takes until it is set again (vLLM's cold start, which
-        # a burst's arrival never outlasts; here the machine's load might).
+        # Cleared: the container's start lasts until it is set again. vLLM's cold start (minutes)
+        # outlasts a burst's arrival; on a loaded test machine a kwok pod's need not.
         self.started = threading.Event()
         self.started.set()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -167,9 +165,9 @@ class PredictorStandIn:
     def now(self) -> tuple[int, int]:
         return self.history[-1][1:] if self.history else (-1, 0)
 
-    def when(self, since: float, replicas: int) -> float | None:
+    def when(self, since: float, replicas: int) -> float:
         """When spec.replicas was first seen at ``replicas`` after ``since``."""
-        return next((at for at, spec, _ in self.history if at >= since and spec == replicas), None)
+        return next(at for at, spec, _ in self.history if at >= since and spec == replicas)
 
     def wait(self, what: str, predicate, timeout: float) -> None:
         assert self._thread.is_alive(), "the predictor stand-in stopped following the Deployment"
@@ -218,6 +216,10 @@ def _gateway_process(container: dict, upstream_url: str, address: str, hosts: ke
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+
+def _env(container: dict, name: str) -> str:
+    return next((v.get("value", "") for v in container.get("env") or [] if v["name"] == name), "")
 
 
 def _body(prefix: str, groups: int) -> dict:
@@ -382,12 +384,8 @@ def test_a_rewardmodel_at_zero_wakes_on_a_burst_scales_on_load_and_sleeps_again(
         predictor.wait("the predictor back at 0 replicas", lambda spec, ready: spec == 0, timeout=2 * polling + 90)
         print(
             f"idle -> 0 replicas {predictor.when(idle, 0) - idle:.1f}s after the last answer "
-            f"(gateway active {container_env(container, 'REWARD_GATEWAY_SCALER_ACTIVE_SECONDS')} s after a "
+            f"(gateway active {_env(container, 'REWARD_GATEWAY_SCALER_ACTIVE_SECONDS')} s after a "
             f"request, polling {polling} s, cooldown {SCALE_DOWN_DELAY_S} s); predictor stand-in started "
             f"{predictor.starts} times"
         )
         predictor.wait("the stand-in down", lambda spec, ready: ready == 0, timeout=60)
-
-
-def container_env(container: dict, name: str) -> str:
-    return next((v.get("value", "") for v in container.get("env") or [] if v["name"] == name), "")
