@@ -31,15 +31,15 @@ lint: venv ## ruff, and the import contracts between layers (pyproject.toml, [to
 unit: venv testenv-build ## unit tests (no cluster; the chart and rule tests use the built helm and promtool)
 	$(call PYTEST,-m "not integration")
 
-testenv-build: venv ## build the default testenv binaries into the cache (no-op when cached; not KEDA; `up` and `demo` build only what they run)
+testenv-build: venv ## build the testenv binaries into the cache, KEDA's included (no-op when cached; `up` and `demo` build only what they run)
 	$(TESTENV) build
 
-# KEDA's test builds KEDA (about 10 min cold), which no RewardModel feature runs on yet: it
-# stays out of `make test` (CI's cold run must stay under 60 min) and runs on `make keda-test`.
+# KEDA's own test (hand-made ScaledObjects and scalers, 0 -> 1 -> 3 -> 0, polled and pushed) runs
+# on `make keda-test`: `make test` runs KEDA through the operator's objects (scale-to-zero) instead.
 OPT_IN_SUITES = e2e/tests/test_keda.py
-# The chaos and fuzz suites run on targets of their own (in `make test` too), with -s: their
-# counts (objects, restarts, generated specs) are printed into the log.
-OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py
+# The chaos, fuzz and scale-to-zero suites run on targets of their own (in `make test` too), with
+# -s: their counts and times (objects, restarts, generated specs, wake-up) are printed into the log.
+OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_rewardmodel_scale_to_zero.py
 
 integration: venv testenv-build ## integration and e2e tests on a fresh local control plane (chaos and fuzz: their own targets)
 	$(call PYTEST,-m integration $(addprefix --ignore=,$(OPT_IN_SUITES) $(OWN_TARGET_SUITES)))
@@ -51,7 +51,11 @@ keda-test: venv ## build KEDA into the testenv cache and run its test (a ScaledO
 	$(TESTENV) build --only keda
 	$(PY) -m pytest e2e/tests/test_keda.py -q -s
 
-test: lint unit integration chaos fuzz ## everything CI runs
+.PHONY: scale-to-zero
+scale-to-zero: venv testenv-build ## a RewardModel at zero with KServe's controller, KEDA and the operator: a burst wakes it, load scales it, idle puts it back to 0
+	$(PY) -m pytest e2e/tests/test_rewardmodel_scale_to_zero.py -q -s
+
+test: lint unit integration chaos fuzz scale-to-zero ## everything CI runs
 
 .PHONY: fuzz
 fuzz: venv testenv-build ## fuzz RewardModel specs on a fresh control plane with the operator (500 specs; FUZZ_EXAMPLES=5000 for more)

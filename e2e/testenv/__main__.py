@@ -9,6 +9,11 @@ import time
 from . import build, controlplane
 
 
+def _default_components() -> str:
+    left_out = [c.module_dir for c in build.COMPONENTS if not c.default]
+    return f"all but {','.join(left_out)}" if left_out else "all of them"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testenv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -17,8 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         type=lambda names: [name.strip() for name in names.split(",") if name.strip()],
         metavar="NAMES",
-        help=f"comma-separated components to build, of {','.join(build.BY_NAME)} "
-        f"(default: all but {','.join(c.module_dir for c in build.COMPONENTS if not c.default)})",
+        help=f"comma-separated components to build, of {','.join(build.BY_NAME)} (default: {_default_components()})",
     )
     sub.add_parser("bin-dir", help="print the folder of the cached binaries")
     up = sub.add_parser("up", help="start etcd, kube-apiserver, controller-manager, scheduler and kwok")

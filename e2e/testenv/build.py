@@ -94,9 +94,8 @@ COMPONENTS = (
         },
         ldflags="-X github.com/kedacore/keda/v2/version.Version="
         + _required_version("keda", "github.com/kedacore/keda/v2").lstrip("v"),
-        # about 10 min on 2 cores: outside the default build, and so outside `make test`, until a
-        # RewardModel feature runs on it (issue #12); `make keda-test` builds and tests it
-        default=False,
+        # in the default build (so `make testenv-build` and CI build it): `make test` runs a
+        # RewardModel's scale to zero on it (e2e/tests/test_rewardmodel_scale_to_zero.py)
     ),
 )
 BY_NAME = {component.module_dir: component for component in COMPONENTS}

@@ -438,9 +438,14 @@ class ControlPlane:
         keda_setup.certificates(keys, cert_dir)
         env = keda_setup.environment(self.state.kubeconfig)
         ports, kubeconfig = self.state.ports, self.state.kubeconfig
+        # the operator dials the scalers the ScaledObjects name, in-cluster names among them: it
+        # resolves them through a hosts file of this control plane's (see keda.py)
+        hosts = keda_setup.HostsFile.create(keda_setup.hosts_file(self.directory))
         self._spawn(
             keda_setup.OPERATOR,
-            keda_setup.operator_command(self.bin / keda_setup.OPERATOR, kubeconfig, cert_dir, ports),
+            keda_setup.with_private_hosts(
+                keda_setup.operator_command(self.bin / keda_setup.OPERATOR, kubeconfig, cert_dir, ports), hosts.path
+            ),
             env=env,
         )
         self._spawn(
@@ -581,7 +586,8 @@ class ControlPlane:
 
         For chaos tests (an API server or etcd restarted under a running operator). The
         command line and environment are read back from /proc (Linux), so nothing about
-        how ``up`` started the component has to be kept; its log goes on in the same file.
+        how ``up`` started the component has to be kept; its log goes on in the same file
+        (KEDA's operator would come back without its private hosts file: ``keda.with_private_hosts``).
         ``grace``: seconds between SIGTERM and SIGKILL (0 for an abrupt kill)."""
         assert self.state is not None
         old = self.state.pids[name]

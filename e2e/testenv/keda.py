@@ -25,12 +25,26 @@ What runs, and why:
 - KEDA's admission webhooks are left out: they only refuse ScaledObjects that
   clash (two on one target, a hand-made HPA on the same target), which
   scaling does not depend on.
+
+In-cluster names: the operator renders each ScaledObject's ``scalerAddress`` as the
+gateway's headless Service, ``<name>-gateway-scaler.<namespace>.svc.cluster.local:9090``,
+and there is no cluster DNS out of cluster. So KEDA's operator runs in a mount
+namespace of its own (``unshare``; with a user namespace where not root)
+whose ``/etc/hosts`` is the control plane's ``keda/hosts``: a test that runs a
+gateway on the host adds that Service's names there (``HostsFile.names``), pointing
+at a loopback address of the gateway's own, where it serves the rendered port. Go's
+resolver (KEDA is built without cgo) reads the file again when its mtime or size
+changed, checked at most every 5 s; the file is rewritten in place, since the bind
+mount holds the inode, not the path.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -52,6 +66,9 @@ PORTS = ("keda-metrics", "keda-health", "keda-grpc", "keda-adapter", "keda-adapt
 API_SERVICE = "v1beta1.external.metrics.k8s.io"
 ADAPTER_SERVICE = "keda-metrics-apiserver"
 FRONT_PROXY_CLIENT = "front-proxy-client"  # the CN kube-apiserver presents to aggregated API servers
+
+
+HOSTS_FILE = "hosts"  # in the control plane's ``keda`` folder
 
 
 def enabled_by_env() -> bool:
@@ -226,3 +243,49 @@ def api_service_objects(port: int, ca_bundle: bytes) -> list[dict]:
         },
     }
     return [service, api_service]
+
+
+def hosts_file(directory: Path) -> Path:
+    """The file KEDA's operator sees as /etc/hosts, in the control plane's state folder."""
+    return directory / "keda" / HOSTS_FILE
+
+
+def with_private_hosts(command: list[str], hosts: Path) -> list[str]:
+    """``command`` run in a mount namespace of its own where ``hosts`` is /etc/hosts. The
+    process keeps its pid (unshare and sh exec), so the control plane stops it as any other.
+    Root needs no user namespace for it (and may be on a kernel that allows none); anyone
+    else gets one, mapped to root inside, which may mount there."""
+    script = 'mount --bind "$1" /etc/hosts && shift && exec "$@"'
+    namespaces = ["--mount"] if os.geteuid() == 0 else ["--user", "--map-root-user", "--mount"]
+    return ["unshare", *namespaces, "sh", "-c", script, "sh", str(hosts), *command]
+
+
+class HostsFile:
+    """The in-cluster names a private /etc/hosts (``with_private_hosts``) resolves."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, path: Path) -> HostsFile:
+        """The host's own /etc/hosts (localhost and the machine's names) and nothing more yet."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(Path("/etc/hosts").read_text().rstrip("\n") + "\n# in-cluster names (testenv)\n")
+        return cls(path)
+
+    def _rewrite(self, change) -> None:
+        with self._lock:
+            lines = self.path.read_text().splitlines()
+            # write_text truncates and writes the same inode, which the bind mount shows
+            self.path.write_text("\n".join(change(lines)) + "\n")
+
+    @contextmanager
+    def names(self, address: str, names: list[str]) -> Iterator[None]:
+        """``names`` resolve to ``address`` until the block ends."""
+        line = f"{address} {' '.join(names)}"
+        self._rewrite(lambda lines: [*lines, line])
+        try:
+            yield
+        finally:
+            self._rewrite(lambda lines: [kept for kept in lines if kept != line])

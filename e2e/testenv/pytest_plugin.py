@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from . import build, controlplane, keda, kserve_manager, localmodel
+from . import keda as keda_setup  # `keda` is also a parameter name below
 
 
 @dataclass
@@ -30,6 +31,9 @@ class Cluster:
     kubeconfig: str
     bin_dir: Path
     local: bool
+    # Where KEDA's operator resolves in-cluster names (keda.HostsFile): a local control plane
+    # with KEDA; None elsewhere (a real cluster has its DNS).
+    hosts: keda_setup.HostsFile | None = None
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         """Run the pinned kubectl against this cluster."""
@@ -51,8 +55,14 @@ def _local_cluster(
     with tempfile.TemporaryDirectory(prefix="reward-operator-testenv-") as scratch:
         plane = controlplane.ControlPlane(Path(scratch) / "plane")
         state = plane.up(kserve=kserve, keda=keda, localmodel=localmodel)
+        hosts = keda_setup.hosts_file(plane.directory)
         try:
-            yield Cluster(kubeconfig=state.kubeconfig, bin_dir=plane.bin, local=True)
+            yield Cluster(
+                kubeconfig=state.kubeconfig,
+                bin_dir=plane.bin,
+                local=True,
+                hosts=keda_setup.HostsFile(hosts) if hosts.exists() else None,
+            )
         finally:
             plane.down()
 

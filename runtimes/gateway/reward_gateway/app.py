@@ -29,7 +29,7 @@ def build_app(gateway: Gateway) -> ScoringFront:
             # Imported only here: a gateway without KEDA's scaler loads no gRPC.
             from reward_gateway.scaler import Scaler
 
-            gateway.scaler = Scaler(gateway.config.scaler, gateway.load)
+            gateway.scaler = Scaler(gateway.config.scaler, gateway.load, gateway.config.listen_address)
             await gateway.scaler.start()
         try:
             yield

@@ -10,6 +10,7 @@ the environment leaves unset (see KServeArgs).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import os
@@ -138,6 +139,8 @@ class GatewayConfig:
     truncate_prompt_tokens: int | None = None
     auth_token_file: Path | None = None
     port: int = 8080
+    # The one address the HTTP port and the scaler's listen on; empty: all interfaces (in a pod).
+    listen_address: str = ""
     access_log: bool = False
     # KServe's name for the model (--model_name, the InferenceService's name)
     # where it differs from model_name: the v1 routes answer to it as well,
@@ -186,6 +189,7 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         truncate_prompt_tokens=reader.integer("TRUNCATE_PROMPT_TOKENS", 0, minimum=-1) if truncate else None,
         auth_token_file=Path(token_file) if token_file else None,
         port=reader.integer("PORT", kserve.http_port or 8080, minimum=1, maximum=65535),
+        listen_address=reader.ip_address("LISTEN_ADDRESS"),
         access_log=reader.choice("ACCESS_LOG", ("true", "false"), "false") == "true",
         isvc_name=kserve.model_name if kserve.model_name and kserve.model_name != model_name else None,
         canary=_load_canary(reader, model_name),
@@ -320,6 +324,15 @@ class _Reader:
 
     def text(self, name: str, default: str) -> str:
         return self.env.get(PREFIX + name, default).strip()
+
+    def ip_address(self, name: str) -> str:
+        value = self.text(name, "")
+        if value:
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise ConfigError(f"{PREFIX}{name}={value!r}: expected an IP address") from None
+        return value
 
     def required(self, name: str, fallback: str | None = None, fallback_arg: str = "") -> str:
         value = self.text(name, "") or (fallback or "").strip()

@@ -173,9 +173,11 @@ class _Wakes:
 class Scaler:
     """The gateway's external scaler, on the gateway's event loop."""
 
-    def __init__(self, config: ScalerConfig, load: Load):
+    def __init__(self, config: ScalerConfig, load: Load, listen_address: str = ""):
         self.config = config
         self.load = load
+        # REWARD_GATEWAY_LISTEN_ADDRESS, as the HTTP port's; empty: all interfaces
+        self.listen_address = listen_address
         self.id = uuid.uuid4().hex  # tells a peer's call to itself from a call to another replica
         self.keda_streams = _Wakes()  # KEDA's: told of this replica's wakes and its peers'
         self.peer_streams = _Wakes()  # peers': told of this replica's own wakes only
@@ -275,7 +277,8 @@ class Scaler:
         )
         # StreamMetricSpec (optional in KEDA's proto) is left out: gRPC answers
         # Unimplemented, and KEDA then keeps reading GetMetricSpec.
-        self.server.add_insecure_port(f"[::]:{self.config.port}")
+        host = self.listen_address or "::"
+        self.server.add_insecure_port(f"[{host}]:{self.config.port}" if ":" in host else f"{host}:{self.config.port}")
         await self.server.start()
         if self.peers is not None:
             self.peers.start()

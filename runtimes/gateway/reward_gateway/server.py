@@ -114,7 +114,7 @@ def _calm_garbage_collector() -> None:
 def serve(config: GatewayConfig) -> None:
     settings = uvicorn.Config(
         build_app(Gateway(config)),
-        host="0.0.0.0",
+        host=config.listen_address or "0.0.0.0",
         port=config.port,
         # uvloop's C event loop and transports halve the gateway's CPU per
         # request against asyncio's own; httptools is uvicorn's C parser (guarded).

@@ -28,6 +28,7 @@ def test_defaults_and_bare_predictor_host():
         ({"REWARD_GATEWAY_MAX_CONCURRENCY": "0"}, "at least 1"),
         ({"REWARD_GATEWAY_REQUEST_TIMEOUT_SECONDS": "soon"}, "number of seconds"),
         ({"REWARD_GATEWAY_PORT": "70000"}, "between 1 and 65535"),
+        ({"REWARD_GATEWAY_LISTEN_ADDRESS": "localhost"}, "expected an IP address"),
         ({"REWARD_GATEWAY_CHAT_TEMPLATE_MODE": "gateway"}, "needs REWARD_GATEWAY_CHAT_TEMPLATE_FILE"),
         ({"REWARD_GATEWAY_AUTH_TOKEN_FILE": "/nonexistent/token"}, "no such file"),
         ({"REWARD_GATEWAY_UPSTREAM_URL": "ftp://x"}, "http:// or https://"),
@@ -36,6 +37,12 @@ def test_defaults_and_bare_predictor_host():
 def test_bad_values_are_refused_with_the_variable_named(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config({**BASE, **override})
+
+
+def test_a_listen_address_is_taken_as_given_and_all_interfaces_by_default():
+    assert load_config(BASE).listen_address == ""
+    assert load_config({**BASE, "REWARD_GATEWAY_LISTEN_ADDRESS": "127.0.3.4"}).listen_address == "127.0.3.4"
+    assert load_config({**BASE, "REWARD_GATEWAY_LISTEN_ADDRESS": "::1"}).listen_address == "::1"
 
 
 KSERVE_ARGS = ["--model_name", "rm", "--predictor_host", "rm-predictor.ns", "--http_port", "8080"]
