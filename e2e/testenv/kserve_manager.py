@@ -48,9 +48,10 @@ def inference_service_config() -> dict:
     return config
 
 
-def webhook_configurations(port: int, ca_bundle: bytes) -> list[dict]:
-    """KServe's webhook configurations, each Service reference replaced by the manager's local address."""
-    path = kserve.module_dir() / "config" / "webhook" / "manifests.yaml"
+def webhook_configurations(port: int, ca_bundle: bytes, manifests: str = "manifests.yaml") -> list[dict]:
+    """KServe's webhook configurations (``config/webhook/<manifests>`` of its module), each Service
+    reference replaced by the local address of the process that serves them."""
+    path = kserve.module_dir() / "config" / "webhook" / manifests
     documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
     for doc in documents:
         doc["metadata"].pop("creationTimestamp", None)

@@ -18,14 +18,11 @@ kwok stands in for the kubelet.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from pathlib import Path
 
-import yaml
-
-from . import kserve
+from . import kserve_manager
 
 NAME = "kserve-localmodel"  # process name in the State, and binary name
 PORTS = ("localmodel-metrics", "localmodel-health", "localmodel-webhook")
@@ -57,17 +54,7 @@ def controller_command(binary: Path, kubeconfig: str, ports: dict[str, int]) -> 
 
 
 def webhook_configurations(port: int, ca_bundle: bytes) -> list[dict]:
-    path = kserve.module_dir() / "config" / "webhook" / "localmodel" / "manifests.yaml"
-    documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-    for doc in documents:
-        doc["metadata"].pop("creationTimestamp", None)
-        for hook in doc["webhooks"]:
-            service = hook["clientConfig"].pop("service")
-            hook["clientConfig"] = {
-                "url": f"https://127.0.0.1:{port}{service['path']}",
-                "caBundle": base64.b64encode(ca_bundle).decode(),
-            }
-    return documents
+    return kserve_manager.webhook_configurations(port, ca_bundle, "localmodel/manifests.yaml")
 
 
 def objects() -> list[dict]:

@@ -104,14 +104,13 @@ def keda_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     cluster with KEDA installed); otherwise a control plane with KEDA (and KServe's
     manager unless TESTENV_KSERVE=0) for this module alone, stopped after it.
     """
-    if os.environ.get("E2E_KUBECONFIG") or keda.enabled_by_env():
-        shared: Cluster = request.getfixturevalue("cluster")
-        if shared.kubectl("get", f"apiservice/{keda.API_SERVICE}", check=False).returncode != 0:
-            pytest.skip(f"KEDA's external metrics API is not registered on {shared.kubeconfig}")
-        yield shared
-        return
-    with _local_cluster(keda=True) as local:
-        yield local
+    yield from _shared_or_own(
+        request,
+        keda.enabled_by_env(),
+        f"apiservice/{keda.API_SERVICE}",
+        "KEDA's external metrics API is not registered",
+        keda=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -122,13 +121,29 @@ def localmodel_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     The session's ``cluster`` when it has them (TESTENV_LOCALMODEL=1, or an E2E_KUBECONFIG cluster
     with KServe's LocalModel install); otherwise a control plane with them (and KServe's manager) for
     this module alone, stopped after it."""
-    if os.environ.get("E2E_KUBECONFIG") or localmodel.enabled_by_env():
+    yield from _shared_or_own(
+        request,
+        localmodel.enabled_by_env(),
+        f"localmodelnodegroup/{localmodel.NODE_GROUP}",
+        f"no LocalModelNodeGroup {localmodel.NODE_GROUP} (KServe's LocalModel)",
+        kserve=True,
+        localmodel=True,
+    )
+
+
+def _shared_or_own(
+    request: pytest.FixtureRequest, in_session: bool, probe: str, missing: str, **components: bool
+) -> Iterator[Cluster]:
+    """The session's ``cluster`` when it runs the components (``in_session``, or any E2E_KUBECONFIG
+    cluster; skipped when ``probe``, an object they make, is absent); otherwise a control plane
+    with them for the module alone, stopped after it."""
+    if os.environ.get("E2E_KUBECONFIG") or in_session:
         shared: Cluster = request.getfixturevalue("cluster")
-        if shared.kubectl("get", f"localmodelnodegroup/{localmodel.NODE_GROUP}", check=False).returncode != 0:
-            pytest.skip(f"no LocalModelNodeGroup {localmodel.NODE_GROUP} (KServe's LocalModel) on {shared.kubeconfig}")
+        if shared.kubectl("get", probe, check=False).returncode != 0:
+            pytest.skip(f"{missing} on {shared.kubeconfig}")
         yield shared
         return
-    with _local_cluster(kserve=True, localmodel=True) as local:
+    with _local_cluster(**components) as local:
         yield local
 
 

@@ -17,7 +17,6 @@ status, and that event sweeps again.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -33,7 +32,7 @@ from ..api.kserve import (
 from ..api.names import CACHE_USERS_ANNOTATION, FIELD_MANAGER, MANAGED_BY
 from ..policy import cache as cache_policy
 from ..render.cache import user_reference
-from .client import ClusterError, Refused, api_client, is_not_found, translated
+from .client import ClusterError, Refused, is_not_found, translated
 from .objects import MERGE_PATCH, apply, call, get, object_path
 
 log = logging.getLogger(__name__)
@@ -48,20 +47,7 @@ def _path(cache: dict[str, Any]) -> str:
 
 
 def _merge_patch(path: str, body: dict[str, Any]) -> dict[str, Any]:
-    client = api_client()
-    request = client.param_serialize(
-        method="PATCH",
-        resource_path=path,
-        query_params=[("fieldManager", FIELD_MANAGER)],
-        header_params={"Content-Type": MERGE_PATCH, "Accept": "application/json"},
-        body=body,
-        auth_settings=["BearerToken"],
-    )
-    response = client.call_api(*request)
-    response.read()
-    if not 200 <= response.status <= 299:
-        raise ApiException.from_response(http_resp=response, body=None, data=None)
-    return json.loads(response.data)
+    return call("PATCH", path, [("fieldManager", FIELD_MANAGER)], body, content_type=MERGE_PATCH)
 
 
 def ensure(manifest: dict[str, Any], reward_model: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

@@ -88,14 +88,20 @@ def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     return json.loads(response.data)
 
 
-def call(method: str, path: str, query: list[tuple[str, str]], body: dict[str, Any] | None = None) -> Any:
+def call(
+    method: str,
+    path: str,
+    query: list[tuple[str, str]],
+    body: dict[str, Any] | None = None,
+    content_type: str = "application/json",
+) -> Any:
     """One request to any kind's REST path; the decoded answer (ApiException on a non-2xx)."""
     client = api_client()
     request = client.param_serialize(
         method=method,
         resource_path=path,
         query_params=query,
-        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
         body=body,
         auth_settings=["BearerToken"],
     )
