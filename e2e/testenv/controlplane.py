@@ -30,8 +30,9 @@ from reward_testing import pki
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
-from . import build, kserve, kserve_manager, localmodel
+from . import build, kserve, kserve_manager
 from . import keda as keda_setup
+from . import localmodel as localmodel_setup  # `localmodel` is also a parameter name below
 from .helpers import condition
 
 HERE = Path(__file__).resolve().parent
@@ -43,7 +44,7 @@ OUR_CRDS = REPO_ROOT / "crds"
 # Start order; ``down`` stops them in reverse.
 COMPONENT_ORDER = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-    kserve_manager.NAME, localmodel.NAME, keda_setup.OPERATOR, keda_setup.ADAPTER,
+    kserve_manager.NAME, localmodel_setup.NAME, keda_setup.OPERATOR, keda_setup.ADAPTER,
 )  # fmt: skip
 
 
@@ -156,7 +157,7 @@ class ControlPlane:
         ``keda`` (default: TESTENV_KEDA=1) KEDA's operator and metrics API server,
         ``localmodel`` (default: TESTENV_LOCALMODEL=1; implies ``kserve``) KServe's LocalModel
         controller with localModel enabled."""
-        with_localmodel = localmodel.enabled_by_env() if localmodel is None else localmodel
+        with_localmodel = localmodel_setup.enabled_by_env() if localmodel is None else localmodel
         with_kserve = with_localmodel or (kserve_manager.enabled_by_env() if kserve is None else kserve)
         with_keda = keda_setup.enabled_by_env() if keda is None else keda
         if (self.directory / "state.json").exists():
@@ -357,7 +358,7 @@ class ControlPlane:
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kserve_manager.NAMESPACE}}
         config = kserve_manager.inference_service_config()
         if with_localmodel:
-            config = localmodel.enable_in_config(config)
+            config = localmodel_setup.enable_in_config(config)
         self.kubectl(
             "apply", "--server-side", "--field-manager=testenv", "-f", "-",
             input=yaml.safe_dump_all([namespace, config]),
@@ -401,24 +402,28 @@ class ControlPlane:
         assert self.state is not None
         started = time.monotonic()
         log(f"starting KServe {kserve.KSERVE_VERSION} LocalModel controller")
-        for name in localmodel.PORTS:
+        for name in localmodel_setup.PORTS:
             self.state.ports[name] = free_port()
-        scratch = self.directory / localmodel.NAME
+        scratch = self.directory / localmodel_setup.NAME
         kserve_manager.serving_certificate(keys, kserve_manager.cert_dir(scratch))
         self._spawn(
-            localmodel.NAME,
-            localmodel.controller_command(self.bin / localmodel.NAME, self.state.kubeconfig, self.state.ports),
+            localmodel_setup.NAME,
+            localmodel_setup.controller_command(
+                self.bin / localmodel_setup.NAME, self.state.kubeconfig, self.state.ports
+            ),
             env=kserve_manager.manager_env(scratch),
         )
-        self._wait(f"http://127.0.0.1:{self.state.ports['localmodel-health']}/healthz", deadline, localmodel.NAME,
+        self._wait(f"http://127.0.0.1:{self.state.ports['localmodel-health']}/healthz", deadline, localmodel_setup.NAME,
                    tls=False)  # fmt: skip
-        hooks = localmodel.webhook_configurations(self.state.ports["localmodel-webhook"], keys.ca_cert.read_bytes())
+        hooks = localmodel_setup.webhook_configurations(
+            self.state.ports["localmodel-webhook"], keys.ca_cert.read_bytes()
+        )
         self.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-",
-                     input=yaml.safe_dump_all([*hooks, *localmodel.objects()]))  # fmt: skip
-        probe = json.dumps(localmodel.probe_cache())
+                     input=yaml.safe_dump_all([*hooks, *localmodel_setup.objects()]))  # fmt: skip
+        probe = json.dumps(localmodel_setup.probe_cache())
 
         def validated() -> bool:
-            self._fail_if_exited(localmodel.NAME)
+            self._fail_if_exited(localmodel_setup.NAME)
             return self.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False).returncode == 0
 
         wait_until("KServe's LocalModelCache webhook (a dry-run cache admitted)", validated,
@@ -623,7 +628,7 @@ class ControlPlane:
             "kube-controller-manager": (f"https://127.0.0.1:{ports['kcm']}/healthz", True),
             "kube-scheduler": (f"https://127.0.0.1:{ports['scheduler']}/healthz", True),
             kserve_manager.NAME: (f"http://127.0.0.1:{ports.get('kserve-health')}/healthz", False),
-            localmodel.NAME: (f"http://127.0.0.1:{ports.get('localmodel-health')}/healthz", False),
+            localmodel_setup.NAME: (f"http://127.0.0.1:{ports.get('localmodel-health')}/healthz", False),
             keda_setup.OPERATOR: (f"http://127.0.0.1:{ports.get('keda-health')}/readyz", False),
             keda_setup.ADAPTER: (f"https://127.0.0.1:{ports.get('keda-adapter')}/readyz", True),
         }.get(name)
