@@ -68,7 +68,18 @@ def test_rlhf_pipeline_crd_has_a_column_per_role():
     version = crd["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
-    assert list(columns) == ["Ready", "Actor", "Reference", "Critic", "Rewards", "Graph", "URL", "Age", "Reason", "Message"]
+    assert list(columns) == [
+        "Ready",
+        "Actor",
+        "Reference",
+        "Critic",
+        "Rewards",
+        "Graph",
+        "URL",
+        "Age",
+        "Reason",
+        "Message",
+    ]
     assert columns["Critic"]["jsonPath"] == '.status.conditions[?(@.type=="CriticReady")].status'
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     undocumented = []

@@ -275,6 +275,7 @@ class RoleSpec(TypedDict):
     nodeSelector: NotRequired[dict[str, str]]
     tolerations: NotRequired[list[Toleration]]
     env: NotRequired[list[EnvVar]]
+    credentials: NotRequired[CredentialsSpec]
     gateway: NotRequired[RoleGateway]
 
 
@@ -286,6 +287,7 @@ class ReferenceSpec(TypedDict, total=False):
     nodeSelector: dict[str, str]
     tolerations: list[Toleration]
     env: list[EnvVar]
+    credentials: CredentialsSpec
     gateway: RoleGateway
 
 

@@ -11,7 +11,7 @@ message says what to use instead.
 from __future__ import annotations
 
 from .common import CONDITION, DNS_SUBDOMAIN_PATTERN, Schema, array, defaulted_obj, integer, obj, rule, string
-from .rewardmodel import ENV_VAR, RESOURCES, SERVING, TOLERATION, model_fields
+from .rewardmodel import CREDENTIALS, ENV_VAR, RESOURCES, SERVING, TOLERATION, model_fields
 
 DEFAULT_GENERATE_RUNTIME = "vllm-generate"
 DEFAULT_POOLING_RUNTIME = "vllm-reward"
@@ -27,7 +27,15 @@ MAX_NAME_LENGTH = 40
 
 # What a generating model takes from spec.model's fields: the pooling settings (kind, step tags,
 # batched tokens for prefill-only models) and a chat template file do not apply.
-_GENERATE_MODEL_FIELDS = ("uri", "servedName", "maxModelLen", "dtype", "quantization", "tensorParallelSize", "extraArgs")
+_GENERATE_MODEL_FIELDS = (
+    "uri",
+    "servedName",
+    "maxModelLen",
+    "dtype",
+    "quantization",
+    "tensorParallelSize",
+    "extraArgs",
+)
 
 
 def _model(prefix: str, description: str, required: bool) -> Schema:
@@ -53,7 +61,9 @@ def _serving(prefix: str) -> Schema:
         fields,
         **{
             "x-kubernetes-validations": [
-                rule("self.minReplicas <= self.maxReplicas", f"{prefix}.serving.maxReplicas must be at least minReplicas")
+                rule(
+                    "self.minReplicas <= self.maxReplicas", f"{prefix}.serving.maxReplicas must be at least minReplicas"
+                )
             ]
         },
     )
@@ -89,7 +99,10 @@ def _role(prefix: str, description: str, runtime: str, model_required: bool, mod
             "Compute for each replica (RewardModel's resources); an unset field takes the default "
             "(one GPU, no CPU or memory request)."
             + (" For the reference, an unset field is the actor's." if not model_required else ""),
-            {name: {k: v for k, v in field.items() if k != "default"} for name, field in RESOURCES["properties"].items()},
+            {
+                name: {k: v for k, v in field.items() if k != "default"}
+                for name, field in RESOURCES["properties"].items()
+            },
         ),
         "serving": _serving(prefix),
         "nodeSelector": {
@@ -105,12 +118,12 @@ def _role(prefix: str, description: str, runtime: str, model_required: bool, mod
             maxItems=64,
             **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
         ),
+        "credentials": CREDENTIALS,
         "gateway": _gateway(),
     }
     rules = [
         rule(
-            "self.serving.minReplicas == self.serving.maxReplicas || "
-            "(has(self.resources) && has(self.resources.cpu))",
+            "self.serving.minReplicas == self.serving.maxReplicas || (has(self.resources) && has(self.resources.cpu))",
             f"{prefix}.resources.cpu is needed when {prefix}.serving.maxReplicas is above minReplicas: "
             "KServe's HPA scales on CPU use, which it cannot measure without a CPU request (or set "
             "minReplicas equal to maxReplicas)",
@@ -144,7 +157,7 @@ REFERENCE = _role(
     "reference",
     "The frozen reference policy: log-probabilities of the response tokens for the KL term (vLLM's "
     "completions API, prompt log-probabilities). Its unset model fields, runtime, resources, nodeSelector, "
-    "tolerations and env are the actor's (serving and gateway are its own): with no reference at all, the "
+    "tolerations, env and credentials are the actor's (serving and gateway are its own): with no reference at all, the "
     "actor's base model is served a second time, frozen.",
     DEFAULT_GENERATE_RUNTIME,
     False,
@@ -186,8 +199,7 @@ REWARD = obj(
 )
 
 FLOWS_SCHEMA = obj(
-    "Which flows the graph serves; a request picks one by its fields (see the README). Each is present "
-    "to serve it.",
+    "Which flows the graph serves; a request picks one by its fields (see the README). Each is present to serve it.",
     {
         "score": obj(
             "Given prompts and responses: every reward model, the critic's values and the reference's "
