@@ -121,15 +121,16 @@ def _role(prefix: str, description: str, runtime: str, model_required: bool, mod
         "credentials": CREDENTIALS,
         "gateway": _gateway(),
     }
-    rules = [
-        rule(
-            "self.serving.minReplicas == self.serving.maxReplicas || (has(self.resources) && has(self.resources.cpu))",
-            f"{prefix}.resources.cpu is needed when {prefix}.serving.maxReplicas is above minReplicas: "
-            "KServe's HPA scales on CPU use, which it cannot measure without a CPU request (or set "
-            "minReplicas equal to maxReplicas)",
-        ),
-    ]
-    if model_required:  # the reference's is checked with the actor's values filled in (SPEC)
+    rules = []
+    if model_required:  # the reference's are checked with the actor's values filled in (SPEC)
+        rules.append(
+            rule(
+                "self.serving.minReplicas == self.serving.maxReplicas || (has(self.resources) && has(self.resources.cpu))",
+                f"{prefix}.resources.cpu is needed when {prefix}.serving.maxReplicas is above minReplicas: "
+                "KServe's HPA scales on CPU use, which it cannot measure without a CPU request (or set "
+                "minReplicas equal to maxReplicas)",
+            )
+        )
         gpus = "(has(self.resources) && has(self.resources.gpus) ? self.resources.gpus : 1)"
         rules.append(
             rule(
@@ -282,6 +283,14 @@ SPEC = obj(
                 "the reference's GPUs (reference.resources.gpus, else the actor's) must equal its "
                 "tensorParallelSize (reference.model.tensorParallelSize, else the actor's), or be 0 with "
                 "tensorParallelSize 1",
+            ),
+            rule(
+                "!has(self.reference) || self.reference.serving.minReplicas == self.reference.serving.maxReplicas "
+                "|| (has(self.reference.resources) && has(self.reference.resources.cpu)) "
+                "|| (has(self.actor.resources) && has(self.actor.resources.cpu))",
+                "reference.resources.cpu (or the actor's, which it takes) is needed when "
+                "reference.serving.maxReplicas is above minReplicas: KServe's HPA scales on CPU use, which it "
+                "cannot measure without a CPU request (or set minReplicas equal to maxReplicas)",
             ),
         ]
     },
