@@ -125,7 +125,8 @@ def _role(prefix: str, description: str, runtime: str, model_required: bool, mod
     if model_required:  # the reference's are checked with the actor's values filled in (SPEC)
         rules.append(
             rule(
-                "self.serving.minReplicas == self.serving.maxReplicas || (has(self.resources) && has(self.resources.cpu))",
+                "self.serving.minReplicas == self.serving.maxReplicas "
+                "|| (has(self.resources) && has(self.resources.cpu))",
                 f"{prefix}.resources.cpu is needed when {prefix}.serving.maxReplicas is above minReplicas: "
                 "KServe's HPA scales on CPU use, which it cannot measure without a CPU request (or set "
                 "minReplicas equal to maxReplicas)",
