@@ -213,3 +213,32 @@ def test_the_handlers_watch_only_this_kinds_children():
             "serving.rlhf.dev/rlhfpipeline": kopf.PRESENT,
         }
     assert kserve.INFERENCE_GRAPH_PLURAL in str(handlers["pipeline_inference_graph_event"].selector)
+
+
+def test_a_childs_echo_of_our_apply_runs_no_reconcile_and_a_deletion_restores_it(cluster, monkeypatch):
+    monkeypatch.setattr(objects, "patch_status", lambda av, kind, ns, name, status: {"status": status})
+    monkeypatch.setattr(events, "post_event", lambda *args: None)
+    registry = build_registry(Settings(metrics_port=0), CollectorRegistry())
+    handlers = {h.id.rpartition(".")[2]: h.fn for h in registry._watching.get_all_handlers()}
+    body = pipeline()
+    asyncio.run(handlers["rlhf_pipeline_event"](event={"type": "ADDED"}, body=body, namespace="rlhf", name="ppo-full"))
+    handlers["reward_model_of_a_pipeline_event"](namespace="rlhf", name="helpful", logger=LOG)
+    applied = len(cluster.applied)
+    assert applied == 4
+    actor = copy.deepcopy(controller.render_rlhf_pipeline(body)[0])
+    actor["status"] = {"conditions": READY_ISVC}  # as the fake apply answered it
+    labels = {"serving.rlhf.dev/rlhfpipeline": "ppo-full"}
+
+    def isvc_event(kind: str, child: dict) -> None:
+        handlers["pipeline_inference_service_event"](
+            event={"type": kind}, body=child, namespace="rlhf", labels=labels, logger=LOG
+        )
+
+    isvc_event("MODIFIED", actor)
+    assert len(cluster.applied) == applied, "the echo of our own apply"
+    isvc_event("DELETED", actor)
+    assert len(cluster.applied) == applied + 4, "a deleted child is restored by a full reconcile"
+    changed = copy.deepcopy(actor)
+    changed["status"]["conditions"][0] = {"type": "Ready", "status": "False"}
+    isvc_event("MODIFIED", changed)
+    assert len(cluster.applied) == applied + 8, "KServe's news on a role is reconciled"

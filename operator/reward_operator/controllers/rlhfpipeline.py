@@ -2,12 +2,13 @@
 
 Every trigger (create, update, resume, a change to one of its InferenceServices or its
 InferenceGraph, a change to a RewardModel it names, the re-check and drift timers) runs
-the same idempotent reconcile: every child is applied (server-side apply leaves an
-unchanged object unwritten), so a child deleted or edited by hand is restored, and the
-critic's InferenceService is deleted once spec.critic goes. The graph is applied only
-once every named RewardModel exists with its gateway (its steps call them); until then
-it is left as it was. A RewardModel's own lifecycle is its controller's: the pipeline
-only reads them.
+the same idempotent reconcile; a child's event that changes nothing a reconcile reads
+(the watch's echo of our own apply, most often) runs none (controllers/seen.py). Every
+child is applied (server-side apply leaves an unchanged object unwritten), so a child
+deleted or edited by hand is restored, and the critic's InferenceService is deleted once
+spec.critic goes. The graph is applied only once every named RewardModel exists with its
+gateway (its steps call them); until then it is left as it was. A RewardModel's own
+lifecycle is its controller's: the pipeline only reads them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ..render.pipeline_gateway import ACTOR, CRITIC, REFERENCE
 from ..render.rlhfpipeline import role_isvc_name
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner
+from .seen import SeenChildren
 
 KIND = RLHF_PIPELINE_KIND
 ROLE_CONDITIONS = {
@@ -103,7 +105,11 @@ def _prune(rlhf_pipeline: dict[str, Any], children: list[dict[str, Any]], logger
         logger.info("InferenceService %s is no longer rendered; deleted", name)
 
 
-def sync(rlhf_pipeline: dict[str, Any], settings: Settings, logger: Logger) -> Outcome:
+def sync(
+    rlhf_pipeline: dict[str, Any], settings: Settings, logger: Logger, seen: SeenChildren | None = None
+) -> Outcome:
+    """``seen``: where each child this reconcile applies is recorded as acted on, so the watch's echo of
+    that apply costs no reconcile of its own."""
     metadata, spec = rlhf_pipeline["metadata"], rlhf_pipeline["spec"]
     namespace, name = metadata["namespace"], metadata["name"]
     problem = invalid_spec(rlhf_pipeline)
@@ -122,6 +128,9 @@ def sync(rlhf_pipeline: dict[str, Any], settings: Settings, logger: Logger) -> O
             message = f"{child['kind']} {child['metadata']['name']} rejected: {error.message}"
             return Outcome(not_ready(conditions.APPLY_FAILED, message), _kept_fields(rlhf_pipeline), "apply_failed")
     _prune(rlhf_pipeline, children, logger)
+    if seen is not None:
+        for stored in applied.values():
+            seen.record(stored)
 
     roles = [
         pipeline.role_ready(ROLE_CONDITIONS[role], applied.get(role_isvc_name(name, role))) for role in _roles(spec)
@@ -148,10 +157,11 @@ def names_reward_model(rlhf_pipeline: dict[str, Any], reward_model: str) -> bool
 
 def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics) -> Runner:
     """Wire the RLHFPipeline handlers into ``registry``; returns the runner they share."""
+    seen = SeenChildren()
     runner = Runner(
         API_VERSION,
         KIND,
-        lambda obj, logger, child: sync(obj, settings, logger),
+        lambda obj, logger, child: sync(obj, settings, logger, seen),
         lambda obj: apply_defaults(obj, RLHF_PIPELINE),
         runner_metrics,
     )
@@ -193,8 +203,15 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
         else:
             runner.observe(namespace, name, dict(body))
 
-    def owned_child_event(event: dict[str, Any], namespace: str, labels: dict[str, str], logger: Logger) -> None:
-        """A child changed (KServe's report, a hand edit) or vanished: reconcile its owner, which restores it."""
+    def owned_child_event(
+        event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger
+    ) -> None:
+        """A child changed (KServe's report, a hand edit) or vanished: reconcile its owner, which restores
+        it, unless the change is in nothing a reconcile reads (see :mod:`.seen`)."""
+        if event.get("type") == "DELETED":
+            seen.forget(namespace, body["metadata"]["name"])  # first: the reconcile records the one it restores
+        elif seen.unchanged(dict(body)):
+            return
         runner.reconcile(namespace, labels[owner_label(KIND)], logger)
 
     child_labels = {**MANAGED_BY, owner_label(KIND): kopf.PRESENT}
@@ -207,9 +224,9 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
         registry=registry,
     )
     def pipeline_inference_service_event(
-        event: dict[str, Any], namespace: str, labels: dict[str, str], logger: Logger, **_: Any
+        event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger, **_: Any
     ) -> None:
-        owned_child_event(event, namespace, labels, logger)
+        owned_child_event(event, body, namespace, labels, logger)
 
     @kopf.on.event(
         kserve.GROUP,
@@ -219,9 +236,9 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
         registry=registry,
     )
     def pipeline_inference_graph_event(
-        event: dict[str, Any], namespace: str, labels: dict[str, str], logger: Logger, **_: Any
+        event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger, **_: Any
     ) -> None:
-        owned_child_event(event, namespace, labels, logger)
+        owned_child_event(event, body, namespace, labels, logger)
 
     @kopf.on.event(GROUP, VERSION, REWARD_MODEL_PLURAL, registry=registry)
     def reward_model_of_a_pipeline_event(namespace: str, name: str, logger: Logger, **_: Any) -> None:
