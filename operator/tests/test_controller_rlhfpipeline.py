@@ -52,6 +52,7 @@ class Cluster:
         self.kept: set[str] | None = None
         self.reward_models: dict[str, dict] = {"helpful": reward_model("helpful"), "harmless": reward_model("harmless")}
         self.runtimes = {"vllm-generate", "vllm-reward"}
+        self.secrets: dict[str, set[str]] = {"hf-token": {"HF_TOKEN"}}
         self.ready = True
         self.refuse: str | None = None
 
@@ -76,6 +77,7 @@ def cluster(monkeypatch) -> Cluster:
     monkeypatch.setattr(objects, "apply", apply)
     monkeypatch.setattr(objects, "prune", prune)
     monkeypatch.setattr(gather, "runtime_exists", lambda namespace, runtime: runtime in state.runtimes)
+    monkeypatch.setattr(gather, "secret_keys", lambda namespace, name: state.secrets.get(name))
     monkeypatch.setattr(
         gather, "reward_models", lambda namespace, names: {n: state.reward_models.get(n) for n in names}
     )
@@ -159,8 +161,22 @@ def test_a_missing_runtime_is_invalid_spec_and_applies_nothing(cluster):
     outcome = controller.sync(pipeline(), SETTINGS, LOG)
     assert cluster.applied == []
     assert (outcome.ready.status, outcome.ready.reason) == ("False", conditions.INVALID_SPEC)
-    assert outcome.ready.message == "critic.runtime: no ClusterServingRuntime or ServingRuntime named vllm-reward"
+    assert outcome.ready.message.startswith(
+        "spec.critic.runtime: no ClusterServingRuntime (or ServingRuntime in rlhf) named 'vllm-reward'"
+    )
     assert outcome.result == "invalid"
+
+
+def test_a_missing_secret_a_role_names_is_invalid_spec(cluster):
+    """The reference takes the actor's credentials: both name the Secret, the actor is reported first."""
+    cluster.secrets = {}
+    outcome = controller.sync(pipeline(), SETTINGS, LOG)
+    assert cluster.applied == []
+    assert outcome.ready.reason == conditions.INVALID_SPEC
+    assert (
+        outcome.ready.message
+        == "spec.actor.credentials.huggingFaceToken: Secret 'hf-token' not found in namespace rlhf"
+    )
 
 
 def test_a_name_too_long_for_kserves_hosts_is_invalid_spec(cluster):

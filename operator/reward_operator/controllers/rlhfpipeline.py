@@ -36,12 +36,12 @@ from ..api.schema import RLHF_PIPELINE
 from ..api.schema.rlhfpipeline import DEFAULT_GENERATE_RUNTIME, DEFAULT_POOLING_RUNTIME
 from ..cluster import Refused, gather, objects
 from ..metrics import OperatorMetrics
-from ..policy import names, pipeline
+from ..policy import dependencies, names, pipeline
 from ..policy.conditions import not_ready, settled
 from ..render import render_rlhf_pipeline
 from ..render.inferencegraph import graph_url
 from ..render.pipeline_gateway import ACTOR, CRITIC, REFERENCE
-from ..render.rlhfpipeline import role_isvc_name
+from ..render.rlhfpipeline import reference_role, role_isvc_name
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner
 from .seen import SeenChildren
@@ -69,7 +69,8 @@ def _runtimes(spec: dict[str, Any]) -> dict[str, str]:
 
 def invalid_spec(rlhf_pipeline: dict[str, Any]) -> str | None:
     """What the schema cannot see and KServe would trip on later: a host name over a DNS label (the
-    namespace is not the schema's), or a runtime that does not exist."""
+    namespace is not the schema's), or a runtime, Secret key or ServiceAccount a role names that the
+    cluster lacks (the first gap, role by role)."""
     metadata, spec = rlhf_pipeline["metadata"], rlhf_pipeline["spec"]
     for role in _roles(spec):
         problem = names.host_label_problem(
@@ -77,9 +78,12 @@ def invalid_spec(rlhf_pipeline: dict[str, Any]) -> str | None:
         )
         if problem is not None:
             return problem
+    role_specs = {ACTOR: spec["actor"], REFERENCE: reference_role(rlhf_pipeline), CRITIC: spec.get("critic")}  # type: ignore[arg-type]
     for role, runtime in _runtimes(spec).items():
-        if not gather.runtime_exists(metadata["namespace"], runtime):
-            return f"{role}.runtime: no ClusterServingRuntime or ServingRuntime named {runtime}"
+        wanted = dependencies.role_references(f"spec.{role}", role_specs[role], runtime)  # type: ignore[arg-type]
+        problem = dependencies.missing(metadata["namespace"], wanted, gather.observe(metadata["namespace"], wanted))
+        if problem is not None:
+            return problem
     return None
 
 
