@@ -46,14 +46,23 @@ def test_base_has_no_helm_leftovers(cluster):
 
 def test_samples_cover_every_model_kind_and_mode(cluster, namespace):
     docs = build(cluster, "samples")
-    assert {(doc["spec"]["model"]["kind"], doc["spec"]["serving"]["mode"]) for doc in docs} == set(
+    reward_models = [doc for doc in docs if doc["kind"] == "RewardModel"]
+    pipelines = [doc for doc in docs if doc["kind"] == "RLHFPipeline"]
+    assert len(reward_models) + len(pipelines) == len(docs)
+    assert {(doc["spec"]["model"]["kind"], doc["spec"]["serving"]["mode"]) for doc in reward_models} == set(
         itertools.product(["sequence", "token", "process"], ["Standard", "Knative"])
     )
-    # created for real: the CRD's schema and CEL rules accept each of them
+    # the pipeline's reward models are samples too, so the kustomization applies as one
+    assert {r["name"] for p in pipelines for r in p["spec"]["rewards"]} <= {
+        d["metadata"]["name"] for d in reward_models
+    }
+    # created for real: the CRDs' schemas and CEL rules accept each of them
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", str(REPO / "crds"))
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
     names = cluster.kubectl("get", "rewardmodels", "-n", namespace, "-o", "name").stdout.split()
-    assert len(names) == len(docs) == 8  # the six, one with gateway.allowedClients, one with spec.cache
+    assert len(names) == len(reward_models) == 8  # the six, one with gateway.allowedClients, one with spec.cache
+    names = cluster.kubectl("get", "rlhfpipelines", "-n", namespace, "-o", "name").stdout.split()
+    assert len(names) == len(pipelines) == 1
 
 
 def test_argocd_application_orders_operator_before_models():

@@ -16,8 +16,8 @@ def _load_documents(path: str) -> list[dict[str, Any]]:
 
 
 def render_command(args: argparse.Namespace) -> int:
-    from .api import API_VERSION, REWARD_MODEL_KIND
-    from .render import render_reward_model
+    from .api import API_VERSION, REWARD_MODEL_KIND, RLHF_PIPELINE_KIND
+    from .render import render_reward_model, render_rlhf_pipeline
     from .settings import Settings, SettingsError
 
     try:
@@ -26,14 +26,16 @@ def render_command(args: argparse.Namespace) -> int:
         print(f"reward-operator: {error}", file=sys.stderr)
         return 2
 
+    renderers = {REWARD_MODEL_KIND: render_reward_model, RLHF_PIPELINE_KIND: render_rlhf_pipeline}
     children: list[dict[str, Any]] = []
     for path in args.filename:
         for document in _load_documents(path):
-            if document.get("apiVersion") != API_VERSION or document.get("kind") != REWARD_MODEL_KIND:
+            render = renderers.get(document.get("kind")) if document.get("apiVersion") == API_VERSION else None
+            if render is None:
                 print(f"{path}: skipping {document.get('kind')} {document.get('apiVersion')}", file=sys.stderr)
                 continue
             document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
-            children += render_reward_model(document, gateway_image)
+            children += render(document, gateway_image)
     sys.stdout.write(yaml.safe_dump_all(children, sort_keys=False, width=120))
     return 0
 
@@ -104,8 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=run_command)
 
-    render = sub.add_parser("render", help="print the children a RewardModel renders to, offline (no cluster)")
-    render.add_argument("-f", "--filename", action="append", required=True, help="RewardModel YAML ('-' for stdin)")
+    render = sub.add_parser(
+        "render", help="print the children a RewardModel or RLHFPipeline renders to, offline (no cluster)"
+    )
+    render.add_argument(
+        "-f", "--filename", action="append", required=True, help="RewardModel or RLHFPipeline YAML ('-' for stdin)"
+    )
     render.add_argument("--namespace", default="default", help="namespace for objects that name none")
     render.add_argument(
         "--gateway-image", help="reward gateway image (default: REWARD_OPERATOR_GATEWAY_IMAGE, else the operator's)"

@@ -7,7 +7,7 @@ import typing
 import pytest
 
 from reward_operator.api import types
-from reward_operator.api.schema import REWARD_MODEL
+from reward_operator.api.schema import REWARD_MODEL, RLHF_PIPELINE
 
 
 def _typed_dict(annotation) -> type | None:
@@ -34,7 +34,9 @@ def _pairs(view: type, schema: dict, path: str):
             yield from _pairs(nested_view, nested_schema, f"{path}.{key}")
 
 
-PAIRS = list(_pairs(types.RewardModel, REWARD_MODEL, "RewardModel"))
+PAIRS = list(_pairs(types.RewardModel, REWARD_MODEL, "RewardModel")) + list(
+    _pairs(types.RLHFPipeline, RLHF_PIPELINE, "RLHFPipeline")
+)
 
 
 @pytest.mark.parametrize(("path", "view", "schema"), PAIRS, ids=[path for path, _, _ in PAIRS])
@@ -56,3 +58,16 @@ def test_every_object_in_the_schema_has_a_view():
     covered = {path for path, _, _ in PAIRS}
     assert {"RewardModel.spec", "RewardModel.spec.model", "RewardModel.spec.gateway", "RewardModel.status"} <= covered
     assert len(PAIRS) >= 12
+
+
+def test_every_pipeline_object_in_the_schema_has_a_view():
+    covered = {path for path, _, _ in PAIRS}
+    assert {
+        "RLHFPipeline.spec.actor.model",
+        "RLHFPipeline.spec.reference.model",
+        "RLHFPipeline.spec.critic.serving",
+        "RLHFPipeline.spec.rewards",
+        "RLHFPipeline.spec.flows.bestOfN",
+        "RLHFPipeline.spec.graph",
+        "RLHFPipeline.status.inferenceServices",
+    } <= covered

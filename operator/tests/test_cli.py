@@ -31,6 +31,21 @@ def test_render_prints_the_children_of_each_sample(capsys):
     assert {c["metadata"]["namespace"] for c in children} == {"team-a"}
 
 
+def test_render_prints_the_children_of_the_sample_pipeline(capsys):
+    samples = sorted(SAMPLES.glob("rlhfpipeline-*.yaml"))
+    assert len(samples) == 1
+    assert main(["render", "--namespace", "team-a", "-f", str(samples[0])]) == 0
+    children = list(yaml.safe_load_all(capsys.readouterr().out))
+    # actor, reference and critic, then the graph over them
+    assert [c["kind"] for c in children] == ["InferenceService"] * 3 + ["InferenceGraph"]
+    assert {c["metadata"]["namespace"] for c in children} == {"team-a"}
+
+
+def test_every_sample_is_in_the_kustomization():
+    listed = yaml.safe_load((SAMPLES / "kustomization.yaml").read_text())["resources"]
+    assert sorted(listed) == sorted(p.name for p in SAMPLES.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
 def test_render_skips_other_kinds_and_says_so(tmp_path, capsys):
     other = tmp_path / "cm.yaml"
     other.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")

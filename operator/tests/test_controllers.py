@@ -34,8 +34,11 @@ def test_the_timers_follow_the_settings():
         "drift_backstop": (17, 17),
         "recheck": (5, 5),
         "canary": (3, 3),
+        "pipeline_drift_backstop": (17, 17),
+        "pipeline_recheck": (5, 5),
     }
     assert timers["drift_backstop"].when is None, "the backstop runs for every object"
+    assert timers["pipeline_drift_backstop"].when is None
     assert timers["recheck"].when is not None, "the re-check runs only for objects that are not settled"
     with_canary = timers["canary"].when
     assert with_canary(spec={"model": {}, "canary": {}}) and not with_canary(spec={"model": {}}), (

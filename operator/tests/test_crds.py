@@ -59,3 +59,38 @@ def test_every_schema_property_is_described():
 
     walk(spec, "spec")
     assert undocumented == []
+
+
+def test_rlhf_pipeline_crd_has_a_column_per_role():
+    crd = yaml.safe_load((CRDS / "serving.rlhf.dev_rlhfpipelines.yaml").read_text())
+    names = crd["spec"]["names"]
+    assert names["categories"] == ["rlhf"] and names["shortNames"] == ["rlhfp"]
+    version = crd["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert list(columns) == [
+        "Ready",
+        "Actor",
+        "Reference",
+        "Critic",
+        "Rewards",
+        "Graph",
+        "URL",
+        "Age",
+        "Reason",
+        "Message",
+    ]
+    assert columns["Critic"]["jsonPath"] == '.status.conditions[?(@.type=="CriticReady")].status'
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    undocumented = []
+
+    def walk(node: dict, path: str) -> None:
+        for name, sub in node.get("properties", {}).items():
+            if not sub.get("description"):
+                undocumented.append(f"{path}.{name}")
+            walk(sub, f"{path}.{name}")
+        if "items" in node:
+            walk(node["items"], path + "[]")
+
+    walk(spec, "spec")
+    assert undocumented == []

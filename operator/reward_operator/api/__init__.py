@@ -11,3 +11,6 @@ CATEGORY = "rlhf"
 
 REWARD_MODEL_KIND = "RewardModel"
 REWARD_MODEL_PLURAL = "rewardmodels"
+
+RLHF_PIPELINE_KIND = "RLHFPipeline"
+RLHF_PIPELINE_PLURAL = "rlhfpipelines"

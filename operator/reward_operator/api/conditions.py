@@ -88,3 +88,30 @@ GATE_FAILED = "GateFailed"  # False: shadow mode, a gate fails (one Warning even
 
 # CanaryProgressing reasons worth a Warning event, once, on the transition into them.
 CANARY_WARNING_REASONS = (ROLLED_BACK, GATE_FAILED)
+
+# ---- RLHFPipeline -------------------------------------------------------------------
+# One condition per role, each decided like a RewardModel's Ready (policy/pipeline.py); Ready is True when
+# every one of them is, else it carries the first role's reason that is not, its message naming the role.
+
+ACTOR_READY = "ActorReady"  # the actor's InferenceService (Ready's reasons above)
+REFERENCE_READY = "ReferenceReady"  # the reference's InferenceService (Ready's reasons above)
+CRITIC_READY = "CriticReady"  # with spec.critic only (removed without): the critic's InferenceService
+REWARDS_READY = "RewardsReady"  # every RewardModel spec.rewards names is Ready, with its gateway
+GRAPH_READY = "GraphReady"  # KServe reports the InferenceGraph (its router) Ready
+PIPELINE_ROLE_CONDITIONS = (ACTOR_READY, REFERENCE_READY, CRITIC_READY, REWARDS_READY, GRAPH_READY)
+
+# Reasons for Ready when every role is Ready, and for RewardsReady and GraphReady:
+ROLES_READY = "RolesReady"  # Ready True: every role is Ready; the graph answers at status.url
+REWARD_MODELS_READY = "RewardModelsReady"  # RewardsReady True: every named RewardModel is Ready
+# RewardsReady False (and Ready False): a RewardModel spec.rewards names does not exist
+# in the pipeline's namespace; the InferenceGraph is not created (or left as it was) until it does.
+REWARD_MODEL_NOT_FOUND = "RewardModelNotFound"
+# RewardsReady False: a named RewardModel has gateway.enabled: false; the graph's reward steps call its
+# gateway, so the graph is held as for a missing one.
+REWARD_MODEL_WITHOUT_GATEWAY = "RewardModelWithoutGateway"
+# RewardsReady False / Unknown: a named RewardModel is not Ready; the message carries its own reason.
+REWARD_MODEL_NOT_READY = "RewardModelNotReady"
+GRAPH_SERVING = "InferenceGraphReady"  # GraphReady True: KServe reports the InferenceGraph Ready
+GRAPH_NOT_READY = "InferenceGraphNotReady"  # GraphReady False / Unknown: KServe reports it not Ready (yet)
+# GraphReady Unknown: the graph is held until the reward models it calls exist (see RewardsReady)
+AWAITING_REWARD_MODELS = "AwaitingRewardModels"

@@ -9,8 +9,18 @@ from typing import Any
 
 import yaml
 
-from . import API_VERSION, CATEGORY, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION
-from .schema import REWARD_MODEL, Schema
+from . import (
+    API_VERSION,
+    CATEGORY,
+    GROUP,
+    REWARD_MODEL_KIND,
+    REWARD_MODEL_PLURAL,
+    RLHF_PIPELINE_KIND,
+    RLHF_PIPELINE_PLURAL,
+    VERSION,
+    conditions,
+)
+from .schema import REWARD_MODEL, RLHF_PIPELINE, Schema
 
 READY = '.status.conditions[?(@.type=="Ready")]'
 SCALED_TO_ZERO = '.status.conditions[?(@.type=="ScaledToZero")]'
@@ -89,9 +99,37 @@ def reward_model_crd() -> dict[str, Any]:
     return namespaced_crd(REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, ["rwm"], columns, REWARD_MODEL)
 
 
+def _condition_status(condition_type: str) -> str:
+    return f'.status.conditions[?(@.type=="{condition_type}")].status'
+
+
+def rlhf_pipeline_crd() -> dict[str, Any]:
+    columns = [
+        _column("Ready", f"{READY}.status", description="Whether every role serves"),
+        *(
+            _column(name, _condition_status(condition), description=f"{condition}: {what}")
+            for name, condition, what in (
+                ("Actor", conditions.ACTOR_READY, "the actor's InferenceService"),
+                ("Reference", conditions.REFERENCE_READY, "the reference's InferenceService"),
+                ("Critic", conditions.CRITIC_READY, "the critic's InferenceService (empty without spec.critic)"),
+                ("Rewards", conditions.REWARDS_READY, "every RewardModel in spec.rewards"),
+                ("Graph", conditions.GRAPH_READY, "the InferenceGraph's router"),
+            )
+        ),
+        _column("URL", ".status.url", description="Where clients reach the pipeline (the graph)"),
+        _column("Age", ".metadata.creationTimestamp", "date"),
+        _column("Reason", f"{READY}.reason", priority=1),
+        _column("Message", f"{READY}.message", priority=1),
+    ]
+    return namespaced_crd(RLHF_PIPELINE_KIND, RLHF_PIPELINE_PLURAL, ["rlhfp"], columns, RLHF_PIPELINE)
+
+
 def all_crds() -> dict[str, dict[str, Any]]:
     """File name in crds/ -> CRD."""
-    return {f"{GROUP}_{REWARD_MODEL_PLURAL}.yaml": reward_model_crd()}
+    return {
+        f"{GROUP}_{REWARD_MODEL_PLURAL}.yaml": reward_model_crd(),
+        f"{GROUP}_{RLHF_PIPELINE_PLURAL}.yaml": rlhf_pipeline_crd(),
+    }
 
 
 def to_yaml(crd: dict[str, Any]) -> str:

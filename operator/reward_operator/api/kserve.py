@@ -14,6 +14,17 @@ RUNTIME_API_VERSION = f"{GROUP}/v1alpha1"
 CLUSTER_SERVING_RUNTIME_KIND = "ClusterServingRuntime"
 SERVING_RUNTIME_KIND = "ServingRuntime"
 
+# InferenceGraph (v1alpha1): KServe's router between services (cmd/router), one Deployment and Service per
+# graph in Standard mode.
+INFERENCE_GRAPH_API_VERSION = f"{GROUP}/v1alpha1"
+INFERENCE_GRAPH_KIND = "InferenceGraph"
+INFERENCE_GRAPH_PLURAL = "inferencegraphs"
+# The one node every graph must have; the router starts there (v1alpha1.GraphRootNodeName).
+GRAPH_ROOT_NODE = "root"
+# A Sequence step with exactly this data is sent the previous step's answer; any other value (or none)
+# resends the graph's original request.
+GRAPH_PREVIOUS_RESPONSE = "$response"
+
 # LocalModel (v1alpha1): a node-local cache of a model URI, bound to an InferenceService by KServe's
 # defaulting webhook at admission when its storageUri is (under) the cache's sourceModelUri.
 LOCAL_MODEL_API_VERSION = f"{GROUP}/v1alpha1"

@@ -220,3 +220,129 @@ class RewardModel(TypedDict):
     metadata: dict[str, Any]
     spec: RewardModelSpec
     status: NotRequired[RewardModelStatus]
+
+
+# ---- RLHFPipeline ---------------------------------------------------------------------
+
+
+class GenerateModelSpec(TypedDict):
+    """A role's model: RewardModel's model fields that apply to a generating (or value) model."""
+
+    uri: str
+    tensorParallelSize: int  # defaulted
+    servedName: NotRequired[str]
+    maxModelLen: NotRequired[int]
+    dtype: NotRequired[str]
+    quantization: NotRequired[str]
+    extraArgs: NotRequired[list[str]]
+
+
+class ReferenceModelSpec(TypedDict, total=False):
+    """The reference's model: every unset field is the actor's."""
+
+    uri: str
+    tensorParallelSize: int
+    servedName: str
+    maxModelLen: int
+    dtype: str
+    quantization: str
+    extraArgs: list[str]
+
+
+class RoleResources(TypedDict, total=False):
+    gpus: int
+    cpu: int | str
+    memory: int | str
+
+
+class RoleServing(TypedDict):
+    minReplicas: int  # defaulted
+    maxReplicas: int  # defaulted
+    timeoutSeconds: NotRequired[int]
+
+
+class RoleGateway(TypedDict, total=False):
+    maxConcurrency: int
+    requestTimeoutSeconds: int
+    resources: GatewayResources
+
+
+class RoleSpec(TypedDict):
+    model: GenerateModelSpec
+    serving: RoleServing  # defaulted
+    runtime: NotRequired[str]
+    resources: NotRequired[RoleResources]
+    nodeSelector: NotRequired[dict[str, str]]
+    tolerations: NotRequired[list[Toleration]]
+    env: NotRequired[list[EnvVar]]
+    credentials: NotRequired[CredentialsSpec]
+    gateway: NotRequired[RoleGateway]
+
+
+class ReferenceSpec(TypedDict, total=False):
+    model: ReferenceModelSpec
+    serving: RoleServing
+    runtime: str
+    resources: RoleResources
+    nodeSelector: dict[str, str]
+    tolerations: list[Toleration]
+    env: list[EnvVar]
+    credentials: CredentialsSpec
+    gateway: RoleGateway
+
+
+class RewardRef(TypedDict):
+    name: str
+    weight: float  # defaulted
+    normalise: str  # none | running (defaulted)
+
+
+class BestOfNFlow(TypedDict):
+    n: int  # defaulted
+
+
+class EmptyFlow(TypedDict):
+    pass
+
+
+class FlowsSpec(TypedDict, total=False):
+    score: EmptyFlow
+    generateAndScore: EmptyFlow
+    bestOfN: BestOfNFlow
+
+
+class GraphSpec(TypedDict):
+    timeoutSeconds: int  # defaulted
+    minReplicas: int  # defaulted
+    maxReplicas: int  # defaulted
+
+
+class RLHFPipelineSpec(TypedDict):
+    actor: RoleSpec
+    rewards: list[RewardRef]
+    flows: FlowsSpec  # defaulted
+    graph: GraphSpec  # defaulted
+    reference: NotRequired[ReferenceSpec]
+    critic: NotRequired[RoleSpec]
+
+
+class PipelineServices(TypedDict, total=False):
+    actor: str
+    reference: str
+    critic: str
+
+
+class RLHFPipelineStatus(TypedDict, total=False):
+    observedGeneration: int
+    conditions: list[Condition]
+    url: str
+    inferenceGraph: str
+    inferenceServices: PipelineServices
+
+
+class RLHFPipeline(TypedDict):
+    apiVersion: str
+    kind: str
+    metadata: dict[str, Any]
+    spec: RLHFPipelineSpec
+    status: NotRequired[RLHFPipelineStatus]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+from ..api import API_VERSION, REWARD_MODEL_KIND
 from ..api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND
 from ..api.kserve import (
     CLUSTER_SERVING_RUNTIME_KIND,
@@ -28,6 +29,11 @@ def secret_keys(namespace: str, name: str) -> set[str] | None:
     if secret is None:
         return None
     return set((secret.data or {}).keys()) | set((secret.string_data or {}).keys())
+
+
+def reward_models(namespace: str, names: list[str]) -> dict[str, dict | None]:
+    """The RewardModels an RLHFPipeline names, as stored (None: not found), in the order given."""
+    return {name: get(API_VERSION, REWARD_MODEL_KIND, name, namespace) for name in names}
 
 
 # A runtime found is taken as present for this long without another read: every reconcile checks

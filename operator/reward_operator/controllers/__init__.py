@@ -9,10 +9,10 @@ import kopf
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from .. import metrics
-from ..api import REWARD_MODEL_KIND
+from ..api import REWARD_MODEL_KIND, RLHF_PIPELINE_KIND
 from ..api.names import FINALIZER, KOPF_ANNOTATION_PREFIX
 from ..settings import Settings
-from . import rewardmodel
+from . import rewardmodel, rlhfpipeline
 
 # kopf's own connections: its watches (one each, for their lifetime) and its patches of finalizers and
 # annotations. kopf's session opens one connection per request in flight, without a bound, and each
@@ -35,7 +35,7 @@ def _bounded_session(info: kopf.ConnectionInfo) -> aiohttp.ClientSession:
 def build_registry(settings: Settings, metrics_registry: CollectorRegistry = REGISTRY) -> kopf.OperatorRegistry:
     """Every handler of the operator, configured by ``settings``."""
     registry = kopf.OperatorRegistry()
-    operator_metrics = metrics.OperatorMetrics(kinds=(REWARD_MODEL_KIND,), registry=metrics_registry)
+    operator_metrics = metrics.OperatorMetrics(kinds=(REWARD_MODEL_KIND, RLHF_PIPELINE_KIND), registry=metrics_registry)
     metrics_port = settings.metrics_port
 
     @kopf.on.startup(registry=registry)
@@ -82,4 +82,5 @@ def build_registry(settings: Settings, metrics_registry: CollectorRegistry = REG
         return True
 
     rewardmodel.register(registry, settings, operator_metrics)
+    rlhfpipeline.register(registry, settings, operator_metrics)
     return registry

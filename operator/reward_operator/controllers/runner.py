@@ -161,6 +161,12 @@ class Runner:
                 del self._written[key]  # the watch has caught up with our last write
         self.metrics.objects.record_generation_lag(self.kind, namespace, name, generation, observed)
 
+    def known(self, namespace: str) -> list[dict[str, Any]]:
+        """The objects of ``namespace`` the watch has delivered, as last delivered (for reconciling the
+        ones another object's change concerns without listing them)."""
+        with self._guard:
+            return [body for (ns, _), body in self._latest.items() if ns == namespace]
+
     def forget(self, namespace: str, name: str) -> None:
         """The object is gone: drop its lock and its metric series.
 

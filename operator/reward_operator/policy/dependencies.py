@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..api.keda import scales_through_keda
-from ..api.types import RewardModel
+from ..api.types import RewardModel, RoleSpec
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class References:
     keda_reason: str = "minReplicas"  # the field that asks for KEDA: minReplicas (0) or targetConcurrency
     node_groups: tuple[str, ...] = ()  # spec.cache.nodeGroups: LocalModelNodeGroups must exist
     node_selector: dict[str, str] = field(default_factory=dict)
+    prefix: str = "spec"  # where the runtime and credentials are named (spec.actor for a pipeline's actor)
 
     @property
     def secret_names(self) -> set[str]:
@@ -72,6 +73,19 @@ def references(reward_model: RewardModel) -> References:
     )
 
 
+def role_references(prefix: str, role: RoleSpec, runtime: str) -> References:
+    """What an RLHFPipeline role (at ``prefix``, e.g. spec.critic) names: its runtime, its Secret keys and its
+    ServiceAccount. ``runtime``: the one it runs on, its default filled in."""
+    credentials = role.get("credentials", {})
+    secrets = []
+    if token := credentials.get("huggingFaceToken"):
+        secrets.append(SecretReference(f"{prefix}.credentials.huggingFaceToken", token["name"], token["key"]))
+    for item in role.get("env", []):
+        if ref := item.get("valueFrom", {}).get("secretKeyRef"):
+            secrets.append(SecretReference(f"{prefix}.env[{item['name']}]", ref["name"], ref["key"]))
+    return References(runtime, tuple(secrets), credentials.get("serviceAccountName"), prefix=prefix)
+
+
 def keda_missing(reason: str) -> str:
     """Why a spec that KEDA must scale cannot be honoured on a cluster without KEDA, and what to do."""
     if reason == "minReplicas":
@@ -111,7 +125,8 @@ def missing(namespace: str, wanted: References, observed: Observed) -> str | Non
     """What the cluster lacks to honour an otherwise valid spec, in words, or None."""
     if not observed.runtime_found:
         return (
-            f"spec.runtime: no ClusterServingRuntime (or ServingRuntime in {namespace}) named {wanted.runtime!r}; "
+            f"{wanted.prefix}.runtime: no ClusterServingRuntime (or ServingRuntime in {namespace}) named "
+            f"{wanted.runtime!r}; "
             "install the reward runtimes or name an existing runtime"
         )
     for reference in wanted.secrets:
@@ -122,7 +137,7 @@ def missing(namespace: str, wanted: References, observed: Observed) -> str | Non
             return f"{reference.field}: Secret {reference.secret!r} has no key {reference.key!r}"
     if wanted.service_account and not observed.service_account_found:
         return (
-            f"spec.credentials.serviceAccountName: ServiceAccount {wanted.service_account!r} "
+            f"{wanted.prefix}.credentials.serviceAccountName: ServiceAccount {wanted.service_account!r} "
             f"not found in namespace {namespace}"
         )
     if wanted.keda and not observed.keda_served:

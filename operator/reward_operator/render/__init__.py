@@ -10,11 +10,13 @@ from typing import Any
 
 from ..api.defaults import apply_defaults
 from ..api.names import DEFAULT_GATEWAY_IMAGE
+from ..api.schema import RLHF_PIPELINE
 from . import rewardmodel
 from .rewardmodel import PRUNED_KINDS, SCALER_PRUNED_KINDS, reward_model_children
+from .rlhfpipeline import pipeline_children
 from .scaler import DEFAULT_KEDA_NAMESPACE
 
-__all__ = ["PRUNED_KINDS", "SCALER_PRUNED_KINDS", "canary_identity", "render_reward_model"]
+__all__ = ["PRUNED_KINDS", "SCALER_PRUNED_KINDS", "canary_identity", "render_reward_model", "render_rlhf_pipeline"]
 
 
 def render_reward_model(
@@ -40,3 +42,12 @@ def render_reward_model(
 def canary_identity(reward_model: dict[str, Any]) -> tuple[str, str] | None:
     """(the candidate's name in the gateways' figures, the rollout's revision), or None without spec.canary."""
     return rewardmodel.canary_identity(apply_defaults(reward_model))
+
+
+def render_rlhf_pipeline(
+    pipeline: dict[str, Any], gateway_image: str = DEFAULT_GATEWAY_IMAGE, with_graph: bool = True
+) -> list[dict[str, Any]]:
+    """Every child of an RLHFPipeline, in apply order (defaults applied first, as the API server would).
+
+    ``with_graph`` False leaves the InferenceGraph out (while a RewardModel it would call is missing)."""
+    return pipeline_children(apply_defaults(pipeline, RLHF_PIPELINE), gateway_image, with_graph)

@@ -33,21 +33,31 @@ def pooler_config(model: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+_OPTIONAL = (
+    ("tensorParallelSize", "--tensor-parallel-size"),
+    ("maxModelLen", "--max-model-len"),
+    ("dtype", "--dtype"),
+    ("quantization", "--quantization"),
+    ("maxNumBatchedTokens", "--max-num-batched-tokens"),
+)
+
+
+def _optional(model: dict[str, Any]) -> list[str]:
+    return [f"{flag}={model[field]}" for field, flag in _OPTIONAL if field in model]
+
+
+def generate_args(model: dict[str, Any], served_name: str) -> list[str]:
+    """The args for a generating model (an RLHFPipeline's actor or reference): the runtime
+    (runtimes/vllm-generate.yaml) already runs vLLM with --runner=generate."""
+    return [f"--served-model-name={served_name}", *_optional(model), *model.get("extraArgs", [])]
+
+
 def vllm_args(model: dict[str, Any], served_name: str, chat_template_path: str | None = None) -> list[str]:
     """The args for ``model``; its chat template, if any, is read from ``chat_template_path``."""
     convert, _ = POOLING[model["kind"]]
     args = [f"--served-model-name={served_name}", "--runner=pooling", f"--convert={convert}"]
     args.append("--pooler-config=" + json.dumps(pooler_config(model), separators=(",", ":"), sort_keys=True))
-    optional = (
-        ("tensorParallelSize", "--tensor-parallel-size"),
-        ("maxModelLen", "--max-model-len"),
-        ("dtype", "--dtype"),
-        ("quantization", "--quantization"),
-        ("maxNumBatchedTokens", "--max-num-batched-tokens"),
-    )
-    for field, flag in optional:
-        if field in model:
-            args.append(f"{flag}={model[field]}")
+    args += _optional(model)
     if "chatTemplate" in model:
         if chat_template_path is None:
             raise ValueError("model.chatTemplate is set: its file's path is needed")

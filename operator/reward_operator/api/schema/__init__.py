@@ -2,5 +2,6 @@
 
 from .common import Schema
 from .rewardmodel import REWARD_MODEL
+from .rlhfpipeline import RLHF_PIPELINE
 
-__all__ = ["REWARD_MODEL", "Schema"]
+__all__ = ["REWARD_MODEL", "RLHF_PIPELINE", "Schema"]

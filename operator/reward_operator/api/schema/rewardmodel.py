@@ -141,7 +141,7 @@ def model_fields(prefix: str) -> dict[str, Schema]:
                         "self.all(a, !a.matches('^--(" + "|".join(OWNED_VLLM_FLAGS) + ")(=.*)?$'))",
                         f"{prefix}.extraArgs may not set --"
                         + ", --".join(OWNED_VLLM_FLAGS)
-                        + ": the operator sets them from spec.model",
+                        + f": the operator sets them from {prefix}'s other fields",
                     ),
                     rule("self.all(a, !a.contains('{{'))", NO_GO_TEMPLATE.format(field=f"{prefix}.extraArgs")),
                 ]
