@@ -190,7 +190,7 @@ class PipelineRole:
             start = counts[request.prompts[index]]
             if len(echoed) < start:
                 raise bad_response(f"choice {index} echoes fewer tokens than its prompt has")
-            response = echoed[start:]
+            response = echoed[start:]  # a token straddling the boundary is the prompt's, as in values
             if any(logprob is None for _, logprob in response):
                 # Only a text's first token has none: an empty prompt and no BOS.
                 raise BadRequest(
@@ -216,6 +216,8 @@ class PipelineRole:
             start = counts[request.prompts[index]]
             if len(row) < start:
                 raise bad_response(f"entry {index} has fewer values than its prompt has tokens")
+            # The prompt's token count marks where the response starts: a token straddling
+            # the boundary is counted with the prompt (see the module's docstring).
             values.append(row[start:])
         return {"values": values}
 
