@@ -3,7 +3,9 @@
 Kept free of the web framework (reward_gateway.asgi calls them ahead of it);
 `answer` does the bookkeeping every route shares. Each route scores through
 `_run`: the stable model alone, or, during a rollout, the model(s)
-reward_gateway.canary picks for the whole request.
+reward_gateway.canary picks for the whole request. A gateway in an RLHFPipeline
+role (REWARD_GATEWAY_PIPELINE_ROLE) has its role's routes instead
+(reward_gateway.pipeline), with the same bookkeeping.
 """
 
 from __future__ import annotations
