@@ -181,9 +181,7 @@ class PipelineRole:
             "add_special_tokens": True,
         }
         max_answer = ECHO_ANSWER_BYTES_PER_BYTE_SENT * sum(len(text) for text in texts) + ANSWER_BASE_BYTES
-        counts, answer = await _both(
-            self._prompt_tokens(request.prompts), self.client.post(COMPLETIONS_PATH, call, max_answer)
-        )
+        counts, answer = await self._with_prompt_tokens(request.prompts, COMPLETIONS_PATH, call, max_answer)
         logprobs, tokens = [], []
         for index, choice in enumerate(ordered_data(answer, len(texts), "choices")):
             echoed = _echoed(choice)
@@ -210,7 +208,7 @@ class PipelineRole:
         # from it and the /tokenize of the prompt counts them.
         call = {"model": self.config.model_name, "input": texts, "add_special_tokens": True}
         call.update(CRITIC_KIND.request_fields())
-        counts, answer = await _both(self._prompt_tokens(request.prompts), self.client.post(POOLING_PATH, call))
+        counts, answer = await self._with_prompt_tokens(request.prompts, POOLING_PATH, call)
         values = []
         for index, row in enumerate(token_values(answer, len(texts))):
             start = counts[request.prompts[index]]
@@ -254,19 +252,24 @@ class PipelineRole:
             raise bad_response("a choice has no text")
         return texts  # type: ignore[return-value]
 
-    async def _prompt_tokens(self, prompts: list[str]) -> dict[str, int]:
-        """How many tokens each distinct prompt is, with the special tokens vLLM adds (its BOS)."""
+    async def _with_prompt_tokens(
+        self, prompts: list[str], path: str, body: dict[str, Any], max_answer_bytes: int | None = None
+    ) -> tuple[dict[str, int], Any]:
+        """vLLM's answer to ``body`` on ``path``, and how many tokens each distinct prompt is, with
+        the special tokens vLLM adds (its BOS): all calls at once, in one task group (one nested in
+        another would leave its cancelled calls in a reference cycle, reward_gateway.errors.forget)."""
         distinct = list(dict.fromkeys(prompts))
+        calls = [self._prompt_tokens(prompt) for prompt in distinct]
+        answers = await _gather([*calls, self.client.post(path, body, max_answer_bytes)])
+        return dict(zip(distinct, answers[:-1], strict=True)), answers[-1]
 
-        async def count(prompt: str) -> int:
-            call = {"model": self.config.model_name, "prompt": prompt, "add_special_tokens": True}
-            answer = await self.client.post(TOKENIZE_PATH, call)
-            tokens = answer.get("tokens") if isinstance(answer, dict) else None
-            if not isinstance(tokens, list):
-                raise bad_response("a /tokenize answer without tokens")
-            return len(tokens)
-
-        return dict(zip(distinct, await _gather([count(prompt) for prompt in distinct]), strict=True))
+    async def _prompt_tokens(self, prompt: str) -> int:
+        call = {"model": self.config.model_name, "prompt": prompt, "add_special_tokens": True}
+        answer = await self.client.post(TOKENIZE_PATH, call)
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise bad_response("a /tokenize answer without tokens")
+        return len(tokens)
 
 
 def _echoed(choice: dict[str, Any]) -> list[tuple[str, float | None]]:
@@ -286,8 +289,6 @@ def _echoed(choice: dict[str, Any]) -> list[tuple[str, float | None]]:
 
 async def _gather(calls: list[Awaitable[Any]]) -> list[Any]:
     """Run calls at once; the first failure cancels the rest and is raised as itself."""
-    if len(calls) == 1:
-        return [await calls[0]]
     tasks: list[asyncio.Task[Any]] = []
     try:
         async with asyncio.TaskGroup() as group:
@@ -295,8 +296,3 @@ async def _gather(calls: list[Awaitable[Any]]) -> list[Any]:
     except ExceptionGroup as failures:
         raise failures.exceptions[0] from None
     return [task.result() for task in tasks]
-
-
-async def _both(first: Awaitable[Any], second: Awaitable[Any]) -> tuple[Any, Any]:
-    results = await _gather([first, second])
-    return results[0], results[1]
