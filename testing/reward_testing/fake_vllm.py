@@ -1,4 +1,4 @@
-"""A small HTTP server with vLLM 0.33's /classify, /pooling and /health shapes.
+"""A small HTTP server with vLLM 0.33's /classify, /pooling, /tokenize, /v1/completions and /health shapes.
 
 Scores are a deterministic function of the text, so tests can compute the
 reward they expect for any input. Every request body is recorded. Two fakes can
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import threading
 import time
 import zlib
@@ -39,6 +40,23 @@ def sigmoid(value: float) -> float:
 def step_probability(text_up_to_step: str, raw: float | None = None) -> float:
     """A step's positive probability, from the text up to it (or from a fake's own raw score of it)."""
     return round(sigmoid((logit(text_up_to_step) if raw is None else raw) / 5), 6)
+
+
+def text_tokens(text: str) -> list[str]:
+    """The fake tokenizer of /v1/completions: each word with the whitespace before it, so the
+    tokens add up to the text (as a real tokenizer's decoded tokens mostly do)."""
+    return re.findall(r"\s*\S+", text)
+
+
+def token_logprob(token: str) -> float:
+    """The fake model's log-probability of a token (its decoded string), whatever precedes it."""
+    return -((zlib.crc32(token.encode()) % 1000) / 250)
+
+
+def completion_text(prompt: str, choice: int, max_tokens: int = 16) -> str:
+    """What the fake generates for a prompt as choice ``choice``: at most three tokens."""
+    words = [f"gen{choice}", f"t{zlib.crc32(prompt.encode()) % 1000}", "end"]
+    return "".join(f" {word}" for word in words[:max_tokens])
 
 
 def conversation_text(messages: list[dict[str, str]]) -> str:
@@ -118,6 +136,8 @@ class FakeVllm:
         self.engine = engine
         self.residence: dict[str, float] = {}
         self.scorers = {"/classify": self._classify, "/pooling": self._pooling}
+        # /v1/completions' choices in index order as vLLM sends them, or "reversed" (a gateway must sort by index).
+        self.choice_order = "index"
         # What the served tokenizer puts in front of a text with add_special_tokens (None: nothing, as Qwen's).
         self.bos_token: str | None = "<s>"
         self.app = self
@@ -136,19 +156,22 @@ class FakeVllm:
             status, answer, self.residence = 200, self.residence, {}
         elif path in self.scorers and scope["method"] == "POST":
             status, answer = await self._answer(path, json.loads(await _read(receive)), self.scorers[path], receive)
+        elif path == "/v1/completions" and scope["method"] == "POST":
+            status, answer = await self._completions(json.loads(await _read(receive)), receive)
         elif path == "/tokenize" and scope["method"] == "POST":
             status, answer = 200, self._tokenize(json.loads(await _read(receive)))
         else:
             status, answer = 404, {"error": {"message": f"no route {path}", "code": 404}}
         payload = json.dumps(answer).encode()
-        length = len(payload) + (100 if self.misbehaviour == "cut" and path in self.scorers else 0)
+        cuttable = path in self.scorers or path == "/v1/completions"
+        length = len(payload) + (100 if self.misbehaviour == "cut" and cuttable else 0)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(length).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         # Cut: uvicorn closes a connection whose app returned before its answer's length was sent.
         await send({"type": "http.response.body", "body": payload})
 
-    async def _answer(self, path, body, score, receive) -> tuple[int, dict[str, Any]]:
-        arrived = time.perf_counter()
+    async def _refusal(self, path, body, texts, receive) -> tuple[int, dict[str, Any]] | None:
+        """The call recorded; the answer of a fake that misbehaves, is loading, or gets texts too long."""
         self.calls.append((path, body))
         if self.misbehaviour == "hang":
             while (await receive())["type"] != "http.disconnect":
@@ -159,12 +182,19 @@ class FakeVllm:
             return 503, {"error": {"message": "loading", "code": 503}}
         if self.misbehaviour == "429":
             return 429, {"error": {"message": "the engine's queue is full", "code": 429}}
-        texts = self._texts(body)
         if body.get("truncate_prompt_tokens") is None:
             for text in texts:
                 if len(text) > MAX_CHARS:
                     message = f"This model's maximum context length is {MAX_CHARS} tokens; the input has {len(text)}"
                     return 400, {"error": {"message": message, "code": 400}}
+        return None
+
+    async def _answer(self, path, body, score, receive) -> tuple[int, dict[str, Any]]:
+        arrived = time.perf_counter()
+        texts = self._texts(body)
+        refused = await self._refusal(path, body, texts, receive)
+        if refused is not None:
+            return refused
         if self.engine is not None:
             await self.engine.run(texts)
         elif self.delay_s:
@@ -184,6 +214,60 @@ class FakeVllm:
             "created": int(time.time()),
             "model": body.get("model"),
             "data": data,
+        }
+
+    async def _completions(self, body: dict[str, Any], receive) -> tuple[int, dict[str, Any]]:
+        """vLLM's completions API for a prompt or a list of them: ``n`` choices each, numbered
+        prompt by prompt (index = prompt * n + j); with echo, the prompt (its BOS first where
+        add_special_tokens, vLLM's default) before the generated text; with logprobs, each token's
+        log-probability (none for a text's first token), its string and its text_offset (the
+        strings' lengths added up, as vLLM adds them)."""
+        prompts = [body["prompt"]] if isinstance(body["prompt"], str) else list(body["prompt"])
+        refused = await self._refusal("/v1/completions", body, prompts, receive)
+        if refused is not None:
+            return refused
+        if self.delay_s:
+            # Later prompts answer sooner: the answer's order must come from the indices.
+            await asyncio.sleep(self.delay_s * (zlib.crc32(prompts[0].encode()) % 5))  # allow-sleep: model time
+        n, max_tokens = body.get("n", 1), body.get("max_tokens", 16)
+        bos = self.bos_token if body.get("add_special_tokens", True) else None
+        choices = []
+        for index, prompt in enumerate(prompts):
+            prompt_tokens = ([bos] if bos is not None else []) + text_tokens(prompt)
+            for j in range(n):
+                generated = completion_text(prompt, j, max_tokens)
+                tokens = text_tokens(generated)
+                text, logprobs = generated, None
+                if body.get("echo"):
+                    text, tokens = prompt + generated, prompt_tokens + tokens
+                if body.get("logprobs") is not None:
+                    offsets = [sum(len(token) for token in tokens[:i]) for i in range(len(tokens))]
+                    values = [token_logprob(token) for token in tokens]
+                    if body.get("echo"):
+                        values[0] = None  # the first token of a text follows nothing
+                    logprobs = {
+                        "text_offset": offsets,
+                        "token_logprobs": values,
+                        "tokens": tokens,
+                        "top_logprobs": [None if v is None else {t: v} for t, v in zip(tokens, values, strict=True)],
+                    }
+                choice = {"index": index * n + j, "text": text, "logprobs": logprobs, "finish_reason": "length"}
+                choices.append(choice | {"stop_reason": None, "prompt_logprobs": None})
+        if self.choice_order == "reversed":
+            choices.reverse()
+        for choice in choices:
+            if self.misbehaviour == "duplicate_index":
+                choice["index"] = 0
+            elif self.misbehaviour == "index_out_of_range":
+                choice["index"] += 1
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        return 200, {
+            "id": "cmpl-fake",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": choices,
+            "usage": usage,
         }
 
     def _tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -224,9 +308,12 @@ class FakeVllm:
                 p = step_probability(prefix, self.raw_score(prefix))
                 steps.append([1 - p, p])
             return {"index": index, "object": "pooling", "data": steps}
-        # ALL pooling: one value per token (whitespace words here).
+        # ALL pooling: one value per token (whitespace words here), the BOS's first where
+        # a text is sent with add_special_tokens true.
         words = text.split(" ")
         values = [[self.raw_score(" ".join(words[: i + 1]))] for i in range(len(words))]
+        if "input" in body and body.get("add_special_tokens") is True and self.bos_token is not None:
+            values.insert(0, [self.raw_score(self.bos_token)])
         return {"index": index, "object": "pooling", "data": values}
 
 

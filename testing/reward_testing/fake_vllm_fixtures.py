@@ -31,6 +31,7 @@ def _reset(fake: FakeVllm) -> FakeVllm:
     fake.abandoned = 0
     fake.bos_token = "<s>"
     fake.scale, fake.offset, fake.fixed = 1.0, 0.0, {}
+    fake.choice_order = "index"
     return fake
 
 

@@ -8,7 +8,9 @@ readiness at /v1/models/<name>, the model list at /v1/models, plus /health,
 /metrics and, during a rollout, /canary; it also starts KEDA's external scaler
 (reward_gateway.scaler) on its own port where one is configured. Nothing else: no docs, no OpenAPI
 schema, no v2 protocol. None of these asks for the bearer token: they carry no
-scores or texts, and the kubelet, Prometheus and the operator read them.
+scores or texts, and the kubelet, Prometheus and the operator read them. A gateway
+in an RLHFPipeline role serves the same, with its role's /v1/pipeline/ routes in
+the front instead of the scoring routes (reward_gateway.pipeline).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ class ScoringFront:
         self.scoring_paths = gateway.paths
         self.max_body_bytes = max_body_bytes
         self.max_held_bytes = gateway.config.memory_budget_bytes if max_held_bytes is None else max_held_bytes
-        self.cost_per_byte = COST_PER_BYTE + gateway.scorer.kind.answer_cost_per_byte
+        self.cost_per_byte = COST_PER_BYTE + gateway.answer_cost_per_byte
         self.copies = gateway.models_per_request
         self.client_header = gateway.client_header  # lower case, or None
         self.body_timeout_s = body_timeout_s

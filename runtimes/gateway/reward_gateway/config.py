@@ -26,6 +26,24 @@ CANARY_MODES = ("shadow", "split")
 CANARY_STICKY = ("group", "client")
 CANARY_PREFIX = "CANARY_"
 SCALER_METRICS = ("items", "requests")
+# A gateway in an RLHFPipeline's role (reward_gateway.pipeline) instead of a RewardModel's.
+PIPELINE_ROLES = ("actor", "reference", "critic")
+NORMALISATIONS = ("none", "running")
+# The graph's step of a reward model (the operator's render/pipeline_gateway.reward_step).
+REWARD_STEP_PREFIX = "reward-"
+# A RewardModel's settings: a role's gateway scores nothing itself, so one of them set
+# there is a mistake in what rendered it, refused at start rather than ignored.
+REWARD_MODEL_ONLY = (
+    "MODEL_KIND",
+    "STEP_TAG",
+    "STEP_AGGREGATE",
+    "CHAT_TEMPLATE_MODE",
+    "CHAT_TEMPLATE",
+    "CHAT_TEMPLATE_FILE",
+    "BOS_TOKEN",
+    "EOS_TOKEN",
+    "TRUNCATE_PROMPT_TOKENS",
+)
 # A header name is an HTTP token (RFC 9110): what a client can send and a proxy passes on.
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
 
@@ -120,6 +138,20 @@ class ScalerConfig:
 
 
 @dataclass(frozen=True)
+class PipelineReward:
+    """One reward model in the actor's combined reward (REWARD_GATEWAY_PIPELINE_REWARDS)."""
+
+    step: str  # the graph's step, reward-<name>: the key of its part in the Ensemble's answer
+    weight: float
+    normalise: str = "none"  # or "running" (reward_gateway.combine)
+
+    @property
+    def name(self) -> str:
+        """The reward model's name, the key of its part in the combined answer."""
+        return self.step.removeprefix(REWARD_STEP_PREFIX)
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     upstream_url: str
     model_name: str
@@ -148,6 +180,11 @@ class GatewayConfig:
     isvc_name: str | None = None
     canary: CanaryConfig | None = None
     scaler: ScalerConfig | None = None
+    # None: a RewardModel's gateway. Otherwise the RLHFPipeline role whose routes it
+    # serves (reward_gateway.pipeline); the rewards and best-of-n are the actor's.
+    pipeline_role: str | None = None
+    pipeline_rewards: tuple[PipelineReward, ...] = ()
+    pipeline_best_of_n: int | None = None
 
     @property
     def v1_names(self) -> tuple[str, ...]:
@@ -159,6 +196,12 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
     env = os.environ if env is None else env
     kserve = kserve or KServeArgs()
     reader = _Reader(env)
+    role = reader.text("PIPELINE_ROLE", "").lower() or None
+    if role is not None:
+        reader.choice("PIPELINE_ROLE", PIPELINE_ROLES, "")
+        stray = sorted(PREFIX + name for name in REWARD_MODEL_ONLY if reader.text(name, ""))
+        if stray:
+            raise ConfigError(f"{', '.join(stray)}: a RewardModel's setting, not used in pipeline role {role}")
     mode = reader.choice("CHAT_TEMPLATE_MODE", TEMPLATE_MODES, "upstream")
     template = _load_template(reader)
     if mode == "gateway" and template is None:
@@ -192,14 +235,72 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         listen_address=reader.ip_address("LISTEN_ADDRESS"),
         access_log=reader.choice("ACCESS_LOG", ("true", "false"), "false") == "true",
         isvc_name=kserve.model_name if kserve.model_name and kserve.model_name != model_name else None,
-        canary=_load_canary(reader, model_name),
-        scaler=_load_scaler(reader),
+        canary=_load_canary(reader, model_name) if role is None else _none_in_role(reader, CANARY_PREFIX, role),
+        scaler=_load_scaler(reader) if role is None else _none_in_role(reader, "SCALER_", role),
+        pipeline_role=role,
+        pipeline_rewards=_load_pipeline_rewards(reader, role),
+        pipeline_best_of_n=_load_best_of_n(reader, role),
     )
     if config.model_kind == "process" and not config.step_tag:
         raise ConfigError(f"{PREFIX}STEP_TAG must not be empty for a process reward model")
     if config.auth_token_file is not None and not config.auth_token_file.is_file():
         raise ConfigError(f"{PREFIX}AUTH_TOKEN_FILE={config.auth_token_file}: no such file")
     return config
+
+
+def _none_in_role(reader: _Reader, prefix: str, role: str) -> None:
+    """Rollouts and KEDA's scaler are a RewardModel's; a role's gateway refuses their settings."""
+    stray = sorted(name for name in reader.env if name.startswith(PREFIX + prefix) and reader.env[name].strip())
+    if stray:
+        raise ConfigError(f"{', '.join(stray)}: a RewardModel's setting, not used in pipeline role {role}")
+    return None
+
+
+def _actor_only(reader: _Reader, name: str, role: str | None) -> bool:
+    """Whether the actor's setting ``name`` is set; refused in any other gateway."""
+    if not reader.text(name, ""):
+        return False
+    if role != "actor":
+        where = f"pipeline role {role}" if role else "a RewardModel's gateway"
+        raise ConfigError(f"{PREFIX}{name} is the actor's setting ({PREFIX}PIPELINE_ROLE=actor), not {where}'s")
+    return True
+
+
+def _load_pipeline_rewards(reader: _Reader, role: str | None) -> tuple[PipelineReward, ...]:
+    """The actor's reward models: [{"step": "reward-<name>", "weight": w, "normalise": "none"|"running"}]."""
+    name = "PIPELINE_REWARDS"
+    if not _actor_only(reader, name, role):
+        if role == "actor":
+            raise ConfigError(f"{PREFIX}{name} is required for pipeline role actor (it combines their rewards)")
+        return ()
+    where = f"{PREFIX}{name}"
+    try:
+        entries = json.loads(reader.text(name, ""))
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{where}: not valid JSON ({error})") from None
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{where}: expected a non-empty JSON list")
+    rewards: list[PipelineReward] = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not set(entry) <= {"step", "weight", "normalise"}:
+            raise ConfigError(f'{where}[{index}]: expected {{"step", "weight", "normalise"}}')
+        step, weight, normalise = entry.get("step"), entry.get("weight"), entry.get("normalise", "none")
+        if not isinstance(step, str) or not step.startswith(REWARD_STEP_PREFIX) or step == REWARD_STEP_PREFIX:
+            raise ConfigError(f"{where}[{index}].step={step!r}: expected {REWARD_STEP_PREFIX}<reward model>")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise ConfigError(f"{where}[{index}].weight={weight!r}: expected a number")
+        if normalise not in NORMALISATIONS:
+            raise ConfigError(f"{where}[{index}].normalise={normalise!r}: expected one of {', '.join(NORMALISATIONS)}")
+        if any(reward.step == step for reward in rewards):
+            raise ConfigError(f"{where}: step {step!r} is listed twice")
+        rewards.append(PipelineReward(step, float(weight), normalise))
+    return tuple(rewards)
+
+
+def _load_best_of_n(reader: _Reader, role: str | None) -> int | None:
+    if not _actor_only(reader, "PIPELINE_BEST_OF_N", role):
+        return None
+    return reader.integer("PIPELINE_BEST_OF_N", 0, minimum=1)
 
 
 def _load_canary(reader: _Reader, model_name: str) -> CanaryConfig | None:

@@ -23,17 +23,18 @@ def bad_response(message: str) -> UpstreamError:
     return UpstreamError("bad_response", 502, f"vLLM answered with an unexpected shape: {message}")
 
 
-def ordered_data(response: Any, expected: int) -> list[dict[str, Any]]:
-    data = response.get("data") if isinstance(response, dict) else None
+def ordered_data(response: Any, expected: int, field: str = "data") -> list[dict[str, Any]]:
+    """The answer's ``field`` entries (``choices`` for completions), ordered by their ``index``."""
+    data = response.get(field) if isinstance(response, dict) else None
     if not isinstance(data, list) or len(data) != expected:
-        raise bad_response(f"expected {expected} entries in data")
+        raise bad_response(f"expected {expected} entries in {field}")
     ordered: list[Any] = [None] * expected
     for entry in data:
         index = entry.get("index") if isinstance(entry, dict) else None
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < expected:
-            raise bad_response(f"an entry in data has no index in 0..{expected - 1}")
+            raise bad_response(f"an entry in {field} has no index in 0..{expected - 1}")
         if ordered[index] is not None:
-            raise bad_response(f"two entries in data have index {index}")
+            raise bad_response(f"two entries in {field} have index {index}")
         ordered[index] = entry
     return ordered
 
@@ -70,14 +71,26 @@ def token_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
     """/pooling with ALL pooling: one value (or one row of labels) per token; the reward is the last token's."""
 
     def score_of(entry: dict[str, Any]) -> Score:
-        last = _pooled(entry, "pooling entry without per-token values")[-1]
-        if isinstance(last, list):
-            last = last[-1] if last else None
-        if not _is_number(last):
-            raise bad_response("per-token value is not a number")
-        return Score(float(last))
+        return Score(token_value(_pooled(entry, "pooling entry without per-token values")[-1]))
 
     return _each_entry(response, expected, score_of)
+
+
+def token_values(response: Any, expected: int) -> list[list[float]]:
+    """/pooling with ALL pooling: every token's value, per text (a critic's values)."""
+    return [
+        [token_value(row) for row in _pooled(entry, "pooling entry without per-token values")]
+        for entry in ordered_data(response, expected)
+    ]
+
+
+def token_value(row: Any) -> float:
+    """One token's value: a number, or a row of labels whose last is the value (the reward head's one label)."""
+    if isinstance(row, list):
+        row = row[-1] if row else None
+    if not _is_number(row):
+        raise bad_response("per-token value is not a number")
+    return float(row)
 
 
 def process_scores(response: Any, expected: int, aggregate: str) -> list[Score]:

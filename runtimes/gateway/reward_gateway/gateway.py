@@ -3,7 +3,9 @@
 Kept free of the web framework (reward_gateway.asgi calls them ahead of it);
 `answer` does the bookkeeping every route shares. Each route scores through
 `_run`: the stable model alone, or, during a rollout, the model(s)
-reward_gateway.canary picks for the whole request.
+reward_gateway.canary picks for the whole request. A gateway in an RLHFPipeline
+role (REWARD_GATEWAY_PIPELINE_ROLE) has its role's routes instead
+(reward_gateway.pipeline), with the same bookkeeping.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from reward_gateway.extract import Score
 from reward_gateway.kinds import CLASSIFY_KINDS, CLASSIFY_PATH
 from reward_gateway.load import CURRENT, Held, Load
 from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.pipeline import PipelineRole, Route
 from reward_gateway.scorer import Scorer
 from reward_gateway.upstream import VllmClient
 from reward_gateway.wire import (
     ClassifyRequest,
     OpenRLHFRequest,
+    PipelineItems,
     PredictRequest,
+    RewardItem,
     RewardsRequest,
     ScoringItem,
     parse,
@@ -88,16 +93,32 @@ class Gateway:
             else None
         )
         self.auth = BearerTokenCheck(config.auth_token_file) if config.auth_token_file else None
-        self.routes: dict[str, Handler] = {
-            "rewards": self.rewards,
-            "get_reward": self.openrlhf,
-            "classify": self.classify,
-            "v1_predict": self.predict_v1,
-        }
-        # The paths the scoring routes answer on (reward_gateway.asgi serves them).
-        self.paths = {"/v1/rewards": "rewards", "/get_reward": "get_reward", "/classify": "classify"}
-        for name in config.v1_names:
-            self.paths[f"/v1/models/{name}:predict"] = "v1_predict"
+        # What vLLM's answers add to a request's memory charge per byte (reward_gateway.asgi).
+        self.answer_cost_per_byte = self.scorer.kind.answer_cost_per_byte
+        self.routes: dict[str, Handler]
+        if config.pipeline_role is not None:
+            # A role's gateway (reward_gateway.pipeline) serves its role's routes, nothing to score.
+            role = PipelineRole(config, self.client)
+            self.answer_cost_per_byte = role.answer_cost_per_byte
+            self.routes = {label: self._pipeline_route(route) for label, route in role.routes.items()}
+            self.paths = dict(role.paths)
+        else:
+            self.routes = {
+                "rewards": self.rewards,
+                "get_reward": self.openrlhf,
+                "classify": self.classify,
+                "v1_predict": self.predict_v1,
+                "pipeline_reward": self.pipeline_reward,
+            }
+            # The paths the scoring routes answer on (reward_gateway.asgi serves them).
+            self.paths = {
+                "/v1/rewards": "rewards",
+                "/get_reward": "get_reward",
+                "/classify": "classify",
+                "/v1/pipeline/reward": "pipeline_reward",
+            }
+            for name in config.v1_names:
+                self.paths[f"/v1/models/{name}:predict"] = "v1_predict"
         # Metric children bound once: prometheus-client's labels() validates and
         # looks its labels up under a lock on every call, several times a request.
         self._inflight = self.metrics.inflight.labels(model)
@@ -187,6 +208,24 @@ class Gateway:
         if self.config.model_kind == "process":
             return {"predictions": [{"reward": s.reward, "step_scores": s.step_scores} for s in scores]}
         return {"predictions": [score.reward for score in scores]}
+
+    async def pipeline_reward(self, body: bytes, tally: _Tally) -> dict[str, Any]:
+        """An RLHFPipeline graph's reward step (reward_gateway.pipeline): its prompts and responses
+        scored as /v1/rewards items, ``groups`` their groups."""
+        request = parse(PipelineItems, body, self.config.max_items)
+        groups = request.groups or [None] * len(request.prompts)
+        items = [
+            RewardItem(prompt=prompt, response=response, group=group)
+            for prompt, response, group in zip(request.prompts, request.responses, groups, strict=True)
+        ]
+        scores = await self._score(scoring_items(items, self.config.step_tag), tally)
+        return {"rewards": [score.reward for score in scores]}
+
+    def _pipeline_route(self, route: Route) -> Handler:
+        async def handler(body: bytes, tally: _Tally) -> dict[str, Any]:
+            return await route(body, lambda count: self._admit(count, tally))
+
+        return handler
 
     async def openrlhf(self, body: bytes, tally: _Tally) -> dict[str, Any]:
         request = parse(OpenRLHFRequest, body, self.config.max_items)

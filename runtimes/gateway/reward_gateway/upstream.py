@@ -84,8 +84,11 @@ class VllmClient:
             self._probe.cancel()
         await self.pool.close()
 
-    async def post(self, path: str, body: dict[str, Any]) -> Any:
+    async def post(self, path: str, body: dict[str, Any], max_answer_bytes: int | None = None) -> Any:
         """POST a JSON body and return vLLM's JSON answer, or raise UpstreamError.
+
+        ``max_answer_bytes``: where the answer's size is not bounded by what is sent
+        (generated text), its own bound; by default ANSWER_BYTES_PER_BYTE_SENT's.
 
         At most REWARD_GATEWAY_MAX_CONCURRENCY calls are in flight, whichever
         route made them; the rest wait here, at most the request timeout (then 503).
@@ -98,7 +101,7 @@ class VllmClient:
             while True:
                 await self._acquire()
                 try:
-                    answered = await self._attempt(path, payload, deadline)
+                    answered = await self._attempt(path, payload, deadline, max_answer_bytes)
                 finally:
                     self.limit.release()
                 if isinstance(answered, tuple):
@@ -145,10 +148,13 @@ class VllmClient:
             reachable.set()
             return
 
-    async def _attempt(self, path: str, payload: bytes, deadline: float) -> tuple[int, bytes] | str:
+    async def _attempt(
+        self, path: str, payload: bytes, deadline: float, max_answer_bytes: int | None = None
+    ) -> tuple[int, bytes] | str:
         """One try: vLLM's status and answer, or where the scale-from-zero wait is not
         spent yet, UNREACHABLE (refused, reset, no endpoint) or LOADING (its 503)."""
-        max_answer_bytes = ANSWER_BYTES_PER_BYTE_SENT * len(payload) + ANSWER_BASE_BYTES
+        if max_answer_bytes is None:
+            max_answer_bytes = ANSWER_BYTES_PER_BYTE_SENT * len(payload) + ANSWER_BASE_BYTES
         try:
             async with asyncio.timeout(self.config.request_timeout_s):
                 status, answer = await self.pool.post_json(path, payload, max_answer_bytes)

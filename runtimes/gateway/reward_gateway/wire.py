@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from reward_gateway.errors import BadRequest
 
@@ -148,6 +148,60 @@ class OpenRLHFRequest(_Strict):
     query: list[str]
     prompts: list[str] | None = None
     labels: list[Any] | None = None
+
+
+class PipelineItems(_Strict):
+    """A score request of an RLHFPipeline's graph (reward_gateway.pipeline): prompts and their
+    responses, item by item; ``groups`` (the best-of-n flow's) the prompt each item answers."""
+
+    prompts: list[str]
+    responses: list[str]
+    groups: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _items(self) -> PipelineItems:
+        if not self.prompts:
+            raise ValueError("prompts must not be empty")
+        if len(self.responses) != len(self.prompts):
+            raise ValueError(f"responses has {len(self.responses)} entries but prompts has {len(self.prompts)}")
+        if self.groups is not None and len(self.groups) != len(self.prompts):
+            raise ValueError(f"groups has {len(self.groups)} entries but prompts has {len(self.prompts)}")
+        return self
+
+    def answer(self) -> dict[str, Any]:
+        answer: dict[str, Any] = {"prompts": self.prompts, "responses": self.responses}
+        if self.groups is not None:
+            answer["groups"] = self.groups
+        return answer
+
+
+class GenerateRequest(_Strict):
+    """The generate-and-score and best-of-n flows' request, as the actor's gateway gets it:
+    prompts and vLLM's sampling settings (unset: vLLM's defaults)."""
+
+    prompts: list[str]
+    best_of_n: bool | None = None  # the best-of-n flow's marker (the graph's Switch reads it)
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = None
+
+    @field_validator("temperature", "top_p", mode="before")
+    @classmethod
+    def _int_is_a_number(cls, value: Any) -> Any:
+        # JSON has one kind of number: a temperature of 1 is 1.0 (strict mode would refuse the int).
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _prompts(self) -> GenerateRequest:
+        if not self.prompts:
+            raise ValueError("prompts must not be empty")
+        return self
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling settings given, as vLLM's completions API takes them."""
+        fields = ("max_tokens", "temperature", "top_p", "seed")
+        return {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
 
 
 class ClassifyRequest(BaseModel):

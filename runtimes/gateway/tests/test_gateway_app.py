@@ -21,7 +21,7 @@ KSERVE_ONLY_ROUTES = [
 
 # Probes carry no token: liveness, health, readiness (and the model list beside it), metrics.
 OPEN_PATHS = {"/", "/health", "/v1/models", "/v1/models/rm", "/metrics"}
-SCORING_PATHS = {"/v1/rewards", "/get_reward", "/classify", "/v1/models/rm:predict"}
+SCORING_PATHS = {"/v1/rewards", "/get_reward", "/classify", "/v1/models/rm:predict", "/v1/pipeline/reward"}
 
 
 def test_kserve_probe_routes_answer_like_kserves_model_server(start_gateway):

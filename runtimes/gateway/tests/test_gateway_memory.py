@@ -25,6 +25,7 @@ from reward_gateway.config import load_config
 from reward_gateway.gateway import Gateway
 from reward_gateway.http_pool import HttpPool
 from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.pipeline import PipelineRole
 from reward_gateway.scorer import Scorer
 from reward_testing.fake_vllm import MAX_CHARS
 
@@ -41,8 +42,9 @@ def collector_off():
         gc.enable()
 
 
-def leftovers(backend, monkeypatch, route: str, body: dict, **env: str) -> tuple[int, list[str]]:
-    """Answer one request with the collector off; returns its status and what of it is still alive."""
+def leftovers(backend, monkeypatch, route: str, body: dict, planned: bool = True, **env: str) -> tuple[int, list[str]]:
+    """Answer one request with the collector off; returns its status and what of it is still alive
+    (``planned``: scored through the scorer's plan, as every scoring route is)."""
     watched: list[tuple[str, weakref.ref]] = []
     plan = Scorer.plan
 
@@ -74,7 +76,7 @@ def leftovers(backend, monkeypatch, route: str, body: dict, **env: str) -> tuple
 
     with collector_off():
         status, alive = asyncio.run(main())
-    assert watched, "the request was not planned"
+    assert watched or not planned, "the request was not planned"
     return status, alive
 
 
@@ -127,3 +129,27 @@ def test_a_rollouts_request_leaves_nothing_alive(backend, candidate_backend, mon
     answer_status, alive = leftovers(backend, monkeypatch, "rewards", {"items": items}, **env)
     assert answer_status == status
     assert alive == []
+
+
+@pytest.mark.parametrize("role", ["reference", "critic"])
+@pytest.mark.parametrize("failing", [None, 0, 2])
+def test_a_pipeline_roles_request_leaves_nothing_alive(backend, monkeypatch, role, failing):
+    """A role's calls run at once (the prompts' /tokenize beside the scoring call): a failed one
+    cancels the others, and neither the request nor a connection may be left in a cycle."""
+    requests: list[weakref.ref] = []
+    items = PipelineRole._items
+
+    def watching_items(self, body, admit):
+        request = items(self, body, admit)
+        requests.append(weakref.ref(request))
+        return request
+
+    monkeypatch.setattr(PipelineRole, "_items", watching_items)
+    body = {"prompts": ["p one", "p two", "p three"], "responses": [" a", " b", " c"]}
+    if failing is not None:
+        body["responses"][failing] = OVER_LONG
+    route = "pipeline_logprobs" if role == "reference" else "pipeline_values"
+    status, alive = leftovers(backend, monkeypatch, route, body, pipeline_role=role, planned=False)
+    assert status == (200 if failing is None else 400)
+    assert alive == []
+    assert requests and all(ref() is None for ref in requests), "the request waits for a full collection"
