@@ -1,4 +1,4 @@
-"""The Argo CD health check for RewardModel, run in a real Lua interpreter.
+"""The Argo CD health check for RewardModel and RLHFPipeline, run in a real Lua interpreter.
 
 Argo CD runs health checks in gopher-lua (Lua 5.1 semantics); the check is run in
 Lua 5.1 and 5.4 (lupa) against the testdata objects of each state, with the
@@ -83,4 +83,5 @@ def test_argocd_cm_component_carries_the_script(cluster, tmp_path):
     built = yaml.safe_load(cluster.kubectl("kustomize", str(tmp_path)).stdout)
     assert built["metadata"]["name"] == "argocd-cm"
     assert built["data"]["timeout.reconciliation"] == "180s"
-    assert built["data"]["resource.customizations.health.serving.rlhf.dev_RewardModel"] == SCRIPT
+    for kind in ("RewardModel", "RLHFPipeline"):
+        assert built["data"][f"resource.customizations.health.serving.rlhf.dev_{kind}"] == SCRIPT

@@ -1,4 +1,4 @@
--- Argo CD health check for serving.rlhf.dev/RewardModel.
+-- Argo CD health check for serving.rlhf.dev/RewardModel and RLHFPipeline (whose Ready is every role's).
 -- Healthy:     Ready=True and the operator has observed the current generation.
 -- Degraded:    the operator or KServe judged the current spec and it failed
 --              (the reasons below, or any reason ending in Failed; reward-operator's
