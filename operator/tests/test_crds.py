@@ -94,3 +94,28 @@ def test_rlhf_pipeline_crd_has_a_column_per_role():
 
     walk(spec, "spec")
     assert undocumented == []
+
+
+# Keys YAML 1.1 reads as booleans: kubectl and Helm parse manifests that way, so a field named
+# like this would arrive as "true" or "false" (an RLHFPipeline's bestOfN.n once did).
+YAML11_BOOLEANS = {
+    spelling
+    for word in ("y", "yes", "n", "no", "on", "off", "true", "false")
+    for spelling in (word, word.capitalize(), word.upper())
+}
+
+
+def test_no_field_is_named_like_a_yaml_1_1_boolean():
+    clashing = []
+
+    def walk(node: dict, path: str) -> None:
+        for name, sub in node.get("properties", {}).items():
+            if name in YAML11_BOOLEANS:
+                clashing.append(f"{path}.{name}")
+            walk(sub, f"{path}.{name}")
+        if "items" in node:
+            walk(node["items"], path + "[]")
+
+    for filename, crd in all_crds().items():
+        walk(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], filename)
+    assert clashing == []

@@ -123,6 +123,20 @@ def test_a_failing_role_speaks_for_ready_before_a_waiting_one():
     )
 
 
+def test_a_missing_reward_model_speaks_for_ready_before_a_role_kserve_reports_failing():
+    # KServe's False for a role may pass (seen: "Predictor ingress not created" for a moment); the user's
+    # gap stays until they act, so Ready keeps its reason and its event is posted once
+    roles = [
+        role(conditions.ACTOR_READY, "False", "Predictor ingress not created", "x"),
+        role(conditions.REWARDS_READY, "False", conditions.REWARD_MODEL_NOT_FOUND, "spec.rewards[1]: ..."),
+    ]
+    assert pipeline_ready(roles) == Condition(
+        conditions.READY, "False", conditions.REWARD_MODEL_NOT_FOUND, "rewards: spec.rewards[1]: ..."
+    )
+    roles[1] = role(conditions.REWARDS_READY, "True")
+    assert pipeline_ready(roles).reason == "Predictor ingress not created"
+
+
 def test_the_first_waiting_role_speaks_when_none_fails():
     roles = [role(conditions.ACTOR_READY, "True"), role(conditions.CRITIC_READY, "Unknown", "PredictorReady", "x")]
     assert pipeline_ready(roles) == Condition(conditions.READY, "Unknown", "PredictorReady", "critic: x")

@@ -298,7 +298,7 @@ class RewardRef(TypedDict):
 
 
 class BestOfNFlow(TypedDict):
-    n: int  # defaulted
+    candidates: int  # defaulted
 
 
 class EmptyFlow(TypedDict):

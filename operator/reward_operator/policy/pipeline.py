@@ -124,10 +124,18 @@ def graph_ready(graph: dict[str, Any] | None, held: bool) -> Condition:
     )
 
 
+# RewardsReady's reasons that only the user can clear (see pipeline_ready)
+_USER_GAPS = frozenset({conditions.REWARD_MODEL_NOT_FOUND, conditions.REWARD_MODEL_WITHOUT_GATEWAY})
+
+
 def pipeline_ready(roles: list[Condition] | tuple[Condition, ...]) -> Condition:
-    """Ready: True when every role is; else the first False role's reason (else the first Unknown one's),
-    its message prefixed with the role, so KServe's diagnosis of a role reaches the pipeline's Ready."""
-    failing = next((c for c in roles if c.status == "False"), None)
+    """Ready: True when every role is; else a reference the user must fix (a RewardModel missing or
+    without its gateway), else the first False role's reason (else the first Unknown one's), its message
+    prefixed with the role, so KServe's diagnosis of a role reaches the pipeline's Ready. The user's gap
+    comes first because it lasts until they act, while a role's False from KServe may be a passing state
+    (an Ingress not created yet): Ready flapping between the two would post an event at every flip."""
+    blocking = next((c for c in roles if c.status == "False" and c.reason in _USER_GAPS), None)
+    failing = blocking or next((c for c in roles if c.status == "False"), None)
     waiting = failing or next((c for c in roles if c.status != "True"), None)
     if waiting is None:
         return Condition(conditions.READY, "True", conditions.ROLES_READY, "every role is Ready")

@@ -101,7 +101,7 @@ def pipeline_children(pipeline: RLHFPipeline, gateway_image: str, with_graph: bo
     spec = pipeline["spec"]
     name = pipeline["metadata"]["name"]
     namespace = pipeline["metadata"].get("namespace", "default")
-    best_of_n = spec["flows"]["bestOfN"]["n"] if "bestOfN" in spec["flows"] else None
+    best_of_n = spec["flows"]["bestOfN"]["candidates"] if "bestOfN" in spec["flows"] else None
     children = [
         # the actor's gateway combines the parts and picks the best of n, so it holds the weights
         role_inference_service(

@@ -213,7 +213,8 @@ FLOWS_SCHEMA = obj(
         "bestOfN": obj(
             "The actor generates n candidates per prompt, the reward models score them as one group, and the "
             "best comes back with every candidate's scores (rejection sampling as a service).",
-            {"n": integer("Candidates per prompt.", minimum=2, maximum=MAX_BEST_OF_N, default=4)},
+            # not "n": YAML 1.1 (kubectl's and Helm's parser) reads the key n as false
+            {"candidates": integer("Candidates per prompt.", minimum=2, maximum=MAX_BEST_OF_N, default=4)},
         ),
     },
     default={"score": {}, "generateAndScore": {}},
