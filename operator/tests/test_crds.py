@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -9,6 +10,15 @@ import yaml
 from reward_operator.api.crd import all_crds, to_yaml
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+def properties(node: dict, path: str) -> Iterator[tuple[str, dict]]:
+    """Every property below a schema node, as (its dotted path, its schema), array items as ``[]``."""
+    for name, sub in node.get("properties", {}).items():
+        yield f"{path}.{name}", sub
+        yield from properties(sub, f"{path}.{name}")
+    if "items" in node:
+        yield from properties(node["items"], path + "[]")
 
 
 def test_committed_crds_match_the_api_package():
@@ -47,18 +57,7 @@ def test_reward_model_crd_conventions():
 def test_every_schema_property_is_described():
     crd = yaml.safe_load((CRDS / "serving.rlhf.dev_rewardmodels.yaml").read_text())
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    undocumented = []
-
-    def walk(node: dict, path: str) -> None:
-        for name, sub in node.get("properties", {}).items():
-            if not sub.get("description"):
-                undocumented.append(f"{path}.{name}")
-            walk(sub, f"{path}.{name}")
-        if "items" in node:
-            walk(node["items"], path + "[]")
-
-    walk(spec, "spec")
-    assert undocumented == []
+    assert [path for path, sub in properties(spec, "spec") if not sub.get("description")] == []
 
 
 def test_rlhf_pipeline_crd_has_a_column_per_role():
@@ -82,18 +81,7 @@ def test_rlhf_pipeline_crd_has_a_column_per_role():
     ]
     assert columns["Critic"]["jsonPath"] == '.status.conditions[?(@.type=="CriticReady")].status'
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    undocumented = []
-
-    def walk(node: dict, path: str) -> None:
-        for name, sub in node.get("properties", {}).items():
-            if not sub.get("description"):
-                undocumented.append(f"{path}.{name}")
-            walk(sub, f"{path}.{name}")
-        if "items" in node:
-            walk(node["items"], path + "[]")
-
-    walk(spec, "spec")
-    assert undocumented == []
+    assert [path for path, sub in properties(spec, "spec") if not sub.get("description")] == []
 
 
 # Keys YAML 1.1 reads as booleans: kubectl and Helm parse manifests that way, so a field named
@@ -106,16 +94,10 @@ YAML11_BOOLEANS = {
 
 
 def test_no_field_is_named_like_a_yaml_1_1_boolean():
-    clashing = []
-
-    def walk(node: dict, path: str) -> None:
-        for name, sub in node.get("properties", {}).items():
-            if name in YAML11_BOOLEANS:
-                clashing.append(f"{path}.{name}")
-            walk(sub, f"{path}.{name}")
-        if "items" in node:
-            walk(node["items"], path + "[]")
-
-    for filename, crd in all_crds().items():
-        walk(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], filename)
+    clashing = [
+        path
+        for filename, crd in all_crds().items()
+        for path, _ in properties(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], filename)
+        if path.rpartition(".")[2] in YAML11_BOOLEANS
+    ]
     assert clashing == []

@@ -38,7 +38,7 @@ from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_
 from ..render.cache import local_model_cache
 from ..render.canary import candidate_isvc_name, interval_seconds
 from ..settings import Settings
-from .runner import Logger, Outcome, Runner
+from .runner import Logger, Outcome, Runner, register_reconcile_triggers
 from .seen import SeenChildren
 
 KIND = REWARD_MODEL_KIND
@@ -292,35 +292,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
     )
     resource = (GROUP, VERSION, REWARD_MODEL_PLURAL)
 
-    @kopf.on.resume(*resource, registry=registry)
-    @kopf.on.create(*resource, registry=registry)
-    @kopf.on.update(*resource, registry=registry)
-    def reward_model_changed(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-        runner.reconcile(namespace, name, logger)
-
-    @kopf.timer(
-        *resource,
-        id="drift_backstop",
-        interval=settings.drift_interval,
-        initial_delay=settings.drift_interval,
-        registry=registry,
-    )
-    def drift_backstop(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-        """A slow, level-based safety net for anything a missed watch event would leave behind."""
-        runner.reconcile(namespace, name, logger)
-
-    @kopf.timer(
-        *resource,
-        id="recheck",
-        interval=settings.recheck_interval,
-        initial_delay=settings.recheck_interval,
-        when=lambda body, **_: not settled(body),  # type: ignore[arg-type]
-        registry=registry,
-    )
-    def recheck_unsettled(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-        """Only for objects that are not settled (kopf stops it once they are): a gap outside the spec
-        filled, or a reconcile a failed watch or patch left undone (an API server restart)."""
-        runner.reconcile(namespace, name, logger)
+    register_reconcile_triggers(registry, resource, runner, settings.drift_interval, settings.recheck_interval)
 
     @kopf.timer(
         *resource,

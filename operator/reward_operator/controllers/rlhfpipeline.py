@@ -14,7 +14,6 @@ lifecycle is its controller's: the pipeline only reads them.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import kopf
@@ -37,13 +36,13 @@ from ..api.schema.rlhfpipeline import DEFAULT_GENERATE_RUNTIME, DEFAULT_POOLING_
 from ..cluster import Refused, gather, objects
 from ..metrics import OperatorMetrics
 from ..policy import dependencies, names, pipeline
-from ..policy.conditions import not_ready, settled
+from ..policy.conditions import not_ready
 from ..render import render_rlhf_pipeline
 from ..render.inferencegraph import graph_url
 from ..render.pipeline_gateway import ACTOR, CRITIC, REFERENCE
 from ..render.rlhfpipeline import reference_role, role_isvc_name
 from ..settings import Settings
-from .runner import Logger, Outcome, Runner
+from .runner import Logger, Outcome, Runner, register_reconcile_triggers
 from .seen import SeenChildren
 
 KIND = RLHF_PIPELINE_KIND
@@ -171,34 +170,9 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
     )
     resource = (GROUP, VERSION, RLHF_PIPELINE_PLURAL)
 
-    @kopf.on.resume(*resource, registry=registry)
-    @kopf.on.create(*resource, registry=registry)
-    @kopf.on.update(*resource, registry=registry)
-    def rlhf_pipeline_changed(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-        runner.reconcile(namespace, name, logger)
-
-    @kopf.timer(
-        *resource,
-        id="pipeline_drift_backstop",
-        interval=settings.drift_interval,
-        initial_delay=settings.drift_interval,
-        registry=registry,
+    register_reconcile_triggers(
+        registry, resource, runner, settings.drift_interval, settings.recheck_interval, id_prefix="pipeline_"
     )
-    def pipeline_drift_backstop(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-        """A slow, level-based safety net for anything a missed watch event would leave behind."""
-        runner.reconcile(namespace, name, logger)
-
-    @kopf.timer(
-        *resource,
-        id="pipeline_recheck",
-        interval=settings.recheck_interval,
-        initial_delay=settings.recheck_interval,
-        when=lambda body, **_: not settled(body),  # type: ignore[arg-type]
-        registry=registry,
-    )
-    def pipeline_recheck(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-        """Only for pipelines that are not settled (a missing runtime made later, a refused apply)."""
-        runner.reconcile(namespace, name, logger)
 
     @kopf.on.event(*resource, registry=registry)
     async def rlhf_pipeline_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str, **_: Any) -> None:

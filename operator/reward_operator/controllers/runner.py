@@ -178,3 +178,40 @@ class Runner:
                 self._locks.pop((namespace, name), None)
                 self._latest.pop((namespace, name), None)
                 self._written.pop((namespace, name), None)
+
+
+def register_reconcile_triggers(
+    registry: kopf.OperatorRegistry,
+    resource: tuple[str, str, str],
+    runner: Runner,
+    drift_interval: float,
+    recheck_interval: float,
+    id_prefix: str = "",
+) -> None:
+    """The triggers every kind reconciles on, each running the same reconcile: the object made,
+    changed or found at start-up; an hourly drift backstop (level-based: a missed watch event leaves
+    nothing behind for long); and a short re-check only while the object is not settled (a gap outside
+    the spec filled later, a refused apply, a reconcile an API server restart left undone), which kopf
+    stops once it is, so settled objects wake nothing. Timer ids are kept per kind (``id_prefix``):
+    kopf records a timer's state under its id."""
+
+    def reconcile(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
+        runner.reconcile(namespace, name, logger)
+
+    for trigger in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        trigger(*resource, id=f"{id_prefix}changed", registry=registry)(reconcile)
+    kopf.timer(
+        *resource,
+        id=f"{id_prefix}drift_backstop",
+        interval=drift_interval,
+        initial_delay=drift_interval,
+        registry=registry,
+    )(reconcile)
+    kopf.timer(
+        *resource,
+        id=f"{id_prefix}recheck",
+        interval=recheck_interval,
+        initial_delay=recheck_interval,
+        when=lambda body, **_: not conditions.settled(body),
+        registry=registry,
+    )(reconcile)

@@ -128,3 +128,29 @@ CONDITION = obj(
     },
     required=["type", "status", "lastTransitionTime"],
 )
+
+
+def kind_schema(description: str, spec: Schema, status: Schema, max_name_length: int, names_derived: str) -> Schema:
+    """A kind's whole object: its spec and status, and the rule on metadata.name that keeps the names
+    KServe derives from it (``names_derived``) valid, as a Service's DNS label."""
+    return obj(
+        description,
+        {
+            "apiVersion": string("API version of this object."),
+            "kind": string("Kind of this object."),
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+        required=["spec"],
+        **{
+            "x-kubernetes-validations": [
+                rule(
+                    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= "
+                    f"{max_name_length}",
+                    "metadata.name must start with a letter, hold only lowercase letters, digits and '-', and be "
+                    f"at most {max_name_length} characters: {names_derived}",
+                )
+            ]
+        },
+    )

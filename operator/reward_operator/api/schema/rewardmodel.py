@@ -15,6 +15,7 @@ from .common import (
     defaulted_obj,
     integer,
     key_ref,
+    kind_schema,
     label_selector,
     obj,
     quantity,
@@ -964,23 +965,10 @@ STATUS = obj(
     },
 )
 
-REWARD_MODEL = obj(
+REWARD_MODEL = kind_schema(
     "A reward model served on KServe with vLLM for RLHF trainers.",
-    {
-        "apiVersion": string("API version of this object."),
-        "kind": string("Kind of this object."),
-        "metadata": {"type": "object"},
-        "spec": SPEC,
-        "status": STATUS,
-    },
-    required=["spec"],
-    **{
-        "x-kubernetes-validations": [
-            rule(
-                "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 45",
-                "metadata.name must start with a letter, hold only lowercase letters, digits and '-', and be "
-                "at most 45 characters: KServe derives Service and Deployment names from it",
-            )
-        ]
-    },
+    SPEC,
+    STATUS,
+    45,
+    "KServe derives Service and Deployment names from it",
 )

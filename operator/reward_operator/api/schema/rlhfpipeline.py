@@ -10,7 +10,18 @@ message says what to use instead.
 
 from __future__ import annotations
 
-from .common import CONDITION, DNS_SUBDOMAIN_PATTERN, Schema, array, defaulted_obj, integer, obj, rule, string
+from .common import (
+    CONDITION,
+    DNS_SUBDOMAIN_PATTERN,
+    Schema,
+    array,
+    defaulted_obj,
+    integer,
+    kind_schema,
+    obj,
+    rule,
+    string,
+)
 from .rewardmodel import CREDENTIALS, ENV_VAR, RESOURCES, SERVING, TOLERATION, model_fields
 
 DEFAULT_GENERATE_RUNTIME = "vllm-generate"
@@ -324,25 +335,10 @@ STATUS = obj(
     },
 )
 
-RLHF_PIPELINE = obj(
+RLHF_PIPELINE = kind_schema(
     "The actor, reference, critic and reward models of RLHF training, served as one InferenceGraph.",
-    {
-        "apiVersion": string("API version of this object."),
-        "kind": string("Kind of this object."),
-        "metadata": {"type": "object"},
-        "spec": SPEC,
-        "status": STATUS,
-    },
-    required=["spec"],
-    **{
-        "x-kubernetes-validations": [
-            rule(
-                f"self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= "
-                f"{MAX_NAME_LENGTH}",
-                "metadata.name must start with a letter, hold only lowercase letters, digits and '-', and be at "
-                f"most {MAX_NAME_LENGTH} characters: KServe derives <name>-reference-transformer and other "
-                "Service names from it",
-            )
-        ]
-    },
+    SPEC,
+    STATUS,
+    MAX_NAME_LENGTH,
+    "KServe derives <name>-reference-transformer and other Service names from it",
 )
