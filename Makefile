@@ -10,7 +10,7 @@ TESTENV := $(PY) -m testenv
 # pytest exits 5 when a selection holds no tests; that is not a failure here.
 PYTEST = $(PY) -m pytest $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests selected"; [ $$rc -eq 5 ]; }
 
-.PHONY: help venv lint unit integration chaos keda-test test bench testenv-build up down status kubeconfig demo demo-down crds clean
+.PHONY: help venv lint unit integration chaos keda-test keda-build test bench testenv-build up down status kubeconfig demo demo-down crds clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -31,7 +31,7 @@ lint: venv ## ruff, and the import contracts between layers (pyproject.toml, [to
 unit: venv testenv-build ## unit tests (no cluster; the chart and rule tests use the built helm and promtool)
 	$(call PYTEST,-m "not integration")
 
-testenv-build: venv ## build the testenv binaries into the cache, KEDA's included (no-op when cached; `up` and `demo` build only what they run)
+testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's (no-op when cached; `up` and `demo` build only what they run)
 	$(TESTENV) build
 
 # KEDA's own test (hand-made ScaledObjects and scalers, 0 -> 1 -> 3 -> 0, polled and pushed) runs
@@ -47,12 +47,14 @@ integration: venv testenv-build ## integration and e2e tests on a fresh local co
 chaos: venv testenv-build ## chaos tests: operator kill -9, kube-apiserver and etcd restarts, a stalled watch, peering
 	$(PY) -m pytest e2e/tests/test_chaos.py -q -s
 
-keda-test: venv ## build KEDA into the testenv cache and run its test (a ScaledObject scaling a Deployment 0 -> 1 -> 3 -> 0)
+keda-build: venv ## build KEDA's operator and metrics API server into the testenv cache (waits for a build already running)
 	$(TESTENV) build --only keda
+
+keda-test: venv keda-build ## build KEDA into the testenv cache and run its test (a ScaledObject scaling a Deployment 0 -> 1 -> 3 -> 0)
 	$(PY) -m pytest e2e/tests/test_keda.py -q -s
 
 .PHONY: scale-to-zero
-scale-to-zero: venv testenv-build ## a RewardModel at zero with KServe's controller, KEDA and the operator: a burst wakes it, load scales it, idle puts it back to 0
+scale-to-zero: venv testenv-build keda-build ## a RewardModel at zero with KServe's controller, KEDA and the operator: a burst wakes it, load scales it, idle puts it back to 0
 	$(PY) -m pytest e2e/tests/test_rewardmodel_scale_to_zero.py -q -s
 
 # chaos and scale-to-zero mostly wait (kopf's and KEDA's timeouts, peer lifetimes, cooldowns), each on a

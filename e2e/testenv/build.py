@@ -7,6 +7,8 @@ a second build is a no-op and a version bump builds into a fresh folder.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -94,8 +96,10 @@ COMPONENTS = (
         },
         ldflags="-X github.com/kedacore/keda/v2/version.Version="
         + _required_version("keda", "github.com/kedacore/keda/v2").lstrip("v"),
-        # in the default build (so `make testenv-build` and CI build it): `make test` runs a
-        # RewardModel's scale to zero on it (e2e/tests/test_rewardmodel_scale_to_zero.py)
+        # Not in the default build: only `make scale-to-zero` (in `make test`) and `make keda-test` run
+        # it, each through `make keda-build`. It is the longest build (about 20 CPU-minutes), so CI
+        # runs that build in the background at low priority beside everything else (.ci/run).
+        default=False,
     ),
 )
 BY_NAME = {component.module_dir: component for component in COMPONENTS}
@@ -214,6 +218,34 @@ def _go_output_name(package: str) -> str:
     return parts[-1]
 
 
+@contextlib.contextmanager
+def _building(component: Component, home: Path):
+    """One build of a component at a time on this machine: CI starts KEDA's in the background
+    (.ci/run) and a test target that needs it waits here for that build instead of starting its own."""
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / f"{home.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log(f"waiting for another build of {component.module_dir} (another process holds {lock.name})")
+            waited = time.monotonic()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _log(f"  {component.module_dir}: the other build ended after {time.monotonic() - waited:.0f}s of waiting")
+        yield
+
+
+def _build_into(component: Component, home: Path) -> None:
+    if shutil.which("go") is None:
+        raise FileNotFoundError("Go 1.26+ is needed to build the test control plane (go not on PATH)")
+    _log(f"building {', '.join(component.binaries)} from go/{component.module_dir} into {home}")
+    home.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=home) as scratch:
+        _go_build(component, Path(scratch))
+        for name, package in component.binaries.items():
+            # rename within one filesystem: a half-written binary is never seen
+            os.replace(Path(scratch) / _go_output_name(package), home / name)
+
+
 def build(force: bool = False, only: Iterable[str] | None = None) -> Path:
     """Build whatever is missing from the cache and return the binary folder.
 
@@ -229,17 +261,11 @@ def build(force: bool = False, only: Iterable[str] | None = None) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     for component in select(only):
         home = component_dir(component)
-        wanted = [name for name in component.binaries if force or not (home / name).is_file()]
-        if wanted:
-            if shutil.which("go") is None:
-                raise FileNotFoundError("Go 1.26+ is needed to build the test control plane (go not on PATH)")
-            _log(f"building {', '.join(component.binaries)} from go/{component.module_dir} into {home}")
-            home.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=home) as scratch:
-                _go_build(component, Path(scratch))
-                for name, package in component.binaries.items():
-                    # rename within one filesystem: a half-written binary is never seen
-                    os.replace(Path(scratch) / _go_output_name(package), home / name)
+        if force or not all((home / name).is_file() for name in component.binaries):
+            with _building(component, home):
+                # again under the lock: a build that held it may have just made them
+                if force or not all((home / name).is_file() for name in component.binaries):
+                    _build_into(component, home)
         for name in component.binaries:
             link = target / name
             if not link.is_file() or link.resolve() != (home / name).resolve():

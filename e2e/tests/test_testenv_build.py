@@ -1,0 +1,45 @@
+"""The test bed's build cache, without building anything: which components a plain build takes, and
+one build of a component at a time (CI builds KEDA in the background while a target may need it)."""
+
+from __future__ import annotations
+
+import threading
+
+from reward_testing.waiting import wait_until
+from testenv import build
+
+
+def test_keda_is_built_only_when_named():
+    assert "keda" not in {c.module_dir for c in build.select()}
+    assert [c.module_dir for c in build.select(["keda"])] == ["keda"]
+
+
+def test_a_second_build_of_a_component_waits_for_the_first(tmp_path, capsys):
+    component = build.BY_NAME["keda"]
+    home = tmp_path / "keda-home"
+    first_holds, release, second_entered = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with build._building(component, home):
+            first_holds.set()
+            release.wait(30)
+
+    def second():
+        with build._building(component, home):
+            second_entered.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads[0].start()
+    assert first_holds.wait(10)
+    threads[1].start()
+    logged = []
+    wait_until(
+        "the second build to say it waits",
+        lambda: logged.append(capsys.readouterr().err) or "waiting" in "".join(logged),
+    )
+    assert not second_entered.is_set(), "the second build went ahead while the first held the lock"
+    release.set()
+    assert second_entered.wait(10)
+    for thread in threads:
+        thread.join(10)
+    assert "the other build ended" in "".join(logged) + capsys.readouterr().err
