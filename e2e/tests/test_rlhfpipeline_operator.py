@@ -9,6 +9,7 @@ kwok runs their pods. The pipeline's Ready is read from those reports alone.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -235,11 +236,16 @@ def router_binary() -> Path:
 
 
 @contextmanager
-def running_router(graph: dict, log_path: Path) -> Iterator[str]:
-    """KServe's router on its fixed port with ``graph`` until the block ends; yields its URL."""
+def running_router(graph: dict, log_path: Path, propagate: str | None = None) -> Iterator[str]:
+    """KServe's router on its fixed port with ``graph`` until the block ends; yields its URL. ``propagate``:
+    the headers it forwards to the steps (KServe sets PROPAGATE_HEADERS from the cluster's
+    router.headers.propagate; none by default)."""
+    env = {k: v for k, v in os.environ.items() if k != "PROPAGATE_HEADERS"}
+    if propagate is not None:
+        env["PROPAGATE_HEADERS"] = propagate
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [str(router_binary()), "--graph-json", json.dumps(graph)], stdout=log, stderr=subprocess.STDOUT
+            [str(router_binary()), "--graph-json", json.dumps(graph)], stdout=log, stderr=subprocess.STDOUT, env=env
         )
 
     def ready() -> bool:
@@ -257,13 +263,20 @@ def running_router(graph: dict, log_path: Path) -> Iterator[str]:
         process.wait()
 
 
+TOKEN = "pipeline-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
 @pytest.fixture
-def local_pipeline(cluster, namespace, ready_pipeline, run_gateway, backend, candidate_backend):
+def local_pipeline(cluster, namespace, ready_pipeline, run_gateway, backend, candidate_backend, tmp_path):
     """Every gateway the graph calls as a local process with its rendered environment: the roles' on
-    ``backend`` (a fake vLLM answering completions, tokenize and pooling), skywork-rm's on ``backend``,
-    internlm2-rm's on ``candidate_backend`` (raw scores twice as large, so the two parts differ).
+    ``backend`` (a fake vLLM answering completions, tokenize and pooling), skywork-rm's on ``backend``
+    and asking for a bearer token (as gateway.authSecretRef renders it), internlm2-rm's on
+    ``candidate_backend`` (raw scores twice as large, so the two parts differ).
     Returns {the graph's host for it: its local URL}, keyed also by role and RewardModel name."""
     candidate_backend.scale = 2.0
+    tokens = tmp_path / "tokens"
+    tokens.write_text(TOKEN + "\n")
     hosts: dict[str, str] = {}
     for isvc_name, upstream in (
         *((f"ppo-{role}", backend) for role in ROLES),
@@ -278,14 +291,16 @@ def local_pipeline(cluster, namespace, ready_pipeline, run_gateway, backend, can
             REWARD_GATEWAY_PORT=str(port),
             REWARD_GATEWAY_MEMORY_LIMIT_BYTES=str(2 * 2**30),  # the downward API's, in a pod
         )
+        if isvc_name == "skywork-rm":
+            env["REWARD_GATEWAY_AUTH_TOKEN_FILE"] = str(tokens)
         url, _ = run_gateway(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"])
         hosts[f"{isvc_name}-transformer.{namespace}.svc.cluster.local"] = url
         hosts[isvc_name] = url
     return hosts
 
 
-def post(url: str, body: dict) -> httpx.Response:
-    return httpx.post(url, json=body, timeout=60)
+def post(url: str, body: dict, headers: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.post(url, json=body, timeout=60, headers=AUTH if headers is None else headers)
 
 
 def direct(url: str, route: str, body: dict) -> dict:
@@ -300,7 +315,8 @@ def test_each_flow_of_the_graph_kserve_derives_answers_through_kserves_router(
 ):
     graph = localised(router_graph(cluster, namespace), {h: u for h, u in local_pipeline.items() if "." in h})
     skywork, internlm2 = local_pipeline["skywork-rm"], local_pipeline["internlm2-rm"]
-    with running_router(graph, tmp_path / "router.log") as router:
+    # Authorization reaches the reward models only where the cluster's router.headers.propagate lists it
+    with running_router(graph, tmp_path / "router.log", propagate="Authorization") as router:
         # score: every part in parallel, combined by the sample's weights (0.8 raw, 0.2 running-normalised)
         request = {"prompts": ["2+2=", "Name a prime.", "Say hi."], "responses": [" 4", " 7 is one", " hi there"]}
         answer = post(router, request)
@@ -352,3 +368,10 @@ def test_each_flow_of_the_graph_kserve_derives_answers_through_kserves_router(
         print(f"a failing reward model through the router: {answer.status_code} {answer.text[:300]}")
         assert answer.status_code == failing.status_code
         assert failing.json()["error"] in answer.text
+        candidate_backend.misbehaviour = None
+
+    # KServe's default: no header forwarded, so a reward model that asks for a token refuses the graph
+    with running_router(graph, tmp_path / "router-default.log") as router:
+        answer = post(router, request)
+        print(f"a token-protected reward model behind a router that forwards no headers: {answer.status_code}")
+        assert answer.status_code == 401, answer.text
