@@ -779,6 +779,10 @@ def _measure_operator(
 
     # ---- idle with N objects
     wait_until_quiet(operator)  # the last change's KServe follow-ups settle
+    # KServe's controller writes each InferenceService's status again minutes after it is Ready (its
+    # model's state), and every write is a watch event the operator reads: idle is measured once the
+    # workloads' writes have stopped, and the wait is printed
+    wait_until_workloads_settle(api)
     idle = measure_idle(api, operator)
     hwm_end = proc_status(operator.pid, "VmHWM")
     rss_end = proc_status(operator.pid, "VmRSS")
@@ -861,6 +865,36 @@ def wait_until_quiet(operator: Operator, quiet_s: float = 5.0, timeout_s: float 
         elif time.monotonic() - since >= quiet_s:
             return
         time.sleep(0.5)  # allow-sleep: the pause between two reads of the operator's metrics
+
+
+# Writes to the objects the operator watches (not leases, events or nodes, which never stop).
+WORKLOAD_GROUPS = ("serving.kserve.io/", "apps/", "serving.rlhf.dev/", "autoscaling/")
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
+SETTLE_MAX_S = float(os.environ.get("BENCH_SETTLE_MAX_S", "900"))
+
+
+def workload_writes(api: Api) -> float:
+    counts = ApiCounts.read(api).by_request
+    return sum(v for (verb, what), v in counts.items() if verb in WRITE_VERBS and what.startswith(WORKLOAD_GROUPS))
+
+
+def wait_until_workloads_settle(api: Api, window_s: float = 30.0, below_per_s: float = 0.5) -> None:
+    """Return once the workloads took fewer than ``below_per_s`` writes a second over ``window_s``
+    (or after SETTLE_MAX_S), printing how long that took."""
+    started = time.monotonic()
+    while True:
+        before = workload_writes(api)
+        time.sleep(window_s)  # allow-sleep: a rate is counted over a span
+        rate = (workload_writes(api) - before) / window_s
+        waited = time.monotonic() - started
+        if rate < below_per_s or waited >= SETTLE_MAX_S:
+            verdict = "settled" if rate < below_per_s else f"not settled within {SETTLE_MAX_S:.0f} s"
+            print(
+                f"  the workloads' writes {verdict} after {waited:.0f} s: "
+                f"{rate:.1f} writes/s over the last {window_s:.0f} s"
+            )
+            return
+        progress(f"the workloads still take {rate:.1f} writes/s ({load()})")
 
 
 def measure_idle(api: Api, operator: Operator) -> Idle:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import logging
 
 import kopf
@@ -214,7 +215,7 @@ def test_a_reward_models_change_reconciles_only_the_pipelines_naming_it(cluster,
                 event={"type": "ADDED"}, body=body, namespace="rlhf", name=body["metadata"]["name"]
             )
         )
-    handlers["reward_model_of_a_pipeline_event"](namespace="rlhf", name="harmless", logger=LOG)
+    asyncio.run(handlers["reward_model_of_a_pipeline_event"](namespace="rlhf", name="harmless", logger=LOG))
     assert list(patched) == ["ppo-full"]
     ready = next(c for c in patched["ppo-full"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
@@ -238,7 +239,7 @@ def test_a_childs_echo_of_our_apply_runs_no_reconcile_and_a_deletion_restores_it
     handlers = {h.id.rpartition(".")[2]: h.fn for h in registry._watching.get_all_handlers()}
     body = pipeline()
     asyncio.run(handlers["rlhf_pipeline_event"](event={"type": "ADDED"}, body=body, namespace="rlhf", name="ppo-full"))
-    handlers["reward_model_of_a_pipeline_event"](namespace="rlhf", name="helpful", logger=LOG)
+    asyncio.run(handlers["reward_model_of_a_pipeline_event"](namespace="rlhf", name="helpful", logger=LOG))
     applied = len(cluster.applied)
     assert applied == 4
     actor = copy.deepcopy(controller.render_rlhf_pipeline(body)[0])
@@ -258,3 +259,17 @@ def test_a_childs_echo_of_our_apply_runs_no_reconcile_and_a_deletion_restores_it
     changed["status"]["conditions"][0] = {"type": "Ready", "status": "False"}
     isvc_event("MODIFIED", changed)
     assert len(cluster.applied) == applied + 8, "KServe's news on a role is reconciled"
+
+
+def test_the_handlers_on_every_reward_models_events_run_on_the_event_loop():
+    # a sync handler waits for a thread of kopf's pool behind the queued reconciles: on events of every
+    # RewardModel, that held kopf's own patches past its consistency wait at N = 1000 (make bench-operator)
+    registry = build_registry(Settings(metrics_port=0), CollectorRegistry())
+    on_reward_models = [
+        h for h in registry._watching.get_all_handlers() if "rewardmodels" in str(h.selector) and h.labels is None
+    ]
+    assert {h.id.rpartition(".")[2] for h in on_reward_models} == {
+        "reward_model_event",
+        "reward_model_of_a_pipeline_event",
+    }
+    assert all(inspect.iscoroutinefunction(h.fn) for h in on_reward_models)
