@@ -76,3 +76,14 @@ def test_every_log_line_about_an_object_names_it(log_format, monkeypatch, capsys
         assert {"namespace": "team-a", "name": "rm-7"}.items() <= json.loads(line)["object"].items()
     else:
         assert "[team-a/rm-7] Creation is processed" in line
+
+
+def test_the_operator_caps_glibcs_malloc_arenas_unless_the_user_set_them(monkeypatch):
+    import platform
+
+    from reward_operator.cli import cap_malloc_arenas
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert cap_malloc_arenas() is (platform.libc_ver()[0] == "glibc")
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert cap_malloc_arenas() is False
