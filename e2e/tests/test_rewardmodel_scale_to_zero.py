@@ -125,7 +125,7 @@ class PredictorStandIn:
     deployment: str
     port: int = field(default_factory=free_port)
     history: list[tuple[float, int, int]] = field(default_factory=list)
-    up_at: float | None = None  # when the fake last started listening; None while it is down
+    up_at: float | None = None  # when the fake last began to start listening; None while it is down
     starts: int = 0
 
     def __post_init__(self) -> None:
@@ -153,8 +153,11 @@ class PredictorStandIn:
             while not self._stop.wait(0.1):
                 seen, (spec, ready) = time.monotonic(), self._read()
                 if ready >= 1 and self.up_at is None and self.started.is_set():
+                    # taken before it listens: the held requests may be answered before this thread
+                    # runs again (once by 9 ms), and none can be answered before it starts
+                    starting = time.monotonic()
                     serving.enter_context(serve_in_thread(self.gate, port=self.port))
-                    self.up_at, self.starts = time.monotonic(), self.starts + 1
+                    self.up_at, self.starts = starting, self.starts + 1
                 elif ready == 0 and self.up_at is not None:
                     serving.close()
                     self.up_at = None
