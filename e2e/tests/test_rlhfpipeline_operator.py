@@ -19,6 +19,7 @@ import httpx
 import pytest
 import yaml
 
+from reward_testing.gateway_fixtures import rendered_gateway
 from reward_testing.paths import REPO
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
@@ -213,12 +214,6 @@ def test_deleting_the_pipeline_collects_its_children_and_leaves_the_reward_model
 ROUTER_PORT = 8080  # cmd/router has no port flag
 
 
-def rendered_env(isvc: dict) -> dict[str, str]:
-    """The gateway's REWARD_GATEWAY_* environment as rendered (values only: KServe's downward API is not here)."""
-    container = isvc["spec"]["transformer"]["containers"][0]
-    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
-
-
 def localised(graph: dict, addresses: dict[str, str]) -> dict:
     """The graph with each in-cluster gateway host replaced by the local address serving it."""
     text = json.dumps(graph)
@@ -284,7 +279,7 @@ def local_pipeline(cluster, namespace, ready_pipeline, run_gateway, backend, can
         ("internlm2-rm", candidate_backend),
     ):
         isvc = get_json(cluster, "inferenceservice", isvc_name, "-n", namespace)
-        env, args = rendered_env(isvc), isvc["spec"]["transformer"]["containers"][0].get("args", [])
+        env, args = rendered_gateway(isvc)
         port = free_port()
         env.update(
             REWARD_GATEWAY_UPSTREAM_URL=upstream.url,

@@ -273,3 +273,16 @@ def test_the_handlers_on_every_reward_models_events_run_on_the_event_loop():
         "reward_model_of_a_pipeline_event",
     }
     assert all(inspect.iscoroutinefunction(h.fn) for h in on_reward_models)
+
+
+def test_what_the_actor_and_the_reference_name_alike_is_read_once(cluster, monkeypatch):
+    reads: list[tuple[str, str]] = []
+    runtime_exists, secret_keys = gather.runtime_exists, gather.secret_keys
+    monkeypatch.setattr(
+        gather, "runtime_exists", lambda ns, name: reads.append(("runtime", name)) or runtime_exists(ns, name)
+    )
+    monkeypatch.setattr(gather, "secret_keys", lambda ns, name: reads.append(("secret", name)) or secret_keys(ns, name))
+    controller.sync(pipeline(), SETTINGS, LOG)
+    # the reference inherits the actor's runtime and token: one read of each, and the critic's runtime
+    assert sorted(reads) == sorted(set(reads)), reads
+    assert ("runtime", "vllm-reward") in reads and ("runtime", "vllm-generate") in reads

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
 import yaml
 
 from reward_testing.paths import GOLDEN, REPO, golden_cases, golden_children
-from reward_testing.vllm import require_vllm
+from reward_testing.vllm import require_vllm, run_in_vllm
 
 
 def runtime_args(runtime: str) -> list[str]:
@@ -51,23 +48,13 @@ def rendered_args() -> dict[str, list[str]]:
 
 
 def test_every_rendered_arg_is_accepted_by_vllms_parser():
-    python = require_vllm()
+    require_vllm()
     pipelines = pipeline_args()
     assert pipelines, "no pipeline golden InferenceServices found"
     cases = {**rendered_args(), **{name: args for name, (_, args) in pipelines.items()}}
     assert cases, "no golden InferenceServices found"
-    run = subprocess.run(
-        [str(python), str(Path(__file__).with_name("vllm_parse_args.py"))],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
-    assert lines, run.stderr[-3000:]
-    results = json.loads(lines[-1].removeprefix("RESULTS "))
+    results, stderr = run_in_vllm(Path(__file__).with_name("vllm_parse_args.py"), cases)
     rejected = {name: cases[name] for name, result in results.items() if not result["ok"]}
-    assert not rejected, f"vLLM rejects: {rejected}\n{run.stderr[-3000:]}"
+    assert not rejected, f"vLLM rejects: {rejected}\n{stderr}"
     runners = {name: RUNNERS[pipelines[name][0]] if name in pipelines else "pooling" for name in results}
     assert {name: result["runner"] for name, result in results.items()} == runners

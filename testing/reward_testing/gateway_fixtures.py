@@ -47,3 +47,10 @@ def run_gateway(tmp_path):
             return url, log
 
         yield run
+
+
+def rendered_gateway(isvc: dict) -> tuple[dict[str, str], list[str]]:
+    """The REWARD_GATEWAY_* environment and args the operator rendered into an InferenceService's
+    transformer, to start that gateway as a local process (values only: the downward API's are a pod's)."""
+    container = isvc["spec"]["transformer"]["containers"][0]
+    return {item["name"]: item["value"] for item in container["env"] if "value" in item}, container.get("args", [])

@@ -7,9 +7,11 @@ set by .ci/run); a local run without it skips those tests and says why.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -52,3 +54,20 @@ def missing_vllm() -> NoReturn:
     if os.environ.get(REQUIRED) == "1":
         pytest.fail(f"{message} ({REQUIRED}=1: the vLLM contract tests are required here)")
     pytest.skip(message)
+
+
+def run_in_vllm(script: Path, payload: Any) -> tuple[Any, str]:
+    """Run ``script`` under the pinned vLLM's interpreter with ``payload`` as JSON on its stdin (CPU
+    only); returns what it printed last on a ``RESULTS <json>`` line, and its stderr's tail. Fails the
+    test where the script printed no results (an import error, a crash)."""
+    run = subprocess.run(
+        [str(require_vllm()), str(script)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+    )
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
+    assert lines, run.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("RESULTS ")), run.stderr[-3000:]

@@ -78,9 +78,15 @@ def invalid_spec(rlhf_pipeline: dict[str, Any]) -> str | None:
         if problem is not None:
             return problem
     role_specs = {ACTOR: spec["actor"], REFERENCE: reference_role(rlhf_pipeline), CRITIC: spec.get("critic")}  # type: ignore[arg-type]
+    # The reference takes the actor's runtime and credentials unless it names its own: what two roles
+    # name alike is read once.
+    observed: dict[tuple[str, frozenset[str], str | None], dependencies.Observed] = {}
     for role, runtime in _runtimes(spec).items():
         wanted = dependencies.role_references(f"spec.{role}", role_specs[role], runtime)  # type: ignore[arg-type]
-        problem = dependencies.missing(metadata["namespace"], wanted, gather.observe(metadata["namespace"], wanted))
+        key = (wanted.runtime, frozenset(wanted.secret_names), wanted.service_account)
+        if key not in observed:
+            observed[key] = gather.observe(metadata["namespace"], wanted)
+        problem = dependencies.missing(metadata["namespace"], wanted, observed[key])
         if problem is not None:
             return problem
     return None

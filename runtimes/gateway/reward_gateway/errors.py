@@ -6,7 +6,10 @@ with a stack trace: the app's handlers turn them into `{"error": message}`.
 
 from __future__ import annotations
 
+import asyncio
 import traceback
+from collections.abc import Awaitable
+from typing import Any
 
 
 class GatewayError(Exception):
@@ -75,3 +78,16 @@ def forget(error: BaseException) -> None:
         current.__cause__ = current.__context__ = None
         if isinstance(current, BaseExceptionGroup):
             pending += current.exceptions
+
+
+async def all_or_first_failure(calls: list[Awaitable[Any]]) -> list[Any]:
+    """Run upstream calls at once and return their results in order. The first failure cancels
+    the others (the request is lost anyway, and vLLM's time is better spent elsewhere) and is
+    raised as itself, not as the TaskGroup's ExceptionGroup, so it becomes the answer."""
+    tasks: list[asyncio.Task[Any]] = []
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(call) for call in calls]  # type: ignore[arg-type]
+    except ExceptionGroup as failures:
+        raise failures.exceptions[0] from None
+    return [task.result() for task in tasks]

@@ -28,7 +28,6 @@ vLLM's failures are answered as on the scoring routes (reward_gateway.upstream):
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,7 +43,7 @@ from reward_gateway.combine import (
     unexpected_steps,
 )
 from reward_gateway.config import GatewayConfig
-from reward_gateway.errors import BadRequest, NotFound
+from reward_gateway.errors import BadRequest, NotFound, all_or_first_failure
 from reward_gateway.extract import bad_response, ordered_data, token_values
 from reward_gateway.kinds import KINDS
 from reward_gateway.scorer import TOKENIZE_PATH
@@ -260,7 +259,7 @@ class PipelineRole:
         another would leave its cancelled calls in a reference cycle, reward_gateway.errors.forget)."""
         distinct = list(dict.fromkeys(prompts))
         calls = [self._prompt_tokens(prompt) for prompt in distinct]
-        answers = await _gather([*calls, self.client.post(path, body, max_answer_bytes)])
+        answers = await all_or_first_failure([*calls, self.client.post(path, body, max_answer_bytes)])
         return dict(zip(distinct, answers[:-1], strict=True)), answers[-1]
 
     async def _prompt_tokens(self, prompt: str) -> int:
@@ -285,14 +284,3 @@ def _echoed(choice: dict[str, Any]) -> list[tuple[str, float | None]]:
         raise bad_response("a token's log-probability is not a number")
     pairs = [(token, None if value is None else float(value)) for token, value in zip(tokens, values, strict=True)]
     return pairs[:-1]
-
-
-async def _gather(calls: list[Awaitable[Any]]) -> list[Any]:
-    """Run calls at once; the first failure cancels the rest and is raised as itself."""
-    tasks: list[asyncio.Task[Any]] = []
-    try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(call) for call in calls]  # type: ignore[arg-type]
-    except ExceptionGroup as failures:
-        raise failures.exceptions[0] from None
-    return [task.result() for task in tasks]

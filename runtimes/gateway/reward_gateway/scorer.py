@@ -15,7 +15,7 @@ from typing import Any
 
 from reward_gateway.chat_template import ChatTemplateRenderer
 from reward_gateway.config import GatewayConfig
-from reward_gateway.errors import BadRequest, UpstreamError
+from reward_gateway.errors import BadRequest, UpstreamError, all_or_first_failure
 from reward_gateway.extract import Score
 from reward_gateway.kinds import KINDS
 from reward_gateway.upstream import VllmClient
@@ -63,14 +63,7 @@ class Scorer:
         if len(calls) == 1:  # most requests: no task to create, nothing to cancel
             await run(calls[0])
             return results  # type: ignore[return-value]
-        try:
-            # A TaskGroup cancels the other calls as soon as one fails: the
-            # request is lost anyway, and vLLM's time is better spent elsewhere.
-            async with asyncio.TaskGroup() as group:
-                for call in calls:
-                    group.create_task(run(call))
-        except ExceptionGroup as failures:
-            raise failures.exceptions[0] from None
+        await all_or_first_failure([run(call) for call in calls])
         return results  # type: ignore[return-value]
 
     def plan(self, items: list[ScoringItem]) -> list[_Call]:

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from reward_testing.fake_vllm import completion_text, conversation_text, logit, text_tokens, token_logprob
+from reward_testing.gateway_fixtures import rendered_gateway
 from reward_testing.paths import golden_children
 from reward_testing.ports import free_port
 
@@ -19,8 +20,7 @@ def rendered_env(role: str) -> tuple[dict[str, str], list[str]]:
     """The full golden pipeline's environment and args for a role's gateway."""
     for child in golden_children("pipeline/full"):
         if child["kind"] == "InferenceService" and child["metadata"]["labels"]["app.kubernetes.io/component"] == role:
-            container = child["spec"]["transformer"]["containers"][0]
-            return {item["name"]: item["value"] for item in container["env"] if "value" in item}, container["args"]
+            return rendered_gateway(child)
     raise AssertionError(f"no {role} in the golden render")
 
 

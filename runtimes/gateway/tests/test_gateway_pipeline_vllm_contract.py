@@ -5,18 +5,16 @@ shape the fake has and vLLM has not fails here. Skipped without `make vllm-venv`
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
-from reward_testing.vllm import require_vllm
+from reward_testing.vllm import require_vllm, run_in_vllm
 
 REWARDS = json.dumps([{"step": "reward-a", "weight": 1, "normalise": "running"}])
 ITEMS = {"prompts": ["Say hi to", "Count to"], "responses": [" the world", " three"]}
 
 
 def test_the_roles_requests_are_vllms_and_the_fakes_answers_too(start_gateway, backend):
-    python = require_vllm()
+    require_vllm()  # skip (or fail in CI) before starting anything
     actor = start_gateway(pipeline_role="actor", pipeline_rewards=REWARDS, pipeline_best_of_n="2")
     sampling = {"max_tokens": 4, "temperature": 0.7, "top_p": 0.9, "seed": 3}
     assert actor.post("/v1/pipeline/generate", json={"prompts": ["a", "b"], **sampling}).status_code == 200
@@ -29,17 +27,8 @@ def test_the_roles_requests_are_vllms_and_the_fakes_answers_too(start_gateway, b
     # the scoring routes' (it has no `usage`, which nothing reads): checked by their own tests.
     answers = [[path, _fake_answer(backend, path, body)] for path, body in requests if path != "/pooling"]
 
-    run = subprocess.run(
-        [str(python), str(Path(__file__).with_name("vllm_validate_bodies.py"))],
-        input=json.dumps({"requests": requests, "answers": answers}),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
-    assert lines, run.stderr[-3000:]
-    results = json.loads(lines[-1].removeprefix("RESULTS "))
+    script = Path(__file__).with_name("vllm_validate_bodies.py")
+    results, _ = run_in_vllm(script, {"requests": requests, "answers": answers})
     for (path, body), result in zip(requests, results["requests"], strict=True):
         assert result["ok"], f"vLLM refuses {path} {body}: {result['error']}"
         assert result["ignored"] == [], f"vLLM ignores {result['ignored']} of {path} {body}"
