@@ -83,6 +83,8 @@ COMPONENTS = (
             "kserve-manager": "github.com/kserve/kserve/cmd/manager",
             "kserve-router": "github.com/kserve/kserve/cmd/router",
             "kserve-localmodel": "github.com/kserve/kserve/cmd/localmodel",
+            # KServe's node agent (its reconciler) behind our entry point: see go/kserve/localmodelnode
+            "kserve-localmodelnode": "reward-operator.dev/testenv/kserve/localmodelnode",
         },
     ),
     # KEDA's operator (ScaledObjects: the HPA it owns, scaling 0 <-> 1 itself) and its
@@ -141,10 +143,14 @@ def cache_root() -> Path:
 
 
 def component_key(component: Component) -> str:
-    """A hash of what decides a component's binaries: its go.mod, go.sum and ldflags."""
+    """A hash of what decides a component's binaries: its go.mod, go.sum, Go sources of our own
+    (an entry point in the wrapper module), binaries and ldflags."""
+    module = GO_DIR / component.module_dir
     digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum"):
-        digest.update((GO_DIR / component.module_dir / name).read_bytes())
+    for path in [module / "go.mod", module / "go.sum", *sorted(module.rglob("*.go"))]:
+        digest.update(str(path.relative_to(module)).encode())
+        digest.update(path.read_bytes())
+    digest.update(json.dumps(component.binaries, sort_keys=True).encode())
     digest.update(component.ldflags.encode())
     return digest.hexdigest()[:12]
 

@@ -429,6 +429,38 @@ class ControlPlane:
         wait_until("KServe's LocalModelCache webhook (a dry-run cache admitted)", validated,
                    timeout=max(5.0, deadline - time.monotonic()), interval=0.2)  # fmt: skip
         log(f"LocalModel controller and webhook ready {time.monotonic() - started:.1f}s after its start")
+        self._start_node_agents(deadline)
+
+    def _start_node_agents(self, deadline: float) -> None:
+        """KServe's LocalModel node agent on each GPU node, each with a disk of its own, and the
+        stand-in for their download pods' container (see ``localmodel`` and ``node_downloads``)."""
+        assert self.state is not None
+        nodes = localmodel_setup.gpu_nodes([doc for doc in yaml.safe_load_all(FAKE_NODES.read_text()) if doc])
+        disks = localmodel_setup.node_disks(self.directory, nodes)
+        log(f"starting KServe's LocalModel node agents on {', '.join(nodes)} (a private /mnt each)")
+        python_path = [str(HERE.parent), str(REPO_ROOT / "testing"), os.environ.get("PYTHONPATH", "")]
+        self._spawn(
+            localmodel_setup.DOWNLOADS,
+            localmodel_setup.downloads_command(sys.executable, self.state.kubeconfig, self.directory / "nodes"),
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, python_path))),
+        )
+        for node, disk in disks.items():
+            port = self.state.ports[f"{localmodel_setup.AGENT}-{node}"] = free_port()
+            self._spawn(
+                f"{localmodel_setup.AGENT}-{node}",
+                localmodel_setup.agent_command(self.bin / localmodel_setup.AGENT, self.state.kubeconfig, disk, port),
+                env=dict(os.environ, NODE_NAME=node),
+            )
+        for node in nodes:
+            name = f"{localmodel_setup.AGENT}-{node}"
+            self._wait(f"http://127.0.0.1:{self.state.ports[name]}/readyz", deadline, name, tls=False)
+
+        def downloader_listening() -> bool:
+            self._fail_if_exited(localmodel_setup.DOWNLOADS)
+            return localmodel_setup.downloads_ready(self.directory / "nodes").exists()
+
+        wait_until("the download stand-in watching the job namespace", downloader_listening,
+                   timeout=max(5.0, deadline - time.monotonic()), interval=0.1)  # fmt: skip
 
     def _start_keda(self, keys: pki.Pki) -> float:
         """Namespace and certificates, then KEDA's operator and metrics API server (its CRDs are
@@ -592,7 +624,8 @@ class ControlPlane:
         For chaos tests (an API server or etcd restarted under a running operator). The
         command line and environment are read back from /proc (Linux), so nothing about
         how ``up`` started the component has to be kept; its log goes on in the same file
-        (KEDA's operator would come back without its private hosts file: ``keda.with_private_hosts``).
+        (KEDA's operator would come back without its private hosts file: ``keda.with_private_hosts``,
+        and a LocalModel node agent without its mount namespace: ``localmodel.agent_command``).
         ``grace``: seconds between SIGTERM and SIGKILL (0 for an abrupt kill)."""
         assert self.state is not None
         old = self.state.pids[name]

@@ -1,4 +1,4 @@
-"""KServe's LocalModel controller (``cmd/localmodel``) on the local control plane, for spec.cache.
+"""KServe's LocalModel controller (``cmd/localmodel``) and node agents on the local control plane, for spec.cache.
 
 Opt-in (``TESTENV_LOCALMODEL=1``, ``python -m testenv up --localmodel`` or
 ``ControlPlane.up(localmodel=True)``; the ``localmodel_cluster`` fixture brings a control plane
@@ -10,17 +10,21 @@ only), and one ``LocalModelNodeGroup`` over the two kwok GPU nodes (they carry
 ``serving.kserve.io/nodegroup: gpu``).
 
 The controller makes a ``LocalModelNode`` per node of a cache's groups and sums their status into
-the cache's (``status.copies``, ``status.nodeStatus``). Writing that node status is the node agent's
-job (``cmd/localmodelnode``, a DaemonSet, which downloads with Jobs and checks the files on the
-node's disk); it has no node here, so tests stand in for it and write the node status themselves, as
-kwok stands in for the kubelet.
+the cache's (``status.copies``, ``status.nodeStatus``). That node status is written by KServe's node
+agent, one per GPU node as its DaemonSet would run (``go/kserve/localmodelnode``: KServe's reconciler,
+with an entry point that lets several share one host). Each agent has a disk of its own
+(``NodeDisk``): it runs in a mount namespace whose ``/mnt`` is that node's folder, as KServe's agent
+reads the models under the fixed ``/mnt/models``. It starts a download Job per model, checks the
+model's folder on its disk and reports per model; ``node_downloads`` stands in for the download
+container kwok cannot run.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 from . import kserve_manager
 
@@ -29,6 +33,12 @@ PORTS = ("localmodel-metrics", "localmodel-health", "localmodel-webhook")
 JOB_NAMESPACE = "kserve-localmodel-jobs"
 NODE_GROUP = "gpu"
 NODE_GROUP_LABEL = "serving.kserve.io/nodegroup"
+AGENT = "kserve-localmodelnode"  # binary name; each agent's process is named f"{AGENT}-{node}"
+DOWNLOADS = "node-downloads"  # process name of the stand-in for the download container
+# KServe's agent keeps its models under /mnt/models/models (MountPath and modelsRootFolder in
+# pkg/controller/v1alpha1/localmodelnode); the node group's volume below is /mnt/models on each node
+NODE_ROOT = PurePosixPath("/mnt")
+AGENT_MODELS = PurePosixPath("/mnt/models/models")
 
 
 def enabled_by_env() -> bool:
@@ -98,3 +108,97 @@ def probe_cache() -> dict:
         "metadata": {"name": "testenv-webhook-probe"},
         "spec": {"sourceModelUri": "hf://testenv/probe", "modelSize": "1Gi", "nodeGroups": [NODE_GROUP]},
     }
+
+
+def gpu_nodes(fake_nodes: list[dict]) -> list[str]:
+    """The fake nodes in the node group: where KServe's DaemonSet would run an agent."""
+    in_group = [node for node in fake_nodes if node["metadata"]["labels"].get(NODE_GROUP_LABEL) == NODE_GROUP]
+    return [node["metadata"]["name"] for node in in_group]
+
+
+@dataclass(frozen=True)
+class Control:
+    """How a node's downloads go (``NodeDisk``): through (the default), held, or failing."""
+
+    held: bool = False
+    failure: str = ""
+
+
+class NodeDisk:
+    """One kwok node's disk: ``root`` is what its agent and its download pods see as ``/mnt``."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.root = directory / "mnt"
+        self._control = directory / "downloads.json"
+
+    @property
+    def node(self) -> str:
+        return self.directory.name
+
+    def path_of(self, node_path: PurePosixPath) -> Path:
+        """Where a path on the node lies in this folder (only paths under /mnt are on its disk)."""
+        if not self.root.is_dir():
+            raise LookupError(f"node {self.node} has no disk in the test bed ({self.root})")
+        if not node_path.is_relative_to(NODE_ROOT) or ".." in node_path.parts:
+            raise LookupError(f"{node_path} is not on node {self.node}'s disk (only {NODE_ROOT} is)")
+        return self.root.joinpath(*node_path.relative_to(NODE_ROOT).parts)
+
+    def cached_uris(self) -> set[str]:
+        """The models on this node's disk where KServe's agent looks for them: the source URI of each
+        folder (``node_downloads`` writes it into the folder's config.json)."""
+        folder = self.path_of(AGENT_MODELS)
+        configs = folder.glob("*/config.json") if folder.is_dir() else []
+        return {json.loads(config.read_text())["_name_or_path"] for config in configs}
+
+    def control(self) -> Control:
+        try:
+            return Control(**json.loads(self._control.read_text()))
+        except FileNotFoundError:
+            return Control()
+
+    def hold_downloads(self) -> None:
+        """Download pods started on this node keep running, as a long download would."""
+        self._set(Control(held=True))
+
+    def fail_downloads(self, message: str) -> None:
+        """Download pods on this node fail with ``message`` (a full disk, an unreachable bucket)."""
+        self._set(Control(failure=message))
+
+    def let_downloads_through(self) -> None:
+        self._set(Control())
+
+    def _set(self, control: Control) -> None:
+        scratch = self._control.with_suffix(".tmp")
+        scratch.write_text(json.dumps({"held": control.held, "failure": control.failure}))
+        scratch.replace(self._control)  # the downloader never reads half a file
+
+
+def node_disks(state_dir: Path, nodes: list[str]) -> dict[str, NodeDisk]:
+    """Each node's disk under a control plane's folder, made if missing."""
+    disks = {node: NodeDisk(state_dir / "nodes" / node) for node in nodes}
+    for disk in disks.values():
+        disk.root.mkdir(parents=True, exist_ok=True)
+    return disks
+
+
+def agent_command(binary: Path, kubeconfig: str, disk: NodeDisk, probe_port: int) -> list[str]:
+    """KServe's node agent for ``disk``'s node, in a mount namespace whose /mnt is that disk.
+
+    As root a private mount namespace is enough; otherwise a user namespace maps the user to root
+    inside it (unprivileged user namespaces must be allowed)."""
+    isolate = ["--mount", "--propagation", "private"] if os.geteuid() == 0 else ["--user", "--map-root-user", "--mount"]
+    return [
+        "unshare", *isolate, "--",
+        "sh", "-c", f'mount --bind "$0" {NODE_ROOT} && exec "$@"', str(disk.root),
+        str(binary), f"--kubeconfig={kubeconfig}", f"--health-probe-addr=127.0.0.1:{probe_port}",
+    ]  # fmt: skip
+
+
+def downloads_ready(nodes_dir: Path) -> Path:
+    """Made by ``node_downloads`` once it has listed the job namespace's pods."""
+    return nodes_dir / "downloads.ready"
+
+
+def downloads_command(python: str, kubeconfig: str, nodes_dir: Path) -> list[str]:
+    return [python, "-m", "testenv.node_downloads", f"--kubeconfig={kubeconfig}", f"--nodes={nodes_dir}"]

@@ -34,6 +34,8 @@ class Cluster:
     # Where KEDA's operator resolves in-cluster names (keda.HostsFile): a local control plane
     # with KEDA; None elsewhere (a real cluster has its DNS).
     hosts: keda_setup.HostsFile | None = None
+    # The local control plane's folder (node disks of KServe's LocalModel agents); None elsewhere.
+    directory: Path | None = None
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         """Run the pinned kubectl against this cluster."""
@@ -62,6 +64,7 @@ def _local_cluster(
                 bin_dir=plane.bin,
                 local=True,
                 hosts=keda_setup.HostsFile(hosts) if hosts.exists() else None,
+                directory=plane.directory,
             )
         finally:
             plane.down()

@@ -1,9 +1,10 @@
-"""spec.cache on a real control plane with KServe's manager and its LocalModel controller running.
+"""spec.cache on a real control plane with KServe's manager, LocalModel controller and node agents.
 
 KServe's controller makes the LocalModelNode objects and sums their status into the cache's; its
-defaulting webhook binds an InferenceService to a cache at admission. The one part that stands in
-is the node agent (``cmd/localmodelnode``: it downloads on each node and reports per node), which
-has no node here: the tests write its report on the LocalModelNode, as kwok stands in for the kubelet.
+defaulting webhook binds an InferenceService to a cache at admission. KServe's node agent runs for
+each kwok GPU node with a disk of its own: it starts the download Jobs, finds the model's folder on
+its disk and reports per node. kwok stands in for the kubelet and ``testenv.node_downloads`` for the
+download container; a test holds or fails a node's downloads through its disk (``NodeDisk``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import yaml
 
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
+from testenv import localmodel
 from testenv.helpers import condition, get_json
 
 GPU_NODES = ("kwok-gpu-0", "kwok-gpu-1")  # the node group "gpu" of testenv.localmodel
@@ -43,6 +45,17 @@ def namespaces(cluster, count: int) -> Iterator[list[str]]:
     finally:
         for name in names:
             cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def disks(cluster) -> Iterator[dict[str, localmodel.NodeDisk]]:
+    """The GPU nodes' disks, each node's downloads going through again after the test."""
+    if cluster.directory is None:
+        pytest.skip("steering downloads needs the local control plane's node disks")
+    found = localmodel.node_disks(cluster.directory, list(GPU_NODES))
+    yield found
+    for disk in found.values():
+        disk.let_downloads_through()
 
 
 @pytest.fixture
@@ -98,19 +111,13 @@ def cache_gone(cluster, namespace: str | None, uri: str) -> bool:
     return not [c for c in caches(cluster, namespace) if c["spec"]["sourceModelUri"] == uri]
 
 
-def report_as_node_agent(cluster, cache: dict, states: dict[str, str]) -> None:
-    """Write what KServe's node agent would report on each node (ModelDownloaded, ModelDownloadError)."""
-    name, namespace = cache["metadata"]["name"], cache["metadata"].get("namespace")
-    key = f"{namespace}/{name}" if namespace else name
-    for node, state in states.items():
+def on_disks(disks: dict[str, localmodel.NodeDisk], uri: str) -> list[str]:
+    """The nodes whose disk holds ``uri`` where KServe's agent finds it."""
+    return [node for node, disk in disks.items() if uri in disk.cached_uris()]
 
-        def listed(node=node):
-            local = get_json(cluster, "localmodelnode", node) or {}
-            return any(m.get("modelName") == name for m in (local.get("spec") or {}).get("localModels") or [])
 
-        wait_until(f"KServe's controller to put {key} on LocalModelNode {node}", listed, timeout=60)
-        patch = json.dumps({"status": {"modelStatus": {key: state}}})
-        cluster.kubectl("patch", "localmodelnode", node, "--subresource=status", "--type=merge", "-p", patch)
+def removed_from_disks(disks: dict[str, localmodel.NodeDisk], uri: str) -> None:
+    wait_until(f"KServe's agents removing {uri} from the node disks", lambda: not on_disks(disks, uri), timeout=60)
 
 
 def predictor_pod(cluster, namespace: str, isvc: str) -> dict | None:
@@ -145,8 +152,10 @@ def delete_reward_model(cluster, namespace: str, name: str, operator_stopped: bo
     )
 
 
-def test_two_reward_models_share_one_cache_which_goes_with_the_last(cluster, start_operator, operator_log):
+def test_two_reward_models_share_one_cache_which_goes_with_the_last(cluster, disks, start_operator, operator_log):
     uri = unique_uri()
+    for disk in disks.values():
+        disk.hold_downloads()  # a long download: the cache stays partly filled until the test goes on
     with namespaces(cluster, 1) as (ns,), start_operator(cluster, operator_log):
         apply_reward_model(cluster, ns, "rm-a", uri)
         apply_reward_model(cluster, ns, "rm-b", uri)
@@ -154,20 +163,24 @@ def test_two_reward_models_share_one_cache_which_goes_with_the_last(cluster, sta
         owners = sorted(ref["name"] for ref in cache["metadata"]["ownerReferences"])
         assert owners == ["rm-a", "rm-b"]  # garbage collection removes it after both
 
-        # KServe reports the copies pending: ModelCached follows, and no predictor starts on a partial cache
+        # KServe's agents download on both nodes: ModelCached follows, and no predictor starts on a
+        # partial cache
         for name in ("rm-a", "rm-b"):
             wait_for_condition(cluster, ns, name, "ModelCached", "Unknown", "Downloading", saying="0/2 copies")
             ready = condition(get_json(cluster, "rewardmodel", name, "-n", ns))
             assert (ready["status"], ready["reason"]) == ("Unknown", "AwaitingModelCache")
         assert get_json(cluster, "inferenceservice", "rm-a", "-n", ns) is None
 
-        report_as_node_agent(cluster, cache, {"kwok-gpu-0": "ModelDownloaded", "kwok-gpu-1": "ModelDownloadError"})
+        # one node's download fails (its Job retries after Kubernetes' back-off), the other's lands
+        disks["kwok-gpu-1"].fail_downloads("no space left on device")
+        disks["kwok-gpu-0"].let_downloads_through()
         failed = wait_for_condition(cluster, ns, "rm-a", "ModelCached", "False", "DownloadFailed")
         assert "kwok-gpu-1" in failed["message"] and "1/2" in failed["message"]
         wait_for_condition(cluster, ns, "rm-a", "Ready", "False", "ModelCacheFailed")
         assert get_json(cluster, "inferenceservice", "rm-a", "-n", ns) is None
+        assert on_disks(disks, uri) == ["kwok-gpu-0"]
 
-        report_as_node_agent(cluster, cache, {"kwok-gpu-1": "ModelDownloaded"})
+        disks["kwok-gpu-1"].let_downloads_through()
         for name in ("rm-a", "rm-b"):
             wait_for_condition(cluster, ns, name, "ModelCached", "True", "Downloaded")
             wait_for_condition(cluster, ns, name, "Ready", "True", "InferenceServiceReady")
@@ -189,25 +202,32 @@ def test_two_reward_models_share_one_cache_which_goes_with_the_last(cluster, sta
         assert kept["metadata"]["uid"] == cache["metadata"]["uid"]
         assert condition(get_json(cluster, "rewardmodel", "rm-b", "-n", ns))["status"] == "True"
 
+        assert on_disks(disks, uri) == list(GPU_NODES)
+
         delete_reward_model(cluster, ns, "rm-b")
         wait_until(f"the cache of {uri} removed after its last user", lambda: cache_gone(cluster, ns, uri))
+        removed_from_disks(disks, uri)
 
 
-def test_a_namespaced_cache_goes_when_its_users_go_while_the_operator_is_stopped(cluster, start_operator, operator_log):
+def test_a_namespaced_cache_goes_when_its_users_go_while_the_operator_is_stopped(
+    cluster, disks, start_operator, operator_log
+):
     uri = unique_uri()
     with namespaces(cluster, 1) as (ns,):
         with start_operator(cluster, operator_log):
             apply_reward_model(cluster, ns, "rm-a", uri)
             apply_reward_model(cluster, ns, "rm-b", uri)
             the_cache(cluster, ns, uri, [f"{ns}/rm-a", f"{ns}/rm-b"])
+            wait_for_condition(cluster, ns, "rm-a", "ModelCached", "True", "Downloaded")
         delete_reward_model(cluster, ns, "rm-a", operator_stopped=True)
         delete_reward_model(cluster, ns, "rm-b", operator_stopped=True)
         # Kubernetes' garbage collector, through the users' owner references: no operator needed
         wait_until(f"the cache of {uri} removed with no operator running", lambda: cache_gone(cluster, ns, uri))
+        removed_from_disks(disks, uri)
 
 
 def test_a_cluster_wide_cache_is_shared_across_namespaces_and_goes_with_the_last_user(
-    cluster, start_operator, operator_log
+    cluster, disks, start_operator, operator_log
 ):
     uri = unique_uri()
     with namespaces(cluster, 2) as (ns1, ns2):
@@ -216,7 +236,6 @@ def test_a_cluster_wide_cache_is_shared_across_namespaces_and_goes_with_the_last
             apply_reward_model(cluster, ns2, "rm-b", uri, scope="Cluster")
             cache = the_cache(cluster, None, uri, [f"{ns1}/rm-a", f"{ns2}/rm-b"])
             assert caches(cluster, ns1) == [] and caches(cluster, ns2) == []
-            report_as_node_agent(cluster, cache, dict.fromkeys(GPU_NODES, "ModelDownloaded"))
             for ns, name in ((ns1, "rm-a"), (ns2, "rm-b")):
                 wait_for_condition(cluster, ns, name, "ModelCached", "True", "Downloaded")
                 wait_for_condition(cluster, ns, name, "Ready", "True", "InferenceServiceReady")
@@ -238,15 +257,18 @@ def test_a_cluster_wide_cache_is_shared_across_namespaces_and_goes_with_the_last
                 f"the cluster-wide cache of {uri} removed once the operator is back",
                 lambda: cache_gone(cluster, None, uri),
             )
+            removed_from_disks(disks, uri)
 
 
-def test_a_cache_added_later_reaches_the_serving_predictor_once_filled(cluster, start_operator, operator_log):
+def test_a_cache_added_later_reaches_the_serving_predictor_once_filled(cluster, disks, start_operator, operator_log):
     uri = unique_uri()
     with namespaces(cluster, 1) as (ns,), start_operator(cluster, operator_log):
         apply_reward_model(cluster, ns, "rm", uri, cached=False)
         wait_for_condition(cluster, ns, "rm", "Ready", "True", "InferenceServiceReady")
         assert BOUND not in get_json(cluster, "inferenceservice", "rm", "-n", ns)["metadata"]["labels"]
 
+        for disk in disks.values():
+            disk.hold_downloads()
         apply_reward_model(cluster, ns, "rm", uri)
         cache = the_cache(cluster, ns, uri, [f"{ns}/rm"])
         wait_for_condition(cluster, ns, "rm", "ModelCached", "Unknown", "Downloading")
@@ -256,7 +278,8 @@ def test_a_cache_added_later_reaches_the_serving_predictor_once_filled(cluster, 
         assert BOUND not in isvc["metadata"]["labels"]
         wait_for_condition(cluster, ns, "rm", "Ready", "True", "InferenceServiceReady")
 
-        report_as_node_agent(cluster, cache, dict.fromkeys(GPU_NODES, "ModelDownloaded"))
+        for disk in disks.values():
+            disk.let_downloads_through()
 
         def bound():
             found = get_json(cluster, "inferenceservice", "rm", "-n", ns)
@@ -275,15 +298,15 @@ def test_a_node_group_that_does_not_exist_is_invalid_spec(cluster, start_operato
         assert caches(cluster, ns) == []
 
 
-def test_spec_cache_removed_releases_the_predictor_and_the_cache(cluster, start_operator, operator_log):
+def test_spec_cache_removed_releases_the_predictor_and_the_cache(cluster, disks, start_operator, operator_log):
     uri = unique_uri()
     with namespaces(cluster, 2) as (ns1, ns2), start_operator(cluster, operator_log):
         apply_reward_model(cluster, ns1, "rm-a", uri, scope="Cluster")
         apply_reward_model(cluster, ns2, "rm-b", uri, scope="Cluster")
-        cache = the_cache(cluster, None, uri, [f"{ns1}/rm-a", f"{ns2}/rm-b"])
-        report_as_node_agent(cluster, cache, dict.fromkeys(GPU_NODES, "ModelDownloaded"))
+        the_cache(cluster, None, uri, [f"{ns1}/rm-a", f"{ns2}/rm-b"])
         for ns, name in ((ns1, "rm-a"), (ns2, "rm-b")):
             wait_for_condition(cluster, ns, name, "Ready", "True", "InferenceServiceReady")
+        assert on_disks(disks, uri) == list(GPU_NODES)
 
         def unbound(ns: str, name: str):
             isvc = get_json(cluster, "inferenceservice", name, "-n", ns)
@@ -303,5 +326,6 @@ def test_spec_cache_removed_releases_the_predictor_and_the_cache(cluster, start_
         apply_reward_model(cluster, ns2, "rm-b", uri, cached=False)
         wait_until("rm-b's InferenceService unbound from the cache", lambda: unbound(ns2, "rm-b"))
         wait_until(f"the cluster-wide cache of {uri} removed", lambda: cache_gone(cluster, None, uri))
+        removed_from_disks(disks, uri)
         for ns, name in ((ns1, "rm-a"), (ns2, "rm-b")):
             wait_for_condition(cluster, ns, name, "Ready", "True", "InferenceServiceReady")

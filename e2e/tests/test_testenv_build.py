@@ -43,3 +43,16 @@ def test_a_second_build_of_a_component_waits_for_the_first(tmp_path, capsys):
     for thread in threads:
         thread.join(10)
     assert "the other build ended" in "".join(logged) + capsys.readouterr().err
+
+
+def test_an_entry_point_of_ours_in_a_wrapper_module_is_part_of_its_cache_key(tmp_path, monkeypatch):
+    module = tmp_path / "kserve"
+    (module / "agent").mkdir(parents=True)
+    (module / "go.mod").write_text("module example\n")
+    (module / "go.sum").write_text("")
+    monkeypatch.setattr(build, "GO_DIR", tmp_path)
+    component = build.Component("kserve", {"agent": "example/agent"})
+    (module / "agent" / "main.go").write_text("package main\n")
+    before = build.component_key(component)
+    (module / "agent" / "main.go").write_text("package main\n\nfunc main() {}\n")
+    assert build.component_key(component) != before  # an edited entry point builds afresh

@@ -1,5 +1,7 @@
-// Wrapper module: builds KServe's manager (controller and webhooks), router and
-// LocalModel controller from the Go module proxy for the test control plane.
+// Wrapper module: builds KServe's manager (controller and webhooks), router,
+// LocalModel controller and LocalModel node agent (localmodelnode/: KServe's
+// reconciler behind an entry point of ours) from the Go module proxy for the test
+// control plane.
 // The exclude and replace lines are KServe's own, copied from its go.mod at the
 // pinned tag: a dependency's replace lines do not apply to the main module.
 module reward-operator.dev/testenv/kserve
@@ -10,6 +12,12 @@ tool (
 	github.com/kserve/kserve/cmd/localmodel
 	github.com/kserve/kserve/cmd/manager
 	github.com/kserve/kserve/cmd/router
+)
+
+require (
+	github.com/kserve/kserve v0.20.0
+	k8s.io/client-go v0.35.3
+	sigs.k8s.io/controller-runtime v0.23.3
 )
 
 require (
@@ -80,7 +88,6 @@ require (
 	github.com/jmespath/go-jmespath v0.4.1-0.20220621161143-b0104c826a24 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/kedacore/keda/v2 v2.18.0 // indirect
-	github.com/kserve/kserve v0.20.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/leodido/go-urn v1.4.0 // indirect
 	github.com/llm-d/llm-d-workload-variant-autoscaler v0.7.0 // indirect
@@ -145,7 +152,6 @@ require (
 	k8s.io/api v0.35.3 // indirect
 	k8s.io/apiextensions-apiserver v0.35.3 // indirect
 	k8s.io/apimachinery v0.35.3 // indirect
-	k8s.io/client-go v0.35.3 // indirect
 	k8s.io/component-helpers v0.35.3 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20260127142750-a19766b6e2d4 // indirect
@@ -153,7 +159,6 @@ require (
 	knative.dev/networking v0.0.0-20260120131110-a7cdca238a0d // indirect
 	knative.dev/pkg v0.0.0-20260120122510-4a022ed9999a // indirect
 	knative.dev/serving v0.48.1 // indirect
-	sigs.k8s.io/controller-runtime v0.23.3 // indirect
 	sigs.k8s.io/gateway-api v1.5.1 // indirect
 	sigs.k8s.io/gateway-api-inference-extension v1.5.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
