@@ -21,8 +21,10 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path, PurePosixPath
 
+import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
@@ -44,14 +46,19 @@ class Downloads:
         log.info("downloading for the pods of %s onto the node disks under %s", JOB_NAMESPACE, self.nodes)
         ready = downloads_ready(self.nodes)
         while True:
-            for pod in self.core.list_namespaced_pod(JOB_NAMESPACE).items:
-                self.handle(pod)
-            ready.touch()
-            # react to new pods at once; rescan what is held each RESCAN_SECONDS
-            for event in watch.Watch().stream(
-                self.core.list_namespaced_pod, JOB_NAMESPACE, timeout_seconds=RESCAN_SECONDS
-            ):
-                self.handle(event["object"])
+            try:
+                for pod in self.core.list_namespaced_pod(JOB_NAMESPACE).items:
+                    self.handle(pod)
+                ready.touch()
+                # react to new pods at once; rescan what is held each RESCAN_SECONDS
+                for event in watch.Watch().stream(
+                    self.core.list_namespaced_pod, JOB_NAMESPACE, timeout_seconds=RESCAN_SECONDS
+                ):
+                    self.handle(event["object"])
+            except (ApiException, urllib3.exceptions.HTTPError) as error:
+                # the API server restarting: the pods are all looked at again once it answers
+                log.warning("API error, retrying in %ss: %s", RESCAN_SECONDS, error)
+                time.sleep(RESCAN_SECONDS)  # allow-sleep: a stand-in process's back-off, not a test's wait
 
     def handle(self, pod: client.V1Pod) -> None:
         meta, status = pod.metadata, pod.status
@@ -78,11 +85,13 @@ class Downloads:
 
         The storage initializer's arguments are the model's URI and where to put it; its mount is
         the node group's PersistentVolume (a local path on the node) and a sub path per model."""
+        if len(container.args or []) < 2:
+            raise LookupError(f"container {container.name} has no source URI and destination as its arguments")
         uri, target = container.args[0], container.args[1]
-        mount = next(m for m in container.volume_mounts or [] if m.mount_path == target)
-        volume = next(v for v in pod.spec.volumes if v.name == mount.name)
-        if volume.persistent_volume_claim is None:
-            raise LookupError(f"volume {volume.name} is not a PersistentVolumeClaim")
+        mount = next((m for m in container.volume_mounts or [] if m.mount_path == target), None)
+        volume = mount and next((v for v in pod.spec.volumes or [] if v.name == mount.name), None)
+        if volume is None or volume.persistent_volume_claim is None:
+            raise LookupError(f"container {container.name} has no PersistentVolumeClaim mounted at {target}")
         claim = self.core.read_namespaced_persistent_volume_claim(
             volume.persistent_volume_claim.claim_name, pod.metadata.namespace
         )
