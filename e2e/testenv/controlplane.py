@@ -80,6 +80,11 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("TESTENV_DIR") or REPO_ROOT / ".testenv")
 
 
+def fake_nodes() -> list[dict]:
+    """The kwok nodes every control plane registers (fake-nodes.yaml)."""
+    return [doc for doc in yaml.safe_load_all(FAKE_NODES.read_text()) if doc]
+
+
 def _kubeconfig(server: str, keys: pki.Pki) -> dict:
     def b64(path: Path) -> str:
         return base64.b64encode(path.read_bytes()).decode()
@@ -435,7 +440,7 @@ class ControlPlane:
         """KServe's LocalModel node agent on each GPU node, each with a disk of its own, and the
         stand-in for their download pods' container (see ``localmodel`` and ``node_downloads``)."""
         assert self.state is not None
-        nodes = localmodel_setup.gpu_nodes([doc for doc in yaml.safe_load_all(FAKE_NODES.read_text()) if doc])
+        nodes = localmodel_setup.gpu_nodes(fake_nodes())
         disks = localmodel_setup.node_disks(self.directory, nodes)
         log(f"starting KServe's LocalModel node agents on {', '.join(nodes)} (a private /mnt each)")
         python_path = [str(HERE.parent), str(REPO_ROOT / "testing"), os.environ.get("PYTHONPATH", "")]
@@ -531,17 +536,21 @@ class ControlPlane:
         return self._ssl
 
     def _wait(self, url: str, deadline: float, name: str, tls: bool = True) -> None:
-        last_error = ""
-        while time.monotonic() < deadline:
+        errors: list[str] = []
+
+        def healthy() -> bool:
             self._fail_if_exited(name)
             try:
                 with urllib.request.urlopen(url, timeout=2, context=self._ssl_context() if tls else None) as r:
-                    if r.status == 200:
-                        return
+                    return r.status == 200
             except (urllib.error.URLError, OSError) as error:
-                last_error = str(error)
-            time.sleep(0.2)
-        raise TimeoutError(f"{name} not healthy at {url}: {last_error}")
+                errors.append(str(error))
+                return False
+
+        try:
+            wait_until(f"{name} healthy", healthy, timeout=max(0.2, deadline - time.monotonic()), interval=0.2)
+        except AssertionError:
+            raise TimeoutError(f"{name} not healthy at {url}: {errors[-1] if errors else ''}") from None
 
     def _fail_if_exited(self, name: str) -> None:
         assert self.state is not None
@@ -587,16 +596,16 @@ class ControlPlane:
     def _add_fake_nodes(self, deadline: float) -> None:
         log("registering fake GPU nodes (kwok)")
         self.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", str(FAKE_NODES))
-        names = [doc["metadata"]["name"] for doc in yaml.safe_load_all(FAKE_NODES.read_text()) if doc]
+        names = [node["metadata"]["name"] for node in fake_nodes()]
         remaining = max(5, int(deadline - time.monotonic()))
         self.kubectl("wait", "--for=condition=Ready", f"--timeout={remaining}s", *[f"node/{n}" for n in names])
         # The ServiceAccount admission plugin rejects pods until the controller
         # manager has made the namespace's default ServiceAccount.
-        while time.monotonic() < deadline:
-            if self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0:
-                return
-            time.sleep(0.2)
-        raise TimeoutError("the default ServiceAccount never appeared: is kube-controller-manager running?")
+        remaining = max(5, int(deadline - time.monotonic()))
+        account = ["serviceaccount/default", "-n", "default"]
+        made = self.kubectl("wait", "--for=create", f"--timeout={remaining}s", *account, check=False)
+        if made.returncode != 0:
+            raise TimeoutError("the default ServiceAccount never appeared: is kube-controller-manager running?")
 
     # ---- stop --------------------------------------------------------------
 
@@ -679,14 +688,13 @@ def _stop(pid: int, grace: float) -> None:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not _pid_alive(pid):
-            return
-        time.sleep(0.1)
+    try:
+        wait_until(f"process {pid} to exit", lambda: not _pid_alive(pid), timeout=grace, interval=0.1)
+        return
+    except AssertionError:
+        pass  # still there after the grace: killed
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    while _pid_alive(pid):
-        time.sleep(0.05)
+    wait_until(f"process {pid} to exit after SIGKILL", lambda: not _pid_alive(pid), timeout=60, interval=0.05)
