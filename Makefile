@@ -39,37 +39,54 @@ testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's
 OPT_IN_SUITES = e2e/tests/test_keda.py
 # The chaos, fuzz and scale-to-zero suites run on targets of their own (in `make test` too), with
 # -s: their counts and times (objects, restarts, generated specs, wake-up) are printed into the log.
-OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_rewardmodel_scale_to_zero.py
+OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_rewardmodel_scale_to_zero.py \
+	e2e/tests/test_real_node_host.py
 
-integration: venv testenv-build ## integration and e2e tests on a fresh local control plane (chaos and fuzz: their own targets)
+# There is one real node per machine (it changes the host): the suites that run beside another
+# control plane, or need no real pod, leave it out.
+NO_NODE := TESTENV_NODE=0
+
+integration: venv testenv-build host-packages ## integration and e2e tests on a fresh local control plane (chaos and fuzz: their own targets)
 	$(call PYTEST,-m integration $(addprefix --ignore=,$(OPT_IN_SUITES) $(OWN_TARGET_SUITES)))
 
 chaos: venv testenv-build ## chaos tests: operator kill -9, kube-apiserver and etcd restarts, a stalled watch, peering
-	$(PY) -m pytest e2e/tests/test_chaos.py -q -s
+	$(NO_NODE) $(PY) -m pytest e2e/tests/test_chaos.py -q -s
 
 keda-build: venv ## build KEDA's operator and metrics API server into the testenv cache (waits for a build already running)
 	$(TESTENV) build --only keda
 
 keda-test: venv keda-build ## build KEDA into the testenv cache and run its test (a ScaledObject scaling a Deployment 0 -> 1 -> 3 -> 0)
-	$(PY) -m pytest e2e/tests/test_keda.py -q -s
+	$(NO_NODE) $(PY) -m pytest e2e/tests/test_keda.py -q -s
 
 .PHONY: scale-to-zero
 scale-to-zero: venv testenv-build keda-build ## a RewardModel at zero with KServe's controller, KEDA and the operator: a burst wakes it, load scales it, idle puts it back to 0
-	$(PY) -m pytest e2e/tests/test_rewardmodel_scale_to_zero.py -q -s
+	$(NO_NODE) $(PY) -m pytest e2e/tests/test_rewardmodel_scale_to_zero.py -q -s
 
 # chaos and scale-to-zero mostly wait (kopf's and KEDA's timeouts, peer lifetimes, cooldowns), each on a
 # control plane of its own: they run side by side, each one's output printed whole when it ends.
-test: lint unit integration fuzz ## everything CI runs
+test: lint unit node-host integration fuzz ## everything CI runs
 	$(MAKE) --no-print-directory -j2 --output-sync=target chaos scale-to-zero
+
+.PHONY: node-host host-packages
+node-host: venv testenv-build host-packages ## the real node alone: a pod runs, then the host is as before `up` (also after an interrupted run)
+	$(PY) -m pytest e2e/tests/test_real_node_host.py -q -s
+
+# Debian's packages the real node takes from the host (runc, iptables, iproute2) and the image
+# builder (buildah, debootstrap); installed when missing (root, as in CI).
+HOST_PACKAGES := runc iptables iproute2 buildah debootstrap
+host-packages: ## install the Debian packages the real node and the image builds need, where missing
+	@missing=$$(for p in $(HOST_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then echo "installing Debian's $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 .PHONY: fuzz
 fuzz: venv testenv-build ## fuzz RewardModel specs on a fresh control plane with the operator (500 specs; FUZZ_EXAMPLES=5000 for more)
-	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-500} $(PY) -m pytest e2e/tests/test_fuzz_rewardmodel.py -q -s
+	$(NO_NODE) FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-500} $(PY) -m pytest e2e/tests/test_fuzz_rewardmodel.py -q -s
 
 # Each area adds its benchmark as a prerequisite (mk/gateway.mk: bench-gateway; mk/operator.mk: bench-operator).
 bench: ## every benchmark: figures and ratios, printed, never asserted
 
-up: venv ## start the local control plane with KServe's manager, TESTENV_KSERVE=0 without (prints the KUBECONFIG to export)
+up: venv host-packages ## start the local control plane with KServe's manager, TESTENV_KSERVE=0 without (prints the KUBECONFIG to export)
 	$(TESTENV) up
 
 down: venv ## stop the local control plane and remove its state
@@ -81,7 +98,7 @@ status: venv ## show the local control plane's processes
 kubeconfig: venv ## print the local control plane's kubeconfig path
 	@$(TESTENV) kubeconfig
 
-demo: venv ## control plane + operator + sample RewardModel, then show what it made
+demo: venv host-packages ## control plane + operator + sample RewardModel, then show what it made
 	$(PY) e2e/demo.py
 
 crds: venv ## regenerate crds/ from reward_operator.api (then `make chart-sync` copies them into the chart)

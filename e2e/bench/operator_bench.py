@@ -542,7 +542,7 @@ class Plane:
 
     def __enter__(self) -> Plane:
         started = time.monotonic()
-        state = self.plane.up(kserve=True)
+        state = self.plane.up(kserve=True, node=False)
         try:
             self._prepare(state, started)
         except BaseException:

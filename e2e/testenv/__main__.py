@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from . import build, controlplane
+from . import build, controlplane, node
 
 
 def _default_components() -> str:
@@ -46,7 +46,17 @@ def main(argv: list[str] | None = None) -> int:
         help="run KServe's LocalModel controller with localModel enabled and a node group (spec.cache); "
         "implies --kserve; default: no, unless TESTENV_LOCALMODEL=1",
     )
-    sub.add_parser("down", help="stop every process of the control plane and remove its folder")
+    up.add_argument(
+        "--node",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the real node (kubelet, containerd, CNI, kube-proxy, CoreDNS; root, changes the host until down); "
+        "default: yes, unless TESTENV_NODE=0",
+    )
+    sub.add_parser(
+        "down", help="stop every process of the control plane, remove its folder, undo the real node's host changes"
+    )
+    sub.add_parser("clean-node", help="undo the host changes of a real node left behind (no control plane needed)")
     sub.add_parser("status", help="show which components are running")
     sub.add_parser("kubeconfig", help="print the kubeconfig path (use: export KUBECONFIG=$(...))")
     args = parser.parse_args(argv)
@@ -60,9 +70,15 @@ def main(argv: list[str] | None = None) -> int:
         print(build.bin_dir())
         return 0
 
+    if args.command == "clean-node":
+        node.clean_host()
+        print("the host holds no real node's state")
+        return 0
+
     plane = controlplane.ControlPlane()
     if args.command == "up":
-        state = plane.up(timeout=args.timeout, kserve=args.kserve, keda=args.keda, localmodel=args.localmodel)
+        state = plane.up(timeout=args.timeout, kserve=args.kserve, keda=args.keda, localmodel=args.localmodel,
+                           node=args.node)  # fmt: skip
         print(f"export KUBECONFIG={state.kubeconfig}")
         print(f"export PATH={build.bin_dir()}:$PATH   # kubectl, helm of the pinned releases")
         return 0

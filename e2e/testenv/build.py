@@ -33,6 +33,7 @@ class Component:
     module_dir: str
     binaries: dict[str, str]  # binary name -> Go package
     ldflags: str = ""
+    tags: str = ""  # go build -tags
     # built by a plain `build` (make testenv-build, CI); the others only when named (--only) or
     # when a control plane that runs them starts
     default: bool = True
@@ -70,7 +71,14 @@ COMPONENTS = (
         {
             name: f"k8s.io/kubernetes/cmd/{name}"
             # kubelet and kube-proxy: the real node (see node.py)
-            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy")
+            for name in (
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kubectl",
+                "kubelet",
+                "kube-proxy",
+            )
         },
         ldflags=_kubernetes_ldflags(KUBERNETES_VERSION),
     ),
@@ -88,6 +96,27 @@ COMPONENTS = (
             "kserve-localmodelnode": "reward-operator.dev/testenv/kserve/localmodelnode",
         },
     ),
+    # The real node (node.py) beside kwok's fake ones: containerd with its runc shim and ctr (which
+    # imports the images built here); btrfs needs cgo headers, and overlayfs is the snapshotter here
+    Component(
+        "containerd",
+        {
+            name: f"github.com/containerd/containerd/v2/cmd/{name}"
+            for name in ("containerd", "containerd-shim-runc-v2", "ctr")
+        },
+        tags="no_btrfs",
+        # what `containerd --version` and the kubelet's runtime version say (its default is "dev")
+        ldflags="-X github.com/containerd/containerd/v2/version.Version="
+        + _required_version("containerd", "github.com/containerd/containerd/v2"),
+    ),
+    Component(
+        "cni",
+        {
+            name: f"github.com/containernetworking/plugins/plugins/{kind}/{name}"
+            for kind, name in (("main", "bridge"), ("ipam", "host-local"), ("meta", "portmap"), ("main", "loopback"))
+        },
+    ),
+    Component("coredns", {"coredns": "github.com/coredns/coredns"}),
     # KEDA's operator (ScaledObjects: the HPA it owns, scaling 0 <-> 1 itself) and its
     # external metrics API server (what the HPA asks for 1..N); see keda.py. The version
     # its logs print is set the way KEDA's Makefile sets it (the default says "main").
@@ -153,6 +182,7 @@ def component_key(component: Component) -> str:
         digest.update(path.read_bytes())
     digest.update(json.dumps(component.binaries, sort_keys=True).encode())
     digest.update(component.ldflags.encode())
+    digest.update(component.tags.encode())
     return digest.hexdigest()[:12]
 
 
@@ -184,6 +214,8 @@ def _go_build(component: Component, out_dir: Path) -> None:
     command = ["go", "build", "-v", "-trimpath", "-buildvcs=false", "-o", str(out_dir) + os.sep]
     if component.ldflags:
         command += ["-ldflags", component.ldflags]
+    if component.tags:
+        command += ["-tags", component.tags]
     command += list(component.binaries.values())
     started = time.monotonic()
     compiled = 0

@@ -30,9 +30,10 @@ from reward_testing import pki
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
-from . import build, kserve, kserve_manager
+from . import build, images, kserve, kserve_manager
 from . import keda as keda_setup
 from . import localmodel as localmodel_setup  # `localmodel` is also a parameter name below
+from . import node as node_setup  # `node` is also a parameter name below
 from .helpers import condition
 
 HERE = Path(__file__).resolve().parent
@@ -43,14 +44,19 @@ OUR_CRDS = REPO_ROOT / "crds"
 
 # Start order; ``down`` stops them in reverse.
 COMPONENT_ORDER = (
-    "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+    "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", *node_setup.PROCESSES, node_setup.STORAGE,
     kserve_manager.NAME, localmodel_setup.NAME, keda_setup.OPERATOR, keda_setup.ADAPTER,
 )  # fmt: skip
 
 
-def needed_components(with_kserve: bool, with_keda: bool = False) -> tuple[str, ...]:
+def needed_components(with_kserve: bool, with_keda: bool = False, with_node: bool = False) -> tuple[str, ...]:
     """The build components (see ``build.COMPONENTS``) whose binaries a control plane runs."""
-    return ("kubernetes", "etcd", "kwok", *(("kserve",) if with_kserve else ()), *(("keda",) if with_keda else ()))
+    return (
+        "kubernetes", "etcd", "kwok",
+        *(("kserve",) if with_kserve else ()),
+        *(("keda",) if with_keda else ()),
+        *(("containerd", "cni", "coredns") if with_node else ()),
+    )  # fmt: skip
 
 
 def log(message: str) -> None:
@@ -156,28 +162,34 @@ class ControlPlane:
         kserve: bool | None = None,
         keda: bool | None = None,
         localmodel: bool | None = None,
+        node: bool | None = None,
     ) -> State:
         """Start everything and wait until it is ready; ``kserve`` (default: the
         TESTENV_KSERVE=1 environment variable) adds KServe's manager and webhooks,
         ``keda`` (default: TESTENV_KEDA=1) KEDA's operator and metrics API server,
         ``localmodel`` (default: TESTENV_LOCALMODEL=1; implies ``kserve``) KServe's LocalModel
-        controller with localModel enabled."""
+        controller with localModel enabled, ``node`` (default: on unless TESTENV_NODE=0) the real node
+        (kubelet, containerd, CNI, kube-proxy, CoreDNS: see ``node``), whose pods run for real."""
         with_localmodel = localmodel_setup.enabled_by_env() if localmodel is None else localmodel
         with_kserve = with_localmodel or (kserve_manager.enabled_by_env() if kserve is None else kserve)
         with_keda = keda_setup.enabled_by_env() if keda is None else keda
+        with_node = node_setup.enabled_by_env() if node is None else node
         if (self.directory / "state.json").exists():
             raise RuntimeError(
                 f"a control plane is already recorded in {self.directory}; "
                 "run `python -m testenv down` first (or set TESTENV_DIR)"
             )
-        components = needed_components(with_kserve, with_keda)
+        components = needed_components(with_kserve, with_keda, with_node)
         missing = build.missing_binaries(components)
         if missing:
             log(f"binaries missing ({', '.join(missing)}): building them first")
             build.build(only=components)
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
-        keys = pki.create(self.directory / "pki")
+        # pods on the real node reach the API server at the host's address (the kubernetes Service's
+        # endpoint), so its serving certificate names that address too
+        node_address = node_setup.host_address() if with_node else None
+        keys = pki.create(self.directory / "pki", extra_addresses=(node_address,) if node_address else ())
         ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
         server = f"https://127.0.0.1:{ports['apiserver']}"
         kubeconfig = self.directory / "kubeconfig"
@@ -188,7 +200,8 @@ class ControlPlane:
         try:
             # aggregated API servers (KEDA's metrics API) need kube-apiserver's front-proxy identity
             front_proxy = keda_setup.front_proxy_flags(keys, self.directory / "pki") if with_keda else []
-            self._start_api_server(keys, deadline=time.monotonic() + timeout, extra_flags=front_proxy)
+            self._start_api_server(keys, deadline=time.monotonic() + timeout, extra_flags=front_proxy,
+                                   node_address=node_address)  # fmt: skip
             # CRDs before the controller-manager: its garbage collector finds new kinds
             # only on a discovery resync every 30 s, and until then leaves the children
             # of a deleted InferenceService or RewardModel in place; KEDA's before
@@ -201,6 +214,8 @@ class ControlPlane:
             if with_keda:
                 keda_started = self._start_keda(keys)
             self._add_fake_nodes(deadline=time.monotonic() + timeout)
+            if node_address:
+                self._start_node(node_address, deadline=time.monotonic() + timeout)
             if with_kserve:
                 self._wait_kserve(keys, kserve_started, deadline=time.monotonic() + timeout)
             if with_localmodel:
@@ -247,7 +262,9 @@ class ControlPlane:
         self.state.pids[name] = process.pid
         self.state.save()
 
-    def _start_api_server(self, keys: pki.Pki, deadline: float, extra_flags: list[str] | None = None) -> None:
+    def _start_api_server(
+        self, keys: pki.Pki, deadline: float, extra_flags: list[str] | None = None, node_address: str | None = None
+    ) -> None:
         assert self.state is not None
         ports, b, d = self.state.ports, self.bin, self.directory
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
@@ -278,11 +295,11 @@ class ControlPlane:
             [
                 str(b / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
                 f"--secure-port={ports['apiserver']}",
-                # no kubelet runs, so nothing else may claim the kubernetes Service endpoints
-                "--endpoint-reconciler-type=none",
+                *self._api_server_address_flags(node_address),
+                # a namespace can pin its pods to the real node and let them tolerate its taint
+                # (node.namespace_for_real_node)
+                "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
                 f"--tls-cert-file={keys.serving_cert}",
                 f"--tls-private-key-file={keys.serving_key}",
                 f"--client-ca-file={keys.ca_cert}",
@@ -297,6 +314,71 @@ class ControlPlane:
             ],
         )
         self._wait(f"{self.state.api_server}/readyz", deadline, "kube-apiserver")
+
+    @staticmethod
+    def _api_server_address_flags(node_address: str | None) -> list[str]:
+        if node_address is None:
+            # no kubelet runs, so nothing else may claim the kubernetes Service endpoints
+            return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
+        return [
+            # pods reach it through the kubernetes Service, whose endpoint is the advertised
+            # address; the host's own clients keep using 127.0.0.1
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={node_address}",
+            # logs, exec and port-forward dial the node's address, not its host name (which
+            # does not resolve here)
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+        ]
+
+    def _start_node(self, address: str, deadline: float) -> None:
+        """The real node: the host prepared (recorded for ``down``), containerd with the images built
+        here imported, then CoreDNS, kube-proxy and the kubelet; returns once the Node is Ready."""
+        assert self.state is not None
+        started = time.monotonic()
+        node_dir = self.directory / "node"
+        log(f"starting the real node {node_setup.NAME} at {address} (kubelet, containerd, CNI, kube-proxy, CoreDNS)")
+        node_setup.prepare_host(self.directory, node_dir)
+        for name in node_setup.PORT_NAMES:
+            self.state.ports[name] = free_port()
+        commands = node_setup.write_configs(
+            node_dir, self.bin, self.state.kubeconfig, address, self.state.ports, images.PAUSE_IMAGE
+        )
+        env = node_setup.process_environment(self.bin)
+        self._spawn(node_setup.CONTAINERD, commands[node_setup.CONTAINERD], env=env)
+        socket_path = node_setup.containerd_socket(node_dir)
+
+        def containerd_listening() -> bool:
+            self._fail_if_exited(node_setup.CONTAINERD)
+            return socket_path.is_socket()
+
+        wait_until("containerd listening", containerd_listening, timeout=max(5.0, deadline - time.monotonic()))
+        self.load_images(node_setup.IMAGES)
+        for name in (node_setup.COREDNS, node_setup.KUBE_PROXY, node_setup.KUBELET):
+            self._spawn(name, commands[name], env=env)
+        for name, url in node_setup.health_urls(self.state.ports).items():
+            self._wait(url, deadline, name, tls=False)
+        # the models' storage server: KServe's storage initializer downloads from it, as it would
+        # from a bucket or a model server of the user's (http(s):// model URIs)
+        storage = node_setup.storage_dir(self.directory)
+        storage.mkdir(parents=True, exist_ok=True)
+        self.state.ports[node_setup.STORAGE] = free_port()
+        self._spawn(node_setup.STORAGE, node_setup.storage_command(sys.executable, storage, address,
+                                                                   self.state.ports[node_setup.STORAGE]))  # fmt: skip
+        remaining = max(5, int(deadline - time.monotonic()))
+        self.kubectl("wait", "--for=condition=Ready", f"--timeout={remaining}s", f"node/{node_setup.NAME}")
+        log(f"real node Ready {time.monotonic() - started:.1f}s after its start")
+
+    def load_images(self, names: tuple[str, ...]) -> None:
+        """Build (when not cached) and import into the real node's containerd the images ``names`` of
+        ``images.IMAGES``: what a pod there runs, since no registry is reachable."""
+        assert self.state is not None
+        socket_path = node_setup.containerd_socket(self.directory / "node")
+        if not socket_path.is_socket():
+            raise RuntimeError(f"no real node runs in {self.directory} (TESTENV_NODE=0?)")
+        started = time.monotonic()
+        tars = images.node_images(names)
+        images.import_images(self.bin / "ctr", str(socket_path), tars.values())
+        log(f"images {', '.join(names)} on the real node in {time.monotonic() - started:.1f}s")
 
     def _start_controllers(self, keys: pki.Pki, deadline: float, with_keda: bool = False) -> None:
         assert self.state is not None
@@ -620,6 +702,9 @@ class ControlPlane:
                 pid = self.state.pids.get(name)
                 if pid:
                     _stop(pid, grace)
+        if node_setup.owned_by(self.directory):
+            # the containers, shims, mounts, chains and the bridge outlive the node's processes
+            node_setup.clean_host()
         if self.directory.exists():
             shutil.rmtree(self.directory, ignore_errors=True)
         self.state = None
@@ -673,6 +758,7 @@ class ControlPlane:
             localmodel_setup.NAME: (f"http://127.0.0.1:{ports.get('localmodel-health')}/healthz", False),
             keda_setup.OPERATOR: (f"http://127.0.0.1:{ports.get('keda-health')}/readyz", False),
             keda_setup.ADAPTER: (f"https://127.0.0.1:{ports.get('keda-adapter')}/readyz", True),
+            **{process: (url, False) for process, url in node_setup.health_urls(ports).items()},
         }.get(name)
 
     def status(self) -> dict[str, str]:

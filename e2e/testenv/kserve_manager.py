@@ -13,6 +13,7 @@ addresses differ (the webhooks call 127.0.0.1 instead of an in-cluster Service).
 from __future__ import annotations
 
 import base64
+import json
 import os
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import yaml
 
 from reward_testing import pki
 
-from . import kserve
+from . import images, kserve
 
 NAME = "kserve-manager"  # process name in the State, and binary name
 NAMESPACE = "kserve"  # POD_NAMESPACE: where the manager reads its ConfigMap
@@ -34,7 +35,7 @@ def enabled_by_env() -> bool:
 
 
 def inference_service_config() -> dict:
-    """KServe's shipped ConfigMap, unchanged: nothing in it stands in the local setup's way.
+    """KServe's shipped ConfigMap, its storage initializer's image aside.
 
     deploy.defaultDeploymentMode stays Knative (Serverless): our objects set the mode
     explicitly, and one that forgets gets KServe's real answer (Knative is not
@@ -45,6 +46,12 @@ def inference_service_config() -> dict:
     path = kserve.module_dir() / "config" / "configmap" / "inferenceservice.yaml"
     config = yaml.safe_load(path.read_text())
     config["metadata"]["namespace"] = NAMESPACE
+    # One change: the storage initializer's image is the one built here from KServe's own storage
+    # package of the same release (images.py), since no registry is reachable. Pods on the real
+    # node run it; kwok's fake ones never pull it.
+    initializer = json.loads(config["data"]["storageInitializer"])
+    initializer["image"] = images.STORAGE_INITIALIZER_IMAGE
+    config["data"]["storageInitializer"] = json.dumps(initializer, indent=2)
     return config
 
 

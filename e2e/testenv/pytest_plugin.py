@@ -7,10 +7,14 @@ started for the whole session and stopped at its end, with KServe's own manager
 KServe use ``kserve_cluster``, which brings its own control plane in that case.
 Tests that need KEDA use ``keda_cluster`` likewise (KEDA is off unless TESTENV_KEDA=1), and tests
 that need KServe's LocalModel controller ``localmodel_cluster`` (off unless TESTENV_LOCALMODEL=1).
+The session's control plane has the real node (``testenv.node``) unless TESTENV_NODE=0; tests whose
+pods must really run use ``node_cluster`` and ``node_namespace`` (a namespace pinned to that node).
+Module-scoped control planes leave the node out: there is one real node per machine.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -24,6 +28,7 @@ import pytest
 
 from . import build, controlplane, keda, kserve_manager, localmodel
 from . import keda as keda_setup  # `keda` is also a parameter name below
+from . import node as node_setup
 
 
 @dataclass
@@ -52,11 +57,11 @@ class Cluster:
 
 @contextmanager
 def _local_cluster(
-    kserve: bool | None = None, keda: bool | None = None, localmodel: bool | None = None
+    kserve: bool | None = None, keda: bool | None = None, localmodel: bool | None = None, node: bool | None = False
 ) -> Iterator[Cluster]:
     with tempfile.TemporaryDirectory(prefix="reward-operator-testenv-") as scratch:
         plane = controlplane.ControlPlane(Path(scratch) / "plane")
-        state = plane.up(kserve=kserve, keda=keda, localmodel=localmodel)
+        state = plane.up(kserve=kserve, keda=keda, localmodel=localmodel, node=node)
         hosts = keda_setup.hosts_file(plane.directory)
         try:
             yield Cluster(
@@ -76,8 +81,22 @@ def cluster() -> Iterator[Cluster]:
     if external:
         yield Cluster(kubeconfig=external, bin_dir=build.bin_dir(), local=False)
         return
-    with _local_cluster() as local:
+    with _local_cluster(node=None) as local:
         yield local
+
+
+@pytest.fixture(scope="module")
+def node_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A cluster with the real node: the session's (the default), or, with TESTENV_NODE=0, a control
+    plane with the node for this module alone. An E2E_KUBECONFIG cluster needs a Node named
+    ``real-node`` with the images built here."""
+    yield from _shared_or_own(
+        request,
+        node_setup.enabled_by_env(),
+        f"node/{node_setup.NAME}",
+        f"no real node ({node_setup.NAME})",
+        node=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -183,9 +202,26 @@ def keda_namespace(keda_cluster: Cluster) -> Iterator[str]:
         yield name
 
 
+@pytest.fixture
+def node_namespace(node_cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace per test whose pods all run on the real node, deleted afterwards."""
+    name = f"n-{uuid.uuid4().hex[:8]}"
+    node_cluster.kubectl("apply", "-f", "-", input=json.dumps(node_setup.namespace_for_real_node(name)))
+    node_cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
+    try:
+        yield name
+    finally:
+        node_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+CLUSTER_FIXTURES = {"cluster", "kserve_cluster", "keda_cluster", "localmodel_cluster", "node_cluster"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Anything that needs a cluster is an integration test, so `-m "not integration"`
     # gives the fast unit run without marking each test by hand.
     for item in items:
-        if {"cluster", "kserve_cluster", "keda_cluster", "localmodel_cluster"} & set(getattr(item, "fixturenames", ())):
+        if {"cluster", "kserve_cluster", "keda_cluster", "localmodel_cluster", "node_cluster"} & set(
+            getattr(item, "fixturenames", ())
+        ):
             item.add_marker(pytest.mark.integration)

@@ -86,7 +86,7 @@ def plane() -> Iterator[ControlPlane]:
     """A control plane of this test's own (no KServe), with the reward runtimes and the namespace."""
     with tempfile.TemporaryDirectory(prefix="reward-operator-chaos-") as scratch:
         plane = ControlPlane(Path(scratch) / "plane")
-        plane.up(kserve=False)
+        plane.up(kserve=False, node=False)
         try:
             plane.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(REPO / "runtimes"))
             plane.kubectl("create", "namespace", NAMESPACE)

@@ -77,7 +77,9 @@ def issue(directory: Path, name: str, subject: str, extensions: list[str], pki_c
     ext_file.unlink()
 
 
-def create(directory: Path) -> Pki:
+def create(directory: Path, extra_addresses: tuple[str, ...] = ()) -> Pki:
+    """A CA, the API server's serving certificate (SERVING_SANS plus ``extra_addresses``), an admin
+    client certificate and the service-account key pair."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, ca_cert = directory / "ca.key", directory / "ca.crt"
     _new_key(ca_key)
@@ -114,7 +116,7 @@ def create(directory: Path) -> Pki:
             *leaf,
             "keyUsage=critical,digitalSignature,keyEncipherment",
             "extendedKeyUsage=serverAuth",
-            "subjectAltName=" + ",".join(SERVING_SANS),
+            "subjectAltName=" + ",".join([*SERVING_SANS, *(f"IP:{address}" for address in extra_addresses)]),
         ],
         (ca_cert, ca_key),
     )

@@ -32,7 +32,9 @@ CACHEABLE_SCHEMES = ("hf", "s3", "gs")
 LOCAL_MODEL_JOB_NAMESPACE = "kserve-localmodel-jobs"
 DEPLOYMENT_MODES = ("Standard", "Knative")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-STORAGE_SCHEMES = ("hf", "s3", "gs", "pvc", "oci")
+# KServe's storage initializer reads each of these; https:// (and http:// inside a cluster's own
+# network) fetches one file, which it unpacks when it is a .tar.gz, .tar or .zip of the model folder.
+STORAGE_SCHEMES = ("hf", "s3", "gs", "pvc", "oci", "https", "http")
 DEFAULT_RUNTIME = "vllm-reward"
 
 # KServe v0.20 parses the merged model container (runtime plus ISVC args and
@@ -76,7 +78,8 @@ def model_fields(prefix: str) -> dict[str, Schema]:
     return {
         "uri": string(
             "Where KServe's storage initializer fetches the weights: hf://org/model, "
-            "s3://bucket/path, gs://bucket/path, pvc://claim/path or oci://registry/image:tag.",
+            "s3://bucket/path, gs://bucket/path, pvc://claim/path, oci://registry/image:tag, or "
+            "https://host/model.tar.gz (an archive of the model folder, unpacked by KServe; http:// too).",
             maxLength=2048,
             **{
                 "x-kubernetes-validations": [
