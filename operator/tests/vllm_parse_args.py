@@ -13,7 +13,14 @@ results = {}
 for name, args in json.load(sys.stdin).items():
     try:
         parsed = parser.parse_args(args)
-        results[name] = {"ok": True, "runner": parsed.runner, "convert": parsed.convert}
+        results[name] = {
+            "ok": True,
+            "runner": parsed.runner,
+            "convert": parsed.convert,
+            "enforce_eager": parsed.enforce_eager,
+            "dtype": parsed.dtype,
+            "kv_cache_memory_bytes": parsed.kv_cache_memory_bytes,
+        }
     except SystemExit:
         results[name] = {"ok": False}
 print("RESULTS " + json.dumps(results))
