@@ -1,11 +1,13 @@
-"""Run by a vLLM interpreter: parse each JSON argument list with `vllm serve`'s own parser."""
+"""Run by a vLLM interpreter: parse each JSON argument list with the parser of the runtimes' entry
+point (`python -m vllm.entrypoints.openai.api_server`, which `vllm serve` shares)."""
 
 import json
 import os
 import sys
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-from vllm.entrypoints.common.cli_args import make_arg_parser
+# where vLLM 0.32 keeps it (0.33, which this was first written for, has it in vllm.entrypoints.common.cli_args)
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 parser = make_arg_parser(FlexibleArgumentParser())
