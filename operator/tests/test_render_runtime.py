@@ -126,6 +126,13 @@ def predictor_model(children: list[dict]) -> dict:
     return isvc["spec"]["predictor"]["model"]
 
 
+def test_a_cpu_predictor_rolls_its_pods_where_a_gpu_one_replaces_them():
+    (isvc,) = [c for c in render_reward_model(cpu_reward_model()) if c["kind"] == "InferenceService"]
+    assert "deploymentStrategy" not in isvc["spec"]["predictor"]  # KServe's rolling update: no spare GPU needed
+    (isvc,) = [c for c in render_reward_model(golden_input("sequence-standard")) if c["kind"] == "InferenceService"]
+    assert isvc["spec"]["predictor"]["deploymentStrategy"] == {"type": "Recreate"}
+
+
 def test_gpus_zero_renders_the_cpu_runtime_without_gpu_resources():
     model = predictor_model(render_reward_model(cpu_reward_model()))
     assert model["runtime"] == "vllm-reward-cpu"
