@@ -102,7 +102,7 @@ def runtime_missing(namespace: str, prefix: str, runtime: str, named: bool, gpus
         return f"{message}; install the reward runtimes or name an existing runtime"
     return (
         f"{message}, the default for {prefix}.{gpus_field}; install the reward runtimes (the chart's "
-        "runtimes.enabled, or manifests/base) or name an existing runtime in runtime"
+        f"runtimes.enabled, or manifests/base) or set {prefix}.runtime to an existing one"
     )
 
 
