@@ -152,6 +152,21 @@ def test_gateway_image_follows_the_operator_image_unless_set(helm):
     assert gateway_image("--set=gateway.image=gateway:2") == "gateway:2"
 
 
+def test_cpu_runtimes_take_the_cpu_image_from_your_registry(helm):
+    def images(*args: str) -> dict[str, str]:
+        runtimes = (doc for doc in template(helm, "ops", *args) if doc["kind"] == "ClusterServingRuntime")
+        return {doc["metadata"]["name"]: doc["spec"]["containers"][0]["image"] for doc in runtimes}
+
+    shipped = images()
+    assert shipped["vllm-reward-cpu"] == shipped["vllm-generate-cpu"] == "reward-operator-vllm-cpu:0.32.0"
+    moved = images("--set=runtimes.cpuImage=registry.example/team/vllm-cpu:0.32.0")
+    assert moved == {
+        **shipped,
+        "vllm-reward-cpu": "registry.example/team/vllm-cpu:0.32.0",
+        "vllm-generate-cpu": "registry.example/team/vllm-cpu:0.32.0",
+    }
+
+
 def test_crds_come_first_for_argocd_and_are_kept(helm):
     docs = template(helm, "ops")
     for doc in docs:

@@ -614,14 +614,24 @@ class Holdings:
     node_groups: set[str] = field(default_factory=set)  # LocalModelNodeGroups (spec.cache names them)
 
 
+def _runtimes(spec: dict) -> list[str]:
+    """The runtimes the model and its candidate run on: spec.runtime, else the CUDA one with GPUs and
+    the CPU one with resources.gpus: 0 (the candidate by its own canary.resources.gpus)."""
+    gpus = [spec["resources"]["gpus"]]
+    if "canary" in spec:
+        gpus.append((spec["canary"].get("resources") or {}).get("gpus", gpus[0]))
+    return [spec.get("runtime") or ("vllm-reward-cpu" if count == 0 else "vllm-reward") for count in gpus]
+
+
 def expected_invalid(obj: dict, namespace: str, held: Holdings) -> str | None:
     spec, name = obj["spec"], obj["metadata"]["name"]
     if spec["serving"]["mode"] == "Standard":
         component = "transformer" if spec["gateway"]["enabled"] else "predictor"
         if len(f"{name}-{component}-{namespace}") > DNS_LABEL_MAX:
             return "host label over 63 characters"
-    if spec["runtime"] not in held.runtimes:
-        return f"runtime {spec['runtime']!r} missing"
+    for runtime in _runtimes(spec):
+        if runtime not in held.runtimes:
+            return f"runtime {runtime!r} missing"
     credentials = spec.get("credentials") or {}
     refs = []
     if token := credentials.get("huggingFaceToken"):

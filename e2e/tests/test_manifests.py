@@ -60,7 +60,8 @@ def test_samples_cover_every_model_kind_and_mode(cluster, namespace):
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", str(REPO / "crds"))
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
     names = cluster.kubectl("get", "rewardmodels", "-n", namespace, "-o", "name").stdout.split()
-    assert len(names) == len(reward_models) == 8  # the six, one with gateway.allowedClients, one with spec.cache
+    # the six, one with gateway.allowedClients, one with spec.cache, one on CPU (resources.gpus: 0)
+    assert len(names) == len(reward_models) == 9
     names = cluster.kubectl("get", "rlhfpipelines", "-n", namespace, "-o", "name").stdout.split()
     assert len(names) == len(pipelines) == 1
 

@@ -1,4 +1,5 @@
-"""The children an RLHFPipeline renders, walked against KServe v0.20's own CRD schemas, offline.
+"""The children an RLHFPipeline renders, and the ClusterServingRuntimes of runtimes/, walked against
+KServe v0.20's own CRD schemas, offline.
 
 The API server drops a field its schema does not know (pruning) without a word, so a misspelt
 ``routerTimeouts`` would leave the router at its 60 s default and nothing would fail. This
@@ -13,10 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from reward_operator.render import render_rlhf_pipeline
-from reward_testing.paths import GOLDEN
+from reward_operator.render import render_reward_model, render_rlhf_pipeline
+from reward_testing.paths import GOLDEN, REPO
 
 CASES = sorted((GOLDEN / "pipeline" / "inputs").glob("*.yaml"))
+RUNTIMES = sorted((REPO / "runtimes").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +67,19 @@ def test_every_rendered_field_is_kserves(case, kserve_schemas):
         schema = kserve_schemas[child["kind"]]
         spec_problems = unknown_fields(child["spec"], schema["properties"]["spec"], f"{child['kind']}.spec")
         assert spec_problems == [], child["metadata"]["name"]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES, ids=[path.stem for path in RUNTIMES])
+def test_every_runtime_field_is_kserves(runtime, kserve_schemas):
+    manifest = yaml.safe_load(runtime.read_text())
+    assert manifest["kind"] == "ClusterServingRuntime"
+    schema = kserve_schemas["ClusterServingRuntime"]
+    assert unknown_fields(manifest["spec"], schema["properties"]["spec"], "ClusterServingRuntime.spec") == []
+
+
+def test_a_cpu_reward_models_inference_service_is_kserves(kserve_schemas):
+    reward_model = yaml.safe_load((GOLDEN / "inputs" / "sequence-cpu.yaml").read_text())
+    for child in render_reward_model(reward_model):
+        if child["kind"] == "InferenceService":
+            schema = kserve_schemas["InferenceService"]["properties"]["spec"]
+            assert unknown_fields(child["spec"], schema, "InferenceService.spec") == []

@@ -57,7 +57,7 @@ def test_gateway_transformer_pod_is_restricted(cluster, restricted_namespace, au
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("runtime", ["vllm-reward", "vllm-generate"])
+@pytest.mark.parametrize("runtime", sorted(path.stem for path in (REPO / "runtimes").glob("*.yaml")))
 def test_vllm_runtime_pod_is_restricted(cluster, restricted_namespace, runtime):
     spec = yaml.safe_load((REPO / "runtimes" / f"{runtime}.yaml").read_text())["spec"]
     result = admitted(cluster, restricted_namespace, pod("predictor", spec["containers"], spec.get("volumes", [])))

@@ -338,7 +338,7 @@ def test_defaults_are_applied_by_the_api_server(cluster, namespace):
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(minimal))
     stored = json.loads(cluster.kubectl("get", "rewardmodel", "minimal", "-n", namespace, "-o", "json").stdout)
     assert stored["spec"]["model"]["kind"] == "sequence"
-    assert stored["spec"]["runtime"] == "vllm-reward"
+    assert "runtime" not in stored["spec"]  # the operator picks it by resources.gpus (render/runtime.py)
     assert stored["spec"]["serving"] == {"mode": "Standard", "minReplicas": 1, "maxReplicas": 1}
     assert stored["spec"]["resources"] == {"gpus": 1}
 

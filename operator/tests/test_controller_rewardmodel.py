@@ -100,6 +100,22 @@ def test_every_child_is_applied_and_pruned_otherwise(calls, why):
     assert calls.pruned == 1
 
 
+def test_a_cpu_model_asks_for_the_cpu_runtime_and_its_gap_is_invalid_spec(calls, monkeypatch):
+    asked = []
+
+    def observe(namespace, wanted):
+        asked.append(wanted.runtime)
+        return Observed(runtime_found=wanted.runtime == "vllm-reward")
+
+    monkeypatch.setattr(gather, "observe", observe)
+    monkeypatch.setattr(objects, "get", lambda *args, **kwargs: None)
+    body = apply_defaults(golden_input("sequence-cpu"))
+    outcome = controller.sync(body, SETTINGS, LOG)
+    assert asked == ["vllm-reward-cpu"] and calls.applied == []
+    assert (outcome.ready.status, outcome.ready.reason) == ("False", conditions.INVALID_SPEC)
+    assert "named 'vllm-reward-cpu', the default for spec.resources.gpus" in outcome.ready.message
+
+
 def test_the_runtime_is_read_once_while_it_exists(monkeypatch):
     reads = []
 

@@ -168,6 +168,18 @@ def test_a_missing_runtime_is_invalid_spec_and_applies_nothing(cluster):
     assert outcome.result == "invalid"
 
 
+def test_a_missing_cpu_runtime_is_named_with_the_field_that_picked_it(cluster):
+    outcome = controller.sync(pipeline("cpu"), SETTINGS, LOG)  # only the GPU runtimes installed
+    assert cluster.applied == []
+    assert (outcome.ready.status, outcome.ready.reason) == ("False", conditions.INVALID_SPEC)
+    assert outcome.ready.message.startswith(
+        "spec.actor.runtime: no ClusterServingRuntime (or ServingRuntime in rlhf) named 'vllm-generate-cpu', "
+        "the default for spec.actor.resources.gpus"
+    )
+    cluster.runtimes |= {"vllm-generate-cpu", "vllm-reward-cpu"}
+    assert controller.sync(pipeline("cpu"), SETTINGS, LOG).ready.reason != conditions.INVALID_SPEC
+
+
 def test_a_missing_secret_a_role_names_is_invalid_spec(cluster):
     """The reference takes the actor's credentials: both name the Secret, the actor is reported first."""
     cluster.secrets = {}

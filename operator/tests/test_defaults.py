@@ -7,7 +7,7 @@ def test_defaults_fill_nested_objects_like_the_api_server():
     spec = defaulted["spec"]
     assert spec["model"]["kind"] == "sequence"
     assert spec["model"]["tensorParallelSize"] == 1
-    assert spec["runtime"] == "vllm-reward"
+    assert "runtime" not in spec  # render/runtime.py picks it by resources.gpus
     assert spec["resources"] == {"gpus": 1}
     assert spec["serving"] == {"mode": "Standard", "minReplicas": 1, "maxReplicas": 1}
     assert obj == {"spec": {"model": {"uri": "hf://org/m"}}}, "the input is not modified"

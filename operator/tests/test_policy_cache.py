@@ -148,7 +148,7 @@ def test_node_selector_must_agree_with_the_node_groups_volume(selector, contradi
 def test_a_missing_node_group_or_a_contradicting_selector_is_invalid_spec():
     model = apply_defaults(golden_input("sequence-standard-cache"))
     model["spec"]["nodeSelector"] = {"serving.kserve.io/nodegroup": "cpu"}
-    wanted = references(model)
+    wanted = references(model, "vllm-reward")
     assert wanted.node_groups == ("gpu-h100", "gpu-a100")
     observed = Observed(runtime_found=True, secret_keys={"hf-token": {"HF_TOKEN"}})
     observed.node_groups = {"gpu-h100": AFFINITY, "gpu-a100": None}
@@ -156,7 +156,7 @@ def test_a_missing_node_group_or_a_contradicting_selector_is_invalid_spec():
     observed.node_groups["gpu-a100"] = []
     assert "spec.nodeSelector contradicts LocalModelNodeGroup 'gpu-h100'" in missing("rlhf", wanted, observed)
     model["spec"]["nodeSelector"] = {"serving.kserve.io/nodegroup": "gpu"}
-    assert missing("rlhf", references(model), observed) is None
+    assert missing("rlhf", references(model, "vllm-reward"), observed) is None
 
 
 def test_a_cache_no_longer_used_is_released():

@@ -28,7 +28,7 @@ FULL = {
 
 
 def test_references_name_every_secret_once_and_the_account():
-    wanted = references(reward_model(**FULL))
+    wanted = references(reward_model(**FULL), "vllm-reward")
     assert wanted.runtime == "vllm-reward"
     assert [(r.field, r.secret, r.key) for r in wanted.secrets] == [
         ("spec.credentials.huggingFaceToken", "hf", "HF_TOKEN"),
@@ -43,7 +43,7 @@ EVERYTHING = Observed(True, {"hf": {"HF_TOKEN", "OTHER"}, "auth": {"token"}}, Tr
 
 
 def test_nothing_missing_when_everything_is_there():
-    assert missing_dependency("ns", references(reward_model(**FULL)), EVERYTHING) is None
+    assert missing_dependency("ns", references(reward_model(**FULL), "vllm-reward"), EVERYTHING) is None
 
 
 @pytest.mark.parametrize(
@@ -66,10 +66,10 @@ def test_nothing_missing_when_everything_is_there():
     ],
 )
 def test_the_first_gap_is_named(observed, expected):
-    assert expected in missing_dependency("ns", references(reward_model(**FULL)), observed)
+    assert expected in missing_dependency("ns", references(reward_model(**FULL), "vllm-reward"), observed)
 
 
 def test_a_spec_without_references_needs_only_the_runtime():
-    wanted = references(reward_model())
+    wanted = references(reward_model(), "vllm-reward")
     assert wanted.secrets == () and wanted.service_account is None
     assert missing_dependency("ns", wanted, Observed(True)) is None

@@ -140,7 +140,9 @@ def test_a_concurrency_target_above_zero_scales_between_the_bounds_through_keda(
     assert "Service" in children
     # without KEDA: InvalidSpec, naming the field that asked for it and the way out
     message = missing(
-        NAMESPACE, references(apply_defaults(reward_model)), Observed(runtime_found=True, keda_served=False)
+        NAMESPACE,
+        references(apply_defaults(reward_model), "vllm-reward"),
+        Observed(runtime_found=True, keda_served=False),
     )
     assert message is not None and message.startswith("spec.serving.targetConcurrency")
     assert "install KEDA" in message and "resources.cpu" in message and "Knative" in message
@@ -228,14 +230,14 @@ def test_policies_admit_keda_and_the_peers_to_the_scaler_port_only():
 
 
 def test_a_cluster_without_keda_is_an_invalid_spec_that_says_what_to_do():
-    wanted = references(apply_defaults(scale_to_zero()))
+    wanted = references(apply_defaults(scale_to_zero()), "vllm-reward")
     assert wanted.keda
     message = missing(NAMESPACE, wanted, Observed(runtime_found=True, keda_served=False))
     assert message is not None
     assert "install KEDA" in message and "serving.minReplicas" in message and "Knative" in message
     assert missing(NAMESPACE, wanted, Observed(runtime_found=True, keda_served=True)) is None
     # a RewardModel that does not scale through KEDA never asks for it
-    plain = references(apply_defaults(golden_input("token-standard")))
+    plain = references(apply_defaults(golden_input("token-standard")), "vllm-reward")
     assert not plain.keda
     assert missing(NAMESPACE, plain, Observed(runtime_found=True, keda_served=False)) is None
 

@@ -1,4 +1,4 @@
-"""A small HTTP server with vLLM 0.33's /classify, /pooling, /tokenize, /v1/completions and /health shapes.
+"""A small HTTP server with vLLM 0.32's /classify, /pooling, /tokenize, /v1/completions and /health shapes.
 
 Scores are a deterministic function of the text, so tests can compute the
 reward they expect for any input. Every request body is recorded. Two fakes can

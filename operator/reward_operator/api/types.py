@@ -158,7 +158,7 @@ class CacheSpec(TypedDict):
 
 class RewardModelSpec(TypedDict):
     model: ModelSpec
-    runtime: str  # defaulted
+    runtime: NotRequired[str]  # unset: render/runtime.py picks by resources.gpus
     resources: ResourcesSpec
     serving: ServingSpec
     gateway: GatewaySpec

@@ -84,6 +84,10 @@ def observe(namespace: str, wanted: References) -> Observed:
     observed = Observed(runtime_found=runtime_exists(namespace, wanted.runtime))
     if not observed.runtime_found:
         return observed  # the first gap is the one reported
+    if wanted.candidate_runtime:
+        observed.candidate_runtime_found = runtime_exists(namespace, wanted.candidate_runtime)
+        if not observed.candidate_runtime_found:
+            return observed
     observed.secret_keys = {name: secret_keys(namespace, name) for name in sorted(wanted.secret_names)}
     if wanted.keda:
         observed.keda_served = keda_served()

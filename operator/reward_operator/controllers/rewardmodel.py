@@ -37,6 +37,7 @@ from ..policy.conditions import not_ready, settled
 from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_reward_model
 from ..render.cache import local_model_cache
 from ..render.canary import candidate_isvc_name, interval_seconds
+from ..render.rewardmodel import candidate_runtime, model_runtime
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner, register_reconcile_triggers
 from .seen import SeenChildren
@@ -96,7 +97,11 @@ def sync(
     gateway_enabled = spec["gateway"]["enabled"]
     problem = names.host_label_problem(name, namespace, spec["serving"]["mode"], gateway_enabled)
     if problem is None:
-        wanted = dependencies.references(reward_model)  # type: ignore[arg-type]
+        wanted = dependencies.references(
+            reward_model,  # type: ignore[arg-type]
+            model_runtime(reward_model),  # type: ignore[arg-type]
+            candidate_runtime(reward_model),  # type: ignore[arg-type]
+        )
         problem = dependencies.missing(namespace, wanted, gather.observe(namespace, wanted))
     if problem:
         # the children stay as they were: nothing already serving is lost

@@ -32,7 +32,6 @@ from ..api import (
 from ..api.defaults import apply_defaults
 from ..api.names import MANAGED_BY, owner_label
 from ..api.schema import RLHF_PIPELINE
-from ..api.schema.rlhfpipeline import DEFAULT_GENERATE_RUNTIME, DEFAULT_POOLING_RUNTIME
 from ..cluster import Refused, gather, objects
 from ..metrics import OperatorMetrics
 from ..policy import dependencies, names, pipeline
@@ -40,7 +39,7 @@ from ..policy.conditions import not_ready
 from ..render import render_rlhf_pipeline
 from ..render.inferencegraph import graph_url
 from ..render.pipeline_gateway import ACTOR, CRITIC, REFERENCE
-from ..render.rlhfpipeline import reference_role, role_isvc_name
+from ..render.rlhfpipeline import reference_role, role_isvc_name, role_runtime
 from ..settings import Settings
 from .runner import Logger, Outcome, Runner, register_reconcile_triggers
 from .seen import SeenChildren
@@ -57,15 +56,6 @@ def _roles(spec: dict[str, Any]) -> list[str]:
     return [ACTOR, REFERENCE, *([CRITIC] if "critic" in spec else [])]
 
 
-def _runtimes(spec: dict[str, Any]) -> dict[str, str]:
-    """role -> the runtime it names (the reference's, else the actor's; each role's default)."""
-    actor_runtime = spec["actor"].get("runtime", DEFAULT_GENERATE_RUNTIME)
-    runtimes = {ACTOR: actor_runtime, REFERENCE: spec.get("reference", {}).get("runtime", actor_runtime)}
-    if "critic" in spec:
-        runtimes[CRITIC] = spec["critic"].get("runtime", DEFAULT_POOLING_RUNTIME)
-    return runtimes
-
-
 def invalid_spec(rlhf_pipeline: dict[str, Any]) -> str | None:
     """What the schema cannot see and KServe would trip on later: a host name over a DNS label (the
     namespace is not the schema's), or a runtime, Secret key or ServiceAccount a role names that the
@@ -77,12 +67,14 @@ def invalid_spec(rlhf_pipeline: dict[str, Any]) -> str | None:
         )
         if problem is not None:
             return problem
-    role_specs = {ACTOR: spec["actor"], REFERENCE: reference_role(rlhf_pipeline), CRITIC: spec.get("critic")}  # type: ignore[arg-type]
+    role_specs = {ACTOR: spec["actor"], REFERENCE: reference_role(rlhf_pipeline)}  # type: ignore[arg-type]
+    if "critic" in spec:
+        role_specs[CRITIC] = spec["critic"]
     # The reference takes the actor's runtime and credentials unless it names its own: what two roles
     # name alike is read once.
     observed: dict[tuple[str, frozenset[str], str | None], dependencies.Observed] = {}
-    for role, runtime in _runtimes(spec).items():
-        wanted = dependencies.role_references(f"spec.{role}", role_specs[role], runtime)  # type: ignore[arg-type]
+    for role, role_spec in role_specs.items():
+        wanted = dependencies.role_references(f"spec.{role}", role_spec, role_runtime(role, role_spec))
         key = (wanted.runtime, frozenset(wanted.secret_names), wanted.service_account)
         if key not in observed:
             observed[key] = gather.observe(metadata["namespace"], wanted)

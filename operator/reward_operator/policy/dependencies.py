@@ -23,7 +23,7 @@ class SecretReference:
 
 @dataclass(frozen=True)
 class References:
-    runtime: str
+    runtime: str  # the one the model runs on: named by the spec, else picked by its GPUs (render/runtime.py)
     secrets: tuple[SecretReference, ...]
     service_account: str | None
     keda: bool = False  # KEDA scales the predictor (Standard mode): KEDA's ScaledObject must be served
@@ -31,6 +31,8 @@ class References:
     node_groups: tuple[str, ...] = ()  # spec.cache.nodeGroups: LocalModelNodeGroups must exist
     node_selector: dict[str, str] = field(default_factory=dict)
     prefix: str = "spec"  # where the runtime and credentials are named (spec.actor for a pipeline's actor)
+    runtime_named: bool = True  # False: the spec names none, so the default for its GPUs (or the CPU) is wanted
+    candidate_runtime: str | None = None  # spec.canary's, where it differs (a candidate with GPUs of its own)
 
     @property
     def secret_names(self) -> set[str]:
@@ -47,9 +49,12 @@ class Observed:
     keda_served: bool = True
     # LocalModelNodeGroup name -> its volume's required node affinity terms (None: no such group)
     node_groups: dict[str, list[dict] | None] = field(default_factory=dict)
+    candidate_runtime_found: bool = True
 
 
-def references(reward_model: RewardModel) -> References:
+def references(reward_model: RewardModel, runtime: str, candidate_runtime: str | None = None) -> References:
+    """What a RewardModel names. ``runtime``, ``candidate_runtime``: the runtimes its model and its
+    candidate run on (render.rewardmodel.model_runtime and candidate_runtime pick them)."""
     spec = reward_model["spec"]
     credentials = spec.get("credentials", {})
     secrets = []
@@ -63,13 +68,15 @@ def references(reward_model: RewardModel) -> References:
     serving = spec["serving"]
     cache = spec.get("cache")
     return References(
-        spec["runtime"],
+        runtime,
         tuple(secrets),
         credentials.get("serviceAccountName"),
         scales_through_keda(serving),
         "minReplicas" if serving["minReplicas"] == 0 else "targetConcurrency",
         tuple(cache["nodeGroups"]) if cache else (),
         dict(spec.get("nodeSelector") or {}),
+        runtime_named="runtime" in spec,
+        candidate_runtime=candidate_runtime if candidate_runtime != runtime else None,
     )
 
 
@@ -83,7 +90,20 @@ def role_references(prefix: str, role: RoleSpec, runtime: str) -> References:
     for item in role.get("env", []):
         if ref := item.get("valueFrom", {}).get("secretKeyRef"):
             secrets.append(SecretReference(f"{prefix}.env[{item['name']}]", ref["name"], ref["key"]))
-    return References(runtime, tuple(secrets), credentials.get("serviceAccountName"), prefix=prefix)
+    return References(
+        runtime, tuple(secrets), credentials.get("serviceAccountName"), prefix=prefix, runtime_named="runtime" in role
+    )
+
+
+def runtime_missing(namespace: str, prefix: str, runtime: str, named: bool, gpus_field: str) -> str:
+    """No runtime of that name: the spec's own, or the default its GPUs pick (the CPU runtime for 0)."""
+    message = f"{prefix}.runtime: no ClusterServingRuntime (or ServingRuntime in {namespace}) named {runtime!r}"
+    if named:
+        return f"{message}; install the reward runtimes or name an existing runtime"
+    return (
+        f"{message}, the default for {prefix}.{gpus_field}; install the reward runtimes (the chart's "
+        f"runtimes.enabled, or manifests/base) or set {prefix}.runtime to an existing one"
+    )
 
 
 def keda_missing(reason: str) -> str:
@@ -124,10 +144,10 @@ def selector_contradicts(terms: list[dict], selector: dict[str, str]) -> bool:
 def missing(namespace: str, wanted: References, observed: Observed) -> str | None:
     """What the cluster lacks to honour an otherwise valid spec, in words, or None."""
     if not observed.runtime_found:
-        return (
-            f"{wanted.prefix}.runtime: no ClusterServingRuntime (or ServingRuntime in {namespace}) named "
-            f"{wanted.runtime!r}; "
-            "install the reward runtimes or name an existing runtime"
+        return runtime_missing(namespace, wanted.prefix, wanted.runtime, wanted.runtime_named, "resources.gpus")
+    if wanted.candidate_runtime and not observed.candidate_runtime_found:
+        return runtime_missing(
+            namespace, wanted.prefix, wanted.candidate_runtime, wanted.runtime_named, "canary.resources.gpus"
         )
     for reference in wanted.secrets:
         keys = observed.secret_keys.get(reference.secret)

@@ -39,6 +39,7 @@ from ..api.types import CanarySpec, ModelSpec, ResourcesSpec
 from . import chat_template
 from .metadata import child_metadata
 from .predictor import model, resources
+from .runtime import engine_args, runtime
 from .vllm_args import vllm_args
 
 # The candidate's own chat template: its ConfigMap, and where the gateway reads it
@@ -115,22 +116,24 @@ def canary_entry(
     stable_model: ModelSpec,
     stable_resources: ResourcesSpec,
     canary: CanarySpec,
-    runtime: str,
+    named_runtime: str | None,
     served_name: str,
     env: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """The InferenceService's ``spec.canary[]`` entry for the candidate (Standard mode).
+    """The InferenceService's ``spec.canary[]`` entry for the candidate (Standard mode), on
+    ``named_runtime`` (spec.runtime) or else the default for its own GPUs.
 
     Every field of its model is rendered whole, as KServe's merge replaces lists
     rather than merging them; the stable predictor's pod settings carry over."""
     merged = candidate_model(stable_model, canary)
     templated = "chatTemplate" in merged
+    compute = candidate_resources(stable_resources, canary)
     model_spec = model(
         merged["uri"],
-        runtime,
-        vllm_args(merged, served_name, chat_template.PATH if templated else None),
+        runtime(named_runtime, compute["gpus"]),
+        vllm_args(merged, served_name, chat_template.PATH if templated else None, engine_args(merged, compute, env)),
         env,
-        resources(candidate_resources(stable_resources, canary)),  # type: ignore[arg-type]
+        resources(compute),  # type: ignore[arg-type]
         [chat_template.volume_mount()] if templated else None,
     )
     predictor: dict[str, Any] = {"name": CANARY_PREDICTOR, "minReplicas": canary["replicas"]}

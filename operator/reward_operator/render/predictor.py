@@ -93,10 +93,11 @@ def predictor(
         spec["timeout"] = serving["timeoutSeconds"]
     if knative:
         spec["annotations"] = {KNATIVE_PROGRESS_DEADLINE: f"{KNATIVE_PROGRESS_DEADLINE_SECONDS}s"}
-    else:
+    elif GPU_RESOURCE in model_spec.get("resources", {}).get("limits", {}):
         # A rolling update of a GPU predictor needs a spare GPU for the surge pod,
         # which a full pool does not have: replace the pods instead. (Knative
-        # refuses the field; it rolls revisions its own way.)
+        # refuses the field; it rolls revisions its own way.) A CPU predictor
+        # keeps KServe's rolling update: the old pod serves until the new one is Ready.
         spec["deploymentStrategy"] = {"type": "Recreate"}
     if account := credentials.get("serviceAccountName"):
         spec["serviceAccountName"] = account

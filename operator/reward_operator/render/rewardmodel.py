@@ -18,6 +18,7 @@ from .gateway import transformer
 from .inferenceservice import annotations, inference_service
 from .metadata import child_metadata
 from .predictor import model, model_env, predictor, resources
+from .runtime import engine_args, runtime
 from .vllm_args import vllm_args
 
 COMPONENT = "reward-model"
@@ -88,6 +89,21 @@ def reward_model_children(
     return children
 
 
+def model_runtime(reward_model: RewardModel) -> str:
+    """The ClusterServingRuntime of the stable model: spec.runtime, else by resources.gpus."""
+    spec = reward_model["spec"]
+    return runtime(spec.get("runtime"), spec["resources"]["gpus"])
+
+
+def candidate_runtime(reward_model: RewardModel) -> str | None:
+    """The candidate's runtime (spec.runtime, else by its own GPUs), or None without spec.canary."""
+    spec = reward_model["spec"]
+    if "canary" not in spec:
+        return None
+    candidate = canary_render.candidate_resources(spec["resources"], spec["canary"])
+    return runtime(spec.get("runtime"), candidate["gpus"])
+
+
 def candidate_inference_service(reward_model: RewardModel) -> dict[str, Any]:
     """Knative mode's candidate: a second InferenceService, predictor only, that the gateway of the first
     calls (render/canary.py says why not canaryTrafficPercent)."""
@@ -96,12 +112,19 @@ def candidate_inference_service(reward_model: RewardModel) -> dict[str, Any]:
     credentials = spec.get("credentials", {})
     merged = canary_render.candidate_model(spec["model"], canary)
     templated = "chatTemplate" in merged
+    env = model_env(spec.get("env", []), credentials)
+    compute = canary_render.candidate_resources(spec["resources"], canary)
     model_spec = model(
         merged["uri"],
-        spec["runtime"],
-        vllm_args(merged, candidate_served_name(reward_model), chat_template.PATH if templated else None),
-        model_env(spec.get("env", []), credentials),
-        resources(canary_render.candidate_resources(spec["resources"], canary)),  # type: ignore[arg-type]
+        runtime(spec.get("runtime"), compute["gpus"]),
+        vllm_args(
+            merged,
+            candidate_served_name(reward_model),
+            chat_template.PATH if templated else None,
+            engine_args(merged, compute, env),
+        ),
+        env,
+        resources(compute),  # type: ignore[arg-type]
         [chat_template.volume_mount()] if templated else None,
     )
     template_volume = None
@@ -150,7 +173,7 @@ def _canary_entry(reward_model: RewardModel) -> dict[str, Any]:
         spec["model"],
         spec["resources"],
         spec["canary"],
-        spec["runtime"],
+        spec.get("runtime"),
         candidate_served_name(reward_model),
         model_env(spec.get("env", []), spec.get("credentials", {})),
     )
@@ -163,11 +186,17 @@ def reward_model_inference_service(
     name, spec = reward_model["metadata"]["name"], reward_model["spec"]
     credentials = spec.get("credentials", {})
     templated = "chatTemplate" in spec["model"]
+    env = model_env(spec.get("env", []), credentials)
     model_spec = model(
         spec["model"]["uri"],
-        spec["runtime"],
-        vllm_args(spec["model"], served_name(reward_model), chat_template.PATH if templated else None),
-        model_env(spec.get("env", []), credentials),
+        model_runtime(reward_model),
+        vllm_args(
+            spec["model"],
+            served_name(reward_model),
+            chat_template.PATH if templated else None,
+            engine_args(spec["model"], spec["resources"], env),  # type: ignore[arg-type]
+        ),
+        env,
         resources(spec["resources"]),
         [chat_template.volume_mount()] if templated else None,
     )

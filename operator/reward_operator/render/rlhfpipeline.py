@@ -1,7 +1,7 @@
 """RLHFPipeline -> its children: an InferenceService per served role (actor and reference on the
-vLLM generate runtime, the critic on the pooling runtime), each with its role's gateway as the
-transformer, then the InferenceGraph over them and the RewardModels it names
-(render/inferencegraph.py).
+vLLM generate runtime, the critic on the pooling runtime; their CPU builds with resources.gpus: 0),
+each with its role's gateway as the transformer, then the InferenceGraph over them and the
+RewardModels it names (render/inferencegraph.py).
 
 The RewardModels are not children: they are the user's, named by reference, and live on their own.
 Built from RewardModel's builders (render/predictor.py, render/inferenceservice.py), so a role is
@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.kserve import STORAGE_SECRET_NAME
-from ..api.schema.rlhfpipeline import DEFAULT_GENERATE_RUNTIME, DEFAULT_POOLING_RUNTIME
 from ..api.types import RLHFPipeline, RoleSpec
 from . import inferencegraph
 from .inferenceservice import annotations, inference_service
 from .metadata import child_metadata
 from .pipeline_gateway import ACTOR, CRITIC, REFERENCE, role_transformer
 from .predictor import model, model_env, predictor, resources
+from .runtime import GENERATE, POOLING, engine_args, runtime
 from .vllm_args import generate_args, vllm_args
 
 GRAPH_COMPONENT = "inference-graph"
@@ -50,6 +50,18 @@ def reference_role(pipeline: RLHFPipeline) -> RoleSpec:
     return merged  # type: ignore[return-value]
 
 
+def role_resources(spec: RoleSpec) -> dict[str, Any]:
+    """A role's compute, its default filled in (one GPU)."""
+    return {"gpus": 1, **spec.get("resources", {})}
+
+
+def role_runtime(role: str, spec: RoleSpec) -> str:
+    """The runtime a role (as served: the reference merged with the actor's fields) runs on: the one it
+    names, else the pooling runtime for the critic and the generate runtime for the others, on GPUs or,
+    with resources.gpus: 0, on the CPU."""
+    return runtime(spec.get("runtime"), role_resources(spec)["gpus"], POOLING if role == CRITIC else GENERATE)
+
+
 def served_name(pipeline: RLHFPipeline, role: str, spec: RoleSpec) -> str:
     return spec["model"].get("servedName") or role_isvc_name(pipeline["metadata"]["name"], role)
 
@@ -62,18 +74,19 @@ def role_inference_service(
     namespace = pipeline["metadata"].get("namespace", "default")
     served = served_name(pipeline, role, spec)
     credentials = spec.get("credentials", {})
+    compute = role_resources(spec)
+    env = model_env(spec.get("env", []), credentials)
+    engine = engine_args(dict(spec["model"]), compute, env)
     if role == CRITIC:
-        args = vllm_args({**spec["model"], "kind": CRITIC_MODEL_KIND}, served)
-        runtime = spec.get("runtime", DEFAULT_POOLING_RUNTIME)
+        args = vllm_args({**spec["model"], "kind": CRITIC_MODEL_KIND}, served, engine=engine)
     else:
-        args = generate_args(dict(spec["model"]), served)
-        runtime = spec.get("runtime", DEFAULT_GENERATE_RUNTIME)
+        args = generate_args(dict(spec["model"]), served, engine)
     model_spec = model(
         spec["model"]["uri"],
-        runtime,
+        role_runtime(role, spec),
         args,
-        model_env(spec.get("env", []), credentials),
-        resources({"gpus": 1, **spec.get("resources", {})}),  # type: ignore[typeddict-item]
+        env,
+        resources(compute),  # type: ignore[arg-type]
     )
     serving = {"mode": "Standard", **spec["serving"]}
     rendered_predictor = predictor(

@@ -7,9 +7,10 @@ model path and port), so only what depends on the RewardModel is here.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-# kind -> (--convert, pooler config), for vLLM 0.33.
+# kind -> (--convert, pooler config), for vLLM 0.32 (the runtimes' pin).
 # sequence: a *ForSequenceClassification checkpoint served by /classify; the raw
 #   logit is what trainers train on, and vLLM applies a sigmoid to one-label
 #   heads unless use_activation is false.
@@ -46,14 +47,18 @@ def _optional(model: dict[str, Any]) -> list[str]:
     return [f"{flag}={model[field]}" for field, flag in _OPTIONAL if field in model]
 
 
-def generate_args(model: dict[str, Any], served_name: str) -> list[str]:
+def generate_args(model: dict[str, Any], served_name: str, engine: Sequence[str] = ()) -> list[str]:
     """The args for a generating model (an RLHFPipeline's actor or reference): the runtime
-    (runtimes/vllm-generate.yaml) already runs vLLM with --runner=generate."""
-    return [f"--served-model-name={served_name}", *_optional(model), *model.get("extraArgs", [])]
+    (runtimes/vllm-generate.yaml, vllm-generate-cpu.yaml) already runs vLLM with --runner=generate.
+    ``engine``: what the CPU needs (render/runtime.py), ahead of extraArgs, which may override it."""
+    return [f"--served-model-name={served_name}", *_optional(model), *engine, *model.get("extraArgs", [])]
 
 
-def vllm_args(model: dict[str, Any], served_name: str, chat_template_path: str | None = None) -> list[str]:
-    """The args for ``model``; its chat template, if any, is read from ``chat_template_path``."""
+def vllm_args(
+    model: dict[str, Any], served_name: str, chat_template_path: str | None = None, engine: Sequence[str] = ()
+) -> list[str]:
+    """The args for ``model``; its chat template, if any, is read from ``chat_template_path``;
+    ``engine``: what the CPU needs (render/runtime.py), ahead of extraArgs, which may override it."""
     convert, _ = POOLING[model["kind"]]
     args = [f"--served-model-name={served_name}", "--runner=pooling", f"--convert={convert}"]
     args.append("--pooler-config=" + json.dumps(pooler_config(model), separators=(",", ":"), sort_keys=True))
@@ -62,5 +67,6 @@ def vllm_args(model: dict[str, Any], served_name: str, chat_template_path: str |
         if chat_template_path is None:
             raise ValueError("model.chatTemplate is set: its file's path is needed")
         args.append(f"--chat-template={chat_template_path}")
+    args += engine
     args += model.get("extraArgs", [])
     return args

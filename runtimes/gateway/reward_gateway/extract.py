@@ -1,6 +1,6 @@
 """The reward scalar for each kind of model, taken from vLLM's responses.
 
-These shapes are what vLLM 0.33 returns; a response of another shape is an
+These shapes are what vLLM 0.32 returns; a response of another shape is an
 upstream `bad_response`, never a guessed number.
 """
 

@@ -42,8 +42,8 @@ class Message(_Strict):
     @field_validator("content", mode="after")
     @classmethod
     def _text_parts_joined(cls, content: str | list[Any] | None) -> str | None:
-        """OpenAI content parts: text parts joined with newlines, as vLLM 0.33 joins them
-        (renderers/chat_utils/chat_message.py); anything but text cannot be scored here."""
+        """OpenAI content parts: text parts joined with newlines, as vLLM 0.32 joins them
+        (renderers/chat_utils.py); anything but text cannot be scored here."""
         if not isinstance(content, list):
             return content
         texts = []
@@ -67,7 +67,7 @@ class Message(_Strict):
         return self
 
     def for_template(self) -> dict[str, Any]:
-        """The message as vLLM 0.33 hands it to a chat template (renderers/chat_utils/chat_message.py).
+        """The message as vLLM 0.32 hands it to a chat template (renderers/chat_utils.py).
 
         Text parts joined (on validation) and a missing content as "", tool calls
         and reasoning passed on (reasoning under both of its names), so a

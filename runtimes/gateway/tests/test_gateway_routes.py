@@ -157,7 +157,7 @@ def _find_all(text: str, tag: str) -> list[int]:
 
 
 # Inputs trainers send (TRL's tool-calling and reasoning completions, OpenAI content parts,
-# standard datasets): each reaches the template, or vLLM, as vLLM 0.33 would hand it over.
+# standard datasets): each reaches the template, or vLLM, as vLLM 0.32 would hand it over.
 TOOL_TEMPLATE = (
     "{% for m in messages %}<{{ m.role }}>"
     "{% if m.reasoning_content is defined %}<think>{{ m.reasoning_content }}</think>{% endif %}"

@@ -35,7 +35,10 @@ DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 # KServe's storage initializer reads each of these; https:// (and http:// inside a cluster's own
 # network) fetches one file, which it unpacks when it is a .tar.gz, .tar or .zip of the model folder.
 STORAGE_SCHEMES = ("hf", "s3", "gs", "pvc", "oci", "https", "http")
+# The ClusterServingRuntimes (runtimes/) a RewardModel runs on unless spec.runtime names one:
+# vLLM's CUDA image with GPUs, its CPU build with resources.gpus: 0 (render/runtime.py picks).
 DEFAULT_RUNTIME = "vllm-reward"
+DEFAULT_CPU_RUNTIME = "vllm-reward-cpu"
 
 # KServe v0.20 parses the merged model container (runtime plus ISVC args and
 # env) as a Go text/template to fill its placeholders: a literal "{{" there
@@ -172,7 +175,11 @@ RESOURCES = defaulted_obj(
     "Compute for each replica.",
     {
         "gpus": integer(
-            "NVIDIA GPUs per replica (nvidia.com/gpu). Must equal model.tensorParallelSize; 0 serves on CPU.",
+            "NVIDIA GPUs per replica (nvidia.com/gpu). Must equal model.tensorParallelSize. 0 serves on CPU: "
+            f"vLLM's CPU build (runtime {DEFAULT_CPU_RUNTIME}, or vllm-generate-cpu for a pipeline's actor and "
+            "reference, unless a runtime is named), model.dtype float32 unless set, and a KV cache sized from "
+            "resources.memory (half of what is left beyond 4Gi for the engine, at least 1Gi); for development, "
+            "CI and small (0.6B-class) models.",
             minimum=0,
             maximum=64,
             default=1,
@@ -727,10 +734,10 @@ SPEC = obj(
     {
         "model": MODEL,
         "runtime": string(
-            "ClusterServingRuntime that runs vLLM in pooling mode.",
+            f"ClusterServingRuntime that runs vLLM in pooling mode. Unset: {DEFAULT_RUNTIME} with GPUs, "
+            f"{DEFAULT_CPU_RUNTIME} with resources.gpus: 0 (the candidate of spec.canary by its own GPUs).",
             maxLength=253,
             pattern=DNS_SUBDOMAIN_PATTERN,
-            default=DEFAULT_RUNTIME,
         ),
         "resources": RESOURCES,
         "nodeSelector": {

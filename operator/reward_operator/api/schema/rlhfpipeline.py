@@ -24,8 +24,11 @@ from .common import (
 )
 from .rewardmodel import CREDENTIALS, ENV_VAR, RESOURCES, SERVING, TOLERATION, model_fields
 
+# Each role's runtime unless it names one: on GPUs, or with resources.gpus: 0 on vLLM's CPU build.
 DEFAULT_GENERATE_RUNTIME = "vllm-generate"
 DEFAULT_POOLING_RUNTIME = "vllm-reward"
+DEFAULT_GENERATE_CPU_RUNTIME = "vllm-generate-cpu"
+DEFAULT_POOLING_CPU_RUNTIME = "vllm-reward-cpu"
 FLOWS = ("score", "generateAndScore", "bestOfN")
 NORMALISATIONS = ("none", "running")
 # The router's own defaults are 60 s for reading and writing (KServe v0.20 constants): a batch of
@@ -98,11 +101,14 @@ def _gateway() -> Schema:
     )
 
 
-def _role(prefix: str, description: str, runtime: str, model_required: bool, model_description: str) -> Schema:
+def _role(
+    prefix: str, description: str, runtimes: tuple[str, str], model_required: bool, model_description: str
+) -> Schema:
     fields: dict[str, Schema] = {
         "model": _model(f"{prefix}.model", model_description, model_required),
         "runtime": string(
-            f"ClusterServingRuntime that runs vLLM for this role (default {runtime}).",
+            f"ClusterServingRuntime that runs vLLM for this role (default {runtimes[0]}; "
+            f"{runtimes[1]}, vLLM's CPU build, with resources.gpus: 0).",
             maxLength=253,
             pattern=DNS_SUBDOMAIN_PATTERN,
         ),
@@ -162,7 +168,7 @@ def _role(prefix: str, description: str, runtime: str, model_required: bool, mod
 ACTOR = _role(
     "actor",
     "The policy being trained: it generates (vLLM's completions API on the generate runtime).",
-    DEFAULT_GENERATE_RUNTIME,
+    (DEFAULT_GENERATE_RUNTIME, DEFAULT_GENERATE_CPU_RUNTIME),
     True,
     "The actor's model (RewardModel's model fields that apply to a generating model).",
 )
@@ -172,7 +178,7 @@ REFERENCE = _role(
     "completions API, prompt log-probabilities). Its unset model fields, runtime, resources, nodeSelector, "
     "tolerations, env and credentials are the actor's (serving and gateway are its own): with no reference at all, the "
     "actor's base model is served a second time, frozen.",
-    DEFAULT_GENERATE_RUNTIME,
+    (DEFAULT_GENERATE_RUNTIME, DEFAULT_GENERATE_CPU_RUNTIME),
     False,
     "The reference's model; unset fields (uri included) are the actor's.",
 )
@@ -180,7 +186,7 @@ CRITIC = _role(
     "critic",
     "The value model: one value per response token (vLLM's /pooling on the pooling runtime, token "
     "classification over every token, raw). Omit it for critic-free training (GRPO, RLOO).",
-    DEFAULT_POOLING_RUNTIME,
+    (DEFAULT_POOLING_RUNTIME, DEFAULT_POOLING_CPU_RUNTIME),
     True,
     "The critic's checkpoint: a token-classification head with one label (a value head).",
 )
