@@ -44,7 +44,8 @@ OUR_CRDS = REPO_ROOT / "crds"
 
 # Start order; ``down`` stops them in reverse.
 COMPONENT_ORDER = (
-    "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", *node_setup.PROCESSES, node_setup.STORAGE,
+    "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+    *node_setup.PROCESSES, node_setup.STORAGE,
     kserve_manager.NAME, localmodel_setup.NAME, keda_setup.OPERATOR, keda_setup.ADAPTER,
 )  # fmt: skip
 
@@ -345,7 +346,7 @@ class ControlPlane:
         )
         env = node_setup.process_environment(self.bin)
         self._spawn(node_setup.CONTAINERD, commands[node_setup.CONTAINERD], env=env)
-        socket_path = node_setup.containerd_socket(node_dir)
+        socket_path = node_setup.CONTAINERD_SOCKET
 
         def containerd_listening() -> bool:
             self._fail_if_exited(node_setup.CONTAINERD)
@@ -372,8 +373,8 @@ class ControlPlane:
         """Build (when not cached) and import into the real node's containerd the images ``names`` of
         ``images.IMAGES``: what a pod there runs, since no registry is reachable."""
         assert self.state is not None
-        socket_path = node_setup.containerd_socket(self.directory / "node")
-        if not socket_path.is_socket():
+        socket_path = node_setup.CONTAINERD_SOCKET
+        if not (node_setup.owned_by(self.directory) and socket_path.is_socket()):
             raise RuntimeError(f"no real node runs in {self.directory} (TESTENV_NODE=0?)")
         started = time.monotonic()
         tars = images.node_images(names)

@@ -24,6 +24,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -34,6 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
+
+from . import build
 
 NAME = "real-node"  # the Node object's name
 CONTAINERD = "containerd"
@@ -56,6 +59,10 @@ CLUSTER_DOMAIN = "cluster.local"
 
 # One real node per machine: what the running one changed, so any process can undo it.
 HOST_RECORD = Path("/run/reward-operator-testenv-node.json")
+# The node's sockets, removed on down. Not under the control plane's folder: a unix socket's path has
+# at most 104 bytes, and a test's temporary folder is longer (one real node per machine: one folder).
+RUN_DIR = Path("/run/reward-operator-testenv-node")
+CONTAINERD_SOCKET = RUN_DIR / "containerd.sock"
 # Chains the kubelet, kube-proxy and the bridge plugin create; removed on down.
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
 # Paths the kubelet, containerd and CNI use whatever their configured folders say.
@@ -95,7 +102,7 @@ def host_address() -> str:
     address of the default route."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         # connect() on UDP sends nothing; it only picks the route and so the source address
-        probe.connect(("192.0.2.255", 9))
+        probe.connect(("198.51.100.1", 9))  # TEST-NET-2: any routed address does
         address = probe.getsockname()[0]
     if ipaddress.ip_address(address).is_loopback:
         raise RuntimeError("the host has no non-loopback IPv4 address for the real node")
@@ -133,7 +140,7 @@ root = "{node_dir / "containerd" / "root"}"
 state = "{node_dir / "containerd" / "state"}"
 
 [grpc]
-  address = "{containerd_socket(node_dir)}"
+  address = "{CONTAINERD_SOCKET}"
 
 [plugins."io.containerd.cri.v1.images".pinned_images]
   # the pause image built here (images.py): no registry is reachable
@@ -154,10 +161,6 @@ state = "{node_dir / "containerd" / "state"}"
   BinaryName = "{runc}"
   SystemdCgroup = false
 """
-
-
-def containerd_socket(node_dir: Path) -> Path:
-    return node_dir / "containerd" / "containerd.sock"
 
 
 def cni_config(node_dir: Path) -> dict:
@@ -189,7 +192,7 @@ def kubelet_config(node_dir: Path, address: str, port: int, healthz_port: int) -
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "containerRuntimeEndpoint": f"unix://{containerd_socket(node_dir)}",
+        "containerRuntimeEndpoint": f"unix://{CONTAINERD_SOCKET}",
         # a cgroup v1 ("hybrid") host without systemd managing our cgroups
         "cgroupDriver": "cgroupfs",
         "failCgroupV1": False,
@@ -277,6 +280,7 @@ def write_configs(
     """Write every configuration file into ``node_dir``; returns each process's command line."""
     for folder in ("containerd", "cni/net.d", "cni/ipam", "kubelet", "pod-logs"):
         (node_dir / folder).mkdir(parents=True, exist_ok=True)
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
     (node_dir / "containerd" / "config.toml").write_text(containerd_config(node_dir, bin_dir, pause_image))
     (node_dir / "cni" / "net.d" / "10-testenv.conflist").write_text(json.dumps(cni_config(node_dir), indent=2))
     kubelet_file = node_dir / "kubelet-config.yaml"
@@ -440,6 +444,7 @@ def clean_host() -> None:
         for path in FIXED_PATHS:
             if path not in record.fixed_paths_before and os.path.lexists(path):
                 shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
     with contextlib.suppress(FileNotFoundError):
         HOST_RECORD.unlink()
 
@@ -554,7 +559,7 @@ def _remove_chains(tool: str) -> None:
     for table, chains in _our_chains(tool).items():
         rules = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True).stdout.splitlines()
         for rule in rules:
-            parts = rule.split()
+            parts = shlex.split(rule)  # comments are quoted
             if parts[:1] == ["-A"] and parts[1] not in chains and any(c in parts for c in chains):
                 subprocess.run([tool, "-t", table, "-D", *parts[1:]], capture_output=True)
         for chain in chains:
@@ -578,10 +583,13 @@ def host_state() -> dict:
         "ip6tables": rules("ip6tables"),
         "links": sorted(os.listdir("/sys/class/net")),
         "sysctls": _sysctls(),
-        "mounts": sorted(_mount_points()),
+        # buildah's store (images.py) mounts and unmounts on its own while images build
+        "mounts": sorted(
+            p for p in _mount_points() if not p.startswith(str(build.cache_root() / "testenv" / "images"))
+        ),
         "cgroups": sorted(str(p) for p in _kubepods_cgroups()),
         "netns": sorted(os.listdir("/run/netns")) if Path("/run/netns").is_dir() else [],
         "fixed_paths": [path for path in FIXED_PATHS if os.path.lexists(path)],
         "node_processes": _node_processes(),
-        "record": HOST_RECORD.exists(),
+        "record": HOST_RECORD.exists() or RUN_DIR.exists(),
     }
