@@ -70,7 +70,14 @@ COMPONENTS = (
         {
             name: f"k8s.io/kubernetes/cmd/{name}"
             # kubelet and kube-proxy: the real node (see node.py)
-            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy")
+            for name in (
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kubectl",
+                "kubelet",
+                "kube-proxy",
+            )
         },
         ldflags=_kubernetes_ldflags(KUBERNETES_VERSION),
     ),
