@@ -118,7 +118,7 @@ class Image:
     wheelhouse: bool = False
     # imported into the node's containerd (the base image is only a build input)
     node: bool = True
-    # a check run inside the built image: (user, argv, what it proves)
+    # commands run inside the built image as a user, each must exit 0: (user, argv)
     checks: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
 
 
@@ -160,7 +160,11 @@ IMAGES = (
         build_args=_vllm_args,
         base="base",
         wheelhouse=True,
-        checks=(("1000", ("python3", "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)")),),
+        checks=(
+            ("1000", ("python3", "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)")),
+            # the runtime's entry point parses its arguments (what the ServingRuntime's args reach)
+            ("1000", ("python3", "-m", "vllm.entrypoints.openai.api_server", "--help")),
+        ),
     ),
 )
 BY_NAME = {image.name: image for image in IMAGES}
@@ -274,7 +278,12 @@ def _pause_source() -> Path:
     return build.module_source("k8s.io/kubernetes", build.KUBERNETES_VERSION) / "build" / "pause" / "linux" / "pause.c"
 
 
-PAUSE_CFLAGS = ("-Os", "-static", "-Wall", "-Werror")
+def _pause_cflags() -> tuple[str, ...]:
+    """Upstream's flags (build/pause/Makefile), the version it prints (`pause -v`) from its TAG."""
+    makefile = (_pause_source().parents[1] / "Makefile").read_text()
+    tag = re.search(r"^TAG \?= (\S+)$", makefile, re.MULTILINE)
+    version = f"v{tag.group(1) if tag else 'unknown'}-{build.KUBERNETES_VERSION}"
+    return ("-Os", "-Wall", "-Werror", "-static", f"-DVERSION={version}")
 
 
 def inputs_key(image: Image, base_key: str | None = None) -> str:
@@ -294,7 +303,7 @@ def inputs_key(image: Image, base_key: str | None = None) -> str:
         add("debootstrap", json.dumps([DEBIAN_SUITE, DEBIAN_PACKAGES, STRIPPED, debian_mirror()]))
     elif image.name == "pause":
         add("pause.c", _pause_source().read_bytes())
-        add("cflags", " ".join(PAUSE_CFLAGS))
+        add("cflags", " ".join(_pause_cflags()))
     else:
         assert image.dockerfile is not None
         add("Dockerfile", image.dockerfile.read_bytes())
@@ -455,7 +464,7 @@ def _build_pause(out: Path, log: Path) -> None:
     with tempfile.TemporaryDirectory(dir=images_dir(), prefix=".pause.") as scratch:
         rootfs = Path(scratch) / "rootfs"
         rootfs.mkdir()
-        _run("pause: gcc", ["gcc", *PAUSE_CFLAGS, "-o", str(rootfs / "pause"), str(_pause_source())], log)
+        _run("pause: gcc", ["gcc", *_pause_cflags(), "-o", str(rootfs / "pause"), str(_pause_source())], log)
         subprocess.run(["strip", str(rootfs / "pause")], check=True)
         # as upstream's pause image: the sandbox runs as nobody
         write_docker_archive(out, PAUSE_IMAGE, rootfs, {"Entrypoint": ["/pause"], "User": "65535:65535"})
@@ -605,6 +614,7 @@ def _build_dockerfile(image: Image, out: Path, log: Path) -> None:
             "chroot",
             "--pull=never",
             "--layers=false",
+            "--force-rm",  # a failed build leaves no working container behind
             "--format",
             "docker",
             "--file",
@@ -633,6 +643,11 @@ def _build_dockerfile(image: Image, out: Path, log: Path) -> None:
 _BUILDERS: dict[str, Callable[[Path, Path], None]] = {"base": _build_base, "pause": _build_pause}
 
 
+def _mount_points() -> list[Path]:
+    with open("/proc/self/mounts") as mounts:
+        return [Path(line.split()[1].replace("\\040", " ")) for line in mounts if len(line.split()) > 1]
+
+
 def image_tar(name: str, force: bool = False) -> Path:
     """The docker-archive tar of image ``name``, built when missing (a no-op when cached)."""
     image = BY_NAME[name]
@@ -646,6 +661,13 @@ def image_tar(name: str, force: bool = False) -> Path:
         logs.mkdir(parents=True, exist_ok=True)
         log = logs / f"{out.stem}.log"
         log.write_text("")
+        # scratch folders of an interrupted build of this image (none can be running: we hold its lock)
+        for stale in images_dir().glob(f".{name}[.-]*"):
+            if any(mount == stale or stale in mount.parents for mount in _mount_points()):
+                # an interrupted debootstrap leaves /proc and /sys mounted in its rootfs: never rmtree those
+                _log(f"  {name}: leaving {stale} alone, something is mounted under it")
+            else:
+                shutil.rmtree(stale, ignore_errors=True)
         started = time.monotonic()
         _log(f"building {image.ref} ({name}) into {out}; log: {log}")
         if name in _BUILDERS:
@@ -689,16 +711,19 @@ def build_images(only: Iterable[str] | None = None, force: bool = False) -> dict
 
 
 def import_images(ctr: Path, address: str, tars: Iterable[Path]) -> None:
-    """Import docker-archive tars into the node's containerd, in the namespace the CRI uses."""
+    """Import docker-archive tars into the node's containerd (socket ``address``), in the namespace
+    the CRI uses (k8s.io). A tar's names are normalised by containerd the way the kubelet
+    normalises a pod's image, so ``reward-operator:0.1.0`` in a pod finds the imported image."""
     for tar in tars:
         started = time.monotonic()
-        subprocess.run(
-            [str(ctr), "--address", address, "-n", "k8s.io", "images", "import", "--no-unpack=false", str(tar)],
-            check=True,
+        result = subprocess.run(
+            [str(ctr), "--address", address, "--namespace", "k8s.io", "images", "import", str(tar)],
             capture_output=True,
             text=True,
         )
-        _log(f"imported {tar.name} in {time.monotonic() - started:.1f}s")
+        if result.returncode != 0:
+            raise RuntimeError(f"ctr images import {tar}: {result.stderr.strip() or result.stdout.strip()}")
+        _log(f"imported {tar.name} into {address} in {time.monotonic() - started:.1f}s")
 
 
 # ---- checking an image by running it -----------------------------------------------------------
@@ -707,37 +732,47 @@ def import_images(ctr: Path, address: str, tars: Iterable[Path]) -> None:
 def run_in_image(name: str, argv: Sequence[str], user: str, volumes: Sequence[str] = (), network_host: bool = True):
     """Run ``argv`` as ``user`` in a container of the tar of image ``name`` (buildah's chroot
     isolation); the completed process, its output captured."""
+    return run_commands_in_image(name, [(user, tuple(argv))], volumes, network_host)[0]
+
+
+def run_commands_in_image(
+    name: str, commands: Sequence[tuple[str, Sequence[str]]], volumes: Sequence[str] = (), network_host: bool = True
+) -> list[subprocess.CompletedProcess]:
+    """Run each ``(user, argv)`` in one container of image ``name`` (its tar read into buildah's
+    store once); the completed processes, in order."""
     with _using_buildah():
-        return _run_in_image(name, argv, user, volumes, network_host)
-
-
-def _run_in_image(name: str, argv: Sequence[str], user: str, volumes: Sequence[str], network_host: bool):
-    env = _buildah_env()
-    logs = images_dir() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    image_id = _load_into_buildah(name, logs / f"{tar_path(name).stem}.log")
-    created = subprocess.run(buildah("from", "--pull=never", image_id), env=env, capture_output=True, text=True)
-    if created.returncode != 0:
-        raise RuntimeError(f"buildah from {name}: {created.stderr.strip()}")
-    container = created.stdout.strip().splitlines()[-1]
-    try:
-        command = buildah("run", "--isolation", "chroot", "--user", user)
-        if network_host:
-            command += ["--network", "host"]
-        for volume in volumes:
-            command += ["--volume", volume]
-        return subprocess.run([*command, container, "--", *argv], env=env, capture_output=True, text=True)
-    finally:
-        subprocess.run(buildah("rm", container), env=env, capture_output=True)
-        if BY_NAME[name].node:
-            # only the base image stays in the store (the others' tars are their cache)
-            subprocess.run(buildah("rmi", "--force", image_id), env=env, capture_output=True)
+        env = _buildah_env()
+        logs = images_dir() / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        image_id = _load_into_buildah(name, logs / f"{tar_path(name).stem}.log")
+        created = subprocess.run(buildah("from", "--pull=never", image_id), env=env, capture_output=True, text=True)
+        if created.returncode != 0:
+            raise RuntimeError(f"buildah from {name}: {created.stderr.strip()}")
+        container = created.stdout.strip().splitlines()[-1]
+        try:
+            results = []
+            for user, argv in commands:
+                command = buildah("run", "--isolation", "chroot", "--user", user)
+                if network_host:
+                    command += ["--network", "host"]
+                for volume in volumes:
+                    command += ["--volume", volume]
+                results.append(
+                    subprocess.run([*command, container, "--", *argv], env=env, capture_output=True, text=True)
+                )
+            return results
+        finally:
+            subprocess.run(buildah("rm", container), env=env, capture_output=True)
+            if BY_NAME[name].node:
+                # only the base image stays in the store (the others' tars are their cache)
+                subprocess.run(buildah("rmi", "--force", image_id), env=env, capture_output=True)
 
 
 def check_image(name: str) -> None:
-    """Run the image's own checks (a command as its user); raises on the first failure."""
-    for user, argv in BY_NAME[name].checks:
-        result = run_in_image(name, argv, user)
+    """Run the image's own checks (commands as its user); raises on the first failure."""
+    checks = BY_NAME[name].checks
+    for (user, argv), result in zip(checks, run_commands_in_image(name, checks), strict=True):
         if result.returncode != 0:
             raise RuntimeError(f"{name}: `{shlex.join(argv)}` as {user} failed: {result.stdout}{result.stderr}")
-        _log(f"  {name}: `{shlex.join(argv)}` as {user}: ok")
+        said = result.stdout.strip().splitlines()[-1:] or [""]
+        _log(f"  {name}: `{shlex.join(argv)}` as {user}: ok {said[0][:80]}")
