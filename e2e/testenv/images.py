@@ -18,9 +18,11 @@ time on the machine (a file lock). buildah keeps its store, its temporary files 
 configuration under the cache folder, never in the host-wide places (/var/lib/containers, ...).
 
 The single-layer images (base, pause) are written as docker-archive tars by Python's ``tarfile``
-directly: a one-layer image needs no container store, the tar is the only copy (no store copy of the
-124 MB rootfs beside it), and it takes seconds. The Dockerfile images are built by Debian's buildah,
-which reads the base tar into its store first.
+directly: a one-layer image needs no working container, the rootfs goes from debootstrap's folder
+into the tar in seconds with owners, modes and hard links as they are, and pause needs no buildah
+at all. The Dockerfile images are built by Debian's buildah (``bud`` with ``PYTHON_IMAGE`` set to
+the base, which it reads from its tar into its store first) and exported with ``buildah push
+docker-archive:``; its store then keeps only the base.
 """
 
 from __future__ import annotations
@@ -404,7 +406,7 @@ def write_docker_archive(out: Path, ref: str, rootfs: Path, config: dict) -> Non
                     tar.add(child, arcname=child.name)  # recursive, sorted; hard links kept
         diff_id = hashing.sha.hexdigest()
         image_config = {
-            "architecture": "amd64",
+            "architecture": {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine),
             "os": "linux",
             "config": config,
             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
