@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tarfile
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -29,8 +30,7 @@ from reward_operator.render import chat_template as rendered_template
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
 from reward_testing.ports import free_port
-from reward_testing.tiny_models import BOS, STEP_TAG, TinyModel, reference_scores_of
-from reward_testing.vllm import require_vllm
+from reward_testing.tiny_models import BOS, STEP_TAG, TinyModel, reference_scores_of, tar_model
 from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
 
 TOLERANCE = 1e-4
@@ -200,11 +200,6 @@ def process(served) -> Served:
     return served["process"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _needs_vllm():
-    require_vllm()
-
-
 def post(url: str, path: str, body: dict) -> dict:
     response = httpx.post(url + path, json=body, timeout=120)
     assert response.status_code == 200, response.text
@@ -276,3 +271,17 @@ def test_process_step_scores_equal_transformers(process):
         assert_close(got, reference["step_scores"])
     assert_close(answer["rewards"] + openrlhf["rewards"], [reference["reward"] for reference in references])
     assert_scored(process, references)
+
+
+def test_a_model_folder_tars_to_the_same_bytes_with_its_files_at_the_top(tmp_path):
+    """What the storage initializer unpacks into /mnt/models: the folder's files, readable by any user."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / "model.safetensors").chmod(0o600)
+    first = tar_model(folder, tmp_path / "a.tar.gz").read_bytes()
+    (folder / "config.json").touch()  # a newer mtime changes nothing
+    assert tar_model(folder, tmp_path / "b.tar.gz").read_bytes() == first
+    with tarfile.open(tmp_path / "a.tar.gz") as tar:
+        assert [(m.name, m.mode) for m in tar.getmembers()] == [("config.json", 0o644), ("model.safetensors", 0o644)]

@@ -21,6 +21,7 @@ its own BOS. Deterministic: the same bytes every time.
 
 from __future__ import annotations
 
+import gzip
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +80,12 @@ def tar_model(model: TinyModel | Path, archive: Path) -> Path:
     """The model folder as a .tar.gz with its files at the top level (what KServe's storage initializer
     unpacks into /mnt/models from an http(s) URI ending in .tar.gz)."""
     folder = model.path if isinstance(model, TinyModel) else model
-    with tarfile.open(archive, "w:gz") as tar:
+    # gzip's own header carries a time and a name: zero and none, so one model is one archive's bytes
+    with (
+        open(archive, "wb") as out,
+        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as zipped,
+        tarfile.open(fileobj=zipped, mode="w") as tar,
+    ):
         for path in sorted(folder.iterdir()):
             tar.add(path, arcname=path.name, filter=_plain)
     return archive
