@@ -124,6 +124,24 @@ INVALID = {
         "model.extraArgs may not set",
     ),
     "step-tag-on-sequence": (_set("spec.model.stepTagId", 7), "apply only to kind: process"),
+    # a process model's settings that give a wrong number or none on vLLM 0.32 (each reproduced on a
+    # tiny Qwen2ForProcessRewardModel: reward_testing.tiny_models)
+    "process-without-step-tag": (
+        _set("spec.model.kind", "process"),
+        "model.stepTagId is required for kind: process",
+    ),
+    "process-returned-vocabulary-ids": (
+        lambda o: o["spec"]["model"].update(kind="process", stepTagId=7, returnedTokenIds=[648, 387]),
+        "model.returnedTokenIds may only be [0, 1] (or unset, the same): they index the score head's",
+    ),
+    "process-returned-one-label": (
+        lambda o: o["spec"]["model"].update(kind="process", stepTagId=7, returnedTokenIds=[1]),
+        "spec.model.returnedTokenIds",
+    ),
+    "process-returned-labels-swapped": (
+        lambda o: o["spec"]["model"].update(kind="process", stepTagId=7, returnedTokenIds=[1, 0]),
+        "[1, 0] inverts every score",
+    ),
     "env-value-and-ref": (
         _set(
             "spec.env",
@@ -263,6 +281,13 @@ INVALID = {
         _set("spec.canary", {"model": {"uri": "hf://org/rm-v2", "stepTagId": 3}}),
         "canary.model.stepTagId and canary.model.returnedTokenIds apply only to model.kind: process",
     ),
+    "canary-returned-vocabulary-ids": (
+        lambda o: (
+            o["spec"]["model"].update(kind="process", stepTagId=7),
+            o["spec"].update(canary={"model": {"uri": "hf://org/rm-v2", "returnedTokenIds": [5, 9]}}),
+        ),
+        "canary.model.returnedTokenIds may only be [0, 1]",
+    ),
     "canary-agreement-over-one": (
         _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "minAgreement": 1.5}),
         "spec.canary.minAgreement",
@@ -341,6 +366,22 @@ def test_defaults_are_applied_by_the_api_server(cluster, namespace):
     assert "runtime" not in stored["spec"]  # the operator picks it by resources.gpus (render/runtime.py)
     assert stored["spec"]["serving"] == {"mode": "Standard", "minReplicas": 1, "maxReplicas": 1}
     assert stored["spec"]["resources"] == {"gpus": 1}
+
+
+@pytest.mark.parametrize("labels", [None, [0, 1]])
+def test_a_process_model_with_its_step_tag_is_accepted(cluster, namespace, labels):
+    """The positive side of the process rules: stepTagId set, the head's labels [0, 1] or unset, on the
+    model and on a candidate."""
+    model = {"kind": "process", "stepTagId": 151651, **({"returnedTokenIds": labels} if labels else {})}
+    manifest = with_changes(
+        lambda o: (
+            o["spec"]["model"].update(model),
+            o["spec"].update(
+                canary={"model": {"uri": "hf://org/prm-v2", **({"returnedTokenIds": labels} if labels else {})}}
+            ),
+        )
+    )
+    cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
 
 
 def test_scale_to_zero_in_standard_mode_is_accepted(cluster, namespace):

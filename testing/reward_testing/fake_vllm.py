@@ -127,6 +127,11 @@ class FakeVllm:
         # "hang": no answer until the caller gives up and closes the connection
         # (counted in ``abandoned``): a model too slow for a shadow call's wait.
         self.misbehaviour: str | None = None
+        # A process model's step rows as vLLM answers them under a wrong setting: None, the
+        # [p_negative, p_positive] pair; "one_label": [sigmoid(logit)] (returnedTokenIds of one id);
+        # "logits": the raw pair (the activation off); "every_token": a pair per word, tags or not
+        # (a stepTagId that is not the tag's id but a frequent token's).
+        self.step_rows: str | None = None
         self.abandoned = 0
         # This fake's raw score of a text: scale * logit(text) + offset, or fixed[text].
         self.scale = 1.0
@@ -302,11 +307,17 @@ class FakeVllm:
         if STEP_TAG in text:
             # STEP pooling: [p_negative, p_positive] at each step tag.
             pieces = text.split(STEP_TAG)[:-1]
+            if self.step_rows == "every_token":
+                pieces = " ".join(pieces).split(" ")
             steps, prefix = [], ""
             for piece in pieces:
                 prefix += piece + STEP_TAG
                 p = step_probability(prefix, self.raw_score(prefix))
                 steps.append([1 - p, p])
+            if self.step_rows == "one_label":
+                steps = [[sigmoid(self.raw_score(text))] for _ in steps]
+            elif self.step_rows == "logits":
+                steps = [[-1.5, 2.0] for _ in steps]
             return {"index": index, "object": "pooling", "data": steps}
         # ALL pooling: one value per token (whitespace words here), the BOS's first where
         # a text is sent with add_special_tokens true.

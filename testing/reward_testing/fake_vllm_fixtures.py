@@ -28,6 +28,7 @@ def _reset(fake: FakeVllm) -> FakeVllm:
     fake.calls.clear()
     fake.healthy = True
     fake.misbehaviour = None
+    fake.step_rows = None
     fake.abandoned = 0
     fake.bos_token = "<s>"
     fake.scale, fake.offset, fake.fixed = 1.0, 0.0, {}

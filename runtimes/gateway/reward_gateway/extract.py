@@ -98,12 +98,36 @@ def process_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
 
     def score_of(entry: dict[str, Any]) -> Score:
         steps = _pooled(entry, "no step scores: the input holds no step tag the model knows")
-        if not all(isinstance(step, list) and step and _is_number(step[-1]) for step in steps):
-            raise bad_response("a step score is not a [p_negative, p_positive] pair")
-        step_scores = [float(step[-1]) for step in steps]
+        step_scores = [positive_probability(step) for step in steps]
         return Score(aggregate_steps(step_scores, aggregate), step_scores)
 
     return _each_entry(response, expected, score_of)
+
+
+# How far from 1 a pair of float32 softmax probabilities may add up (JSON keeps them to the last digit).
+PAIR_SUM_TOLERANCE = 1e-4
+
+
+def positive_probability(step: Any) -> float:
+    """A step's p_positive, from the [p_negative, p_positive] pair of probabilities vLLM answers for it.
+
+    Anything else is a setting that would give a wrong number, so it is refused, never read: one
+    value is sigmoid(logit) of a single label (model.returnedTokenIds of one id), more than two are
+    the softmax over that many labels, and values that are not probabilities adding up to 1 are raw
+    logits (the activation off)."""
+    if not (isinstance(step, list) and len(step) == 2 and all(_is_number(value) for value in step)):
+        size = f"{len(step)} values" if isinstance(step, list) else "no list"
+        raise bad_response(
+            f"a step score is not a [p_negative, p_positive] pair ({size}): a process model's step is scored "
+            "by the softmax over its head's two labels (model.returnedTokenIds, if set, must be [0, 1])"
+        )
+    negative, positive = float(step[0]), float(step[1])
+    if not (0.0 <= negative <= 1.0 and 0.0 <= positive <= 1.0) or abs(negative + positive - 1.0) > PAIR_SUM_TOLERANCE:
+        raise bad_response(
+            f"a step score [{negative}, {positive}] is not a pair of probabilities adding up to 1 "
+            "(vLLM's softmax over the head's two labels)"
+        )
+    return positive
 
 
 def aggregate_steps(step_scores: list[float], how: str) -> float:

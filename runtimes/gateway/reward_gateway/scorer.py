@@ -123,7 +123,30 @@ class Scorer:
             body["truncate_prompt_tokens"] = self.config.truncate_prompt_tokens
         body.update(self._fields)
         response = await self.client.post(self.kind.path, body)
-        return self.kind.extract(response, len(call.positions), self.config.step_aggregate)
+        scores = self.kind.extract(response, len(call.positions), self.config.step_aggregate)
+        if self.config.model_kind == "process":
+            self._check_step_count(call, scores)
+        return scores
+
+    def _check_step_count(self, call: _Call, scores: list[Score]) -> None:
+        """vLLM scores the tokens whose id is its step_tag_id (model.stepTagId): as many steps as the input
+        holds step tags, or that id is not the tag's and the numbers are some other tokens'. Fewer only
+        where vLLM truncated the input (truncatePromptTokens)."""
+        tag = self.config.step_tag
+        if call.messages is not None:
+            tags = [sum(str(message.get("content") or "").count(tag) for message in call.messages)]
+        else:
+            tags = [text.count(tag) for text in call.texts or []]
+        for score, count in zip(scores, tags, strict=True):
+            steps = len(score.step_scores or [])
+            truncated = self.config.truncate_prompt_tokens is not None and steps < count
+            if steps != count and not truncated:
+                raise UpstreamError(
+                    "bad_response",
+                    502,
+                    f"vLLM scored {steps} steps where the input holds {count} step tags {tag!r}: its step_tag_id "
+                    "(model.stepTagId) is not the token id of the step tag (gateway.stepTag)",
+                )
 
 
 def special_prefix(marked: Any, plain: Any) -> str:

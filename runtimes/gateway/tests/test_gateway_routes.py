@@ -64,6 +64,26 @@ def test_process_model_returns_one_score_per_step(start_gateway, backend):
     ]
 
 
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ("one_label", "is not a [p_negative, p_positive] pair (1 values)"),
+        ("logits", "is not a pair of probabilities adding up to 1"),
+        ("every_token", "vLLM scored 6 steps where the input holds 2 step tags"),
+    ],
+)
+def test_process_model_refuses_step_rows_that_would_give_a_wrong_number(start_gateway, backend, rows, message):
+    """What vLLM answers under a setting that cannot be right (model.returnedTokenIds of one id, seen on
+    the real vLLM 0.32; the activation off; a model.stepTagId of another token) is a 502 naming the cause,
+    not a reward."""
+    gateway = start_gateway(model_kind="process")
+    backend.step_rows = rows
+    item = {"prompt": "2+2 then *3?", "steps": ["First, 2+2=4.", "Then 4*3=12."]}
+    answer = gateway.post("/v1/rewards", json={"items": [item]})
+    assert answer.status_code == 502, answer.text
+    assert message in answer.json()["error"]
+
+
 def test_process_model_rejects_items_without_step_tags(start_gateway, backend):
     gateway = start_gateway(model_kind="process")
     answer = gateway.post("/v1/rewards", json={"items": [{"prompt": "p", "response": "no tags here"}]})

@@ -113,12 +113,32 @@ def model_fields(prefix: str) -> dict[str, Schema]:
             minLength=1,
             maxLength=65536,
         ),
-        "stepTagId": integer("Token id that ends each step, for kind: process (vLLM's step_tag_id).", minimum=0),
+        "stepTagId": integer(
+            "For kind: process, required: the token id of the step tag that ends each step (vLLM's step_tag_id), "
+            "the id gateway.stepTag (default <extra_0>) has in the model's vocabulary, e.g. 151651 for "
+            "Qwen2.5-Math-PRM. vLLM scores the steps at the tokens with this id.",
+            minimum=0,
+        ),
         "returnedTokenIds": array(
-            "Token ids whose probabilities a process reward model returns per step, e.g. the ids "
-            "of the negative and positive labels (vLLM's returned_token_ids).",
+            "For kind: process: the score head's labels vLLM returns per step (vLLM's returned_token_ids), "
+            "[negative, positive]. These index the head's labels, not the vocabulary. The only value is [0, 1], "
+            "which is also what unset means: vLLM's process model (Qwen2ForProcessRewardModel, as "
+            "Qwen2.5-Math-PRM) has two labels, 1 the positive, and the gateway reads the softmax probability "
+            "of the second as the step's score.",
             {"type": "integer", "format": "int64", "minimum": 0},
-            maxItems=16,
+            minItems=2,
+            maxItems=2,
+            **{
+                "x-kubernetes-validations": [
+                    rule(
+                        "self == [0, 1]",
+                        f"{prefix}.returnedTokenIds may only be [0, 1] (or unset, the same): they index the score "
+                        "head's [negative, positive] labels, not the vocabulary; [1, 0] inverts every score, one "
+                        "label gives sigmoid(logit) instead of the step's probability, and an index past the two "
+                        "labels stops vLLM's engine",
+                    )
+                ]
+            },
         ),
         "maxModelLen": integer("Context length in tokens (--max-model-len).", minimum=16, maximum=4194304),
         "dtype": string("Weight and activation dtype (--dtype).", enum=list(DTYPES)),
@@ -166,6 +186,12 @@ MODEL = obj(
             rule(
                 "self.kind == 'process' || (!has(self.stepTagId) && !has(self.returnedTokenIds))",
                 "model.stepTagId and model.returnedTokenIds apply only to kind: process",
+            ),
+            rule(
+                "self.kind != 'process' || has(self.stepTagId)",
+                "model.stepTagId is required for kind: process: the token id of the step tag (gateway.stepTag, "
+                "default <extra_0>) in the model's vocabulary; without it vLLM answers no step scores and every "
+                "call fails",
             ),
         ]
     },

@@ -1,0 +1,287 @@
+"""The rewards a trainer gets through the gateway equal transformers' numbers for the same tokens,
+with a real vLLM (the pinned CPU build) serving tiny random-weight models of each kind.
+
+Everything is started as the operator renders it: a RewardModel of each kind is rendered
+(``reward_operator.render``), vLLM runs the predictor's command line (the runtime's args, then the
+rendered ones; only ``--model`` points at the tiny model's folder, plus eager mode and a small KV
+cache for the CPU), and the gateway runs the transformer's rendered environment and args. The tokens
+vLLM scored are read from its request log (``--enable-log-requests`` with ``VLLM_LOGGING_LEVEL=DEBUG``,
+set through the spec like any user would) and must be the HF tokenizer's: the template applied once,
+one BOS.
+
+One vLLM per kind for the module (about 3 GB and 20-35 s each); without the vLLM venv the module
+skips, or fails where REWARD_OPERATOR_REQUIRE_VLLM=1 (CI).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import tarfile
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from reward_operator.render import chat_template as rendered_template
+from reward_operator.render import render_reward_model
+from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
+from reward_testing.ports import free_port
+from reward_testing.tiny_models import BOS, STEP_TAG, TinyModel, reference_scores_of, tar_model
+from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
+
+TOLERANCE = 1e-4
+
+# A chat template of the spec's own (model.chatTemplate), unlike the tokenizer's: it must be the one
+# applied, by vLLM (upstream) or by the gateway, and only once.
+SPEC_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}### {{ message['role'] }}:\n{{ message['content'] }}\n{% endfor %}"
+)
+
+CONVERSATION = [
+    {"role": "system", "content": "solve the question step by step"},
+    {"role": "user", "content": "what is two plus three?"},
+    {"role": "assistant", "content": "two plus three equals five. the answer is five!"},
+]
+PROMPT, RESPONSE = "find the sum of four and seven", "four plus seven equals ten. maybe the total is new"
+STEPS = ["four plus seven", "equals ten.", "the answer is ten"]
+STEPPED = "".join(step + STEP_TAG for step in STEPS)  # the gateway's rendering of steps
+TAGGED = [*CONVERSATION[:2], {"role": "assistant", "content": f"two plus three{STEP_TAG}is five{STEP_TAG}"}]
+# OpenRLHF's query: the policy's rendering, its BOS included, scored as given
+SPEC_QUERY = f"{BOS}### user:\n{PROMPT}\n### assistant:\n{RESPONSE}\n"
+OWN_QUERY = f"{BOS}<|user|>{PROMPT}<|end|><|assistant|>{RESPONSE}<|end|>"
+STEPPED_QUERY = f"{BOS}<|user|>{PROMPT}<|end|><|assistant|>{STEPPED}<|end|>"
+
+
+def prompt_response(prompt: str, response: str) -> list[dict]:
+    return [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+
+
+# What transformers is asked, per kind: name -> item (reward_testing.tiny_models.reference_scores).
+REFERENCE_ITEMS = {
+    "sequence": {
+        "conversation": {"messages": CONVERSATION, "chat_template": SPEC_TEMPLATE},
+        "prompt_response": {"messages": prompt_response(PROMPT, RESPONSE), "chat_template": SPEC_TEMPLATE},
+        "query": {"text": SPEC_QUERY},
+        # verl's /classify: the RM's rendering with the BOS stripped; vLLM adds the model's own
+        "verl": {"text": SPEC_QUERY.removeprefix(BOS), "add_special_tokens": True},
+    },
+    "token": {
+        "conversation": {"messages": CONVERSATION},
+        "prompt_response": {"messages": prompt_response(PROMPT, RESPONSE)},
+        "query": {"text": OWN_QUERY},
+    },
+    "process": {
+        "steps": {"messages": prompt_response(PROMPT, STEPPED)},
+        "tagged": {"messages": TAGGED},
+        "query": {"text": STEPPED_QUERY},
+    },
+}
+
+
+def reward_model(kind: str, model: TinyModel, mode: str = "upstream", template: str | None = None) -> dict:
+    spec: dict[str, Any] = {
+        # float32 as the weights are (vLLM's CPU build would downcast them to float16 otherwise)
+        "model": {
+            "uri": "hf://tiny/reward-model",
+            "kind": kind,
+            "dtype": "float32",
+            "extraArgs": ["--enable-log-requests"],
+        },
+        "resources": {"gpus": 0},
+        "gateway": {"chatTemplateMode": mode},
+        "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}],
+    }
+    if kind == "process":
+        spec["model"]["stepTagId"] = model.step_tag_id
+    if template is not None:
+        spec["model"]["chatTemplate"] = template
+    return {
+        "apiVersion": "serving.rlhf.dev/v1alpha1",
+        "kind": "RewardModel",
+        "metadata": {"name": f"tiny-{kind}", "namespace": "test", "uid": "00000000-0000-4000-8000-000000000001"},
+        "spec": spec,
+    }
+
+
+class Served:
+    """A tiny model behind a real vLLM and one gateway per chat template mode, as rendered."""
+
+    def __init__(self, model: TinyModel, vllm: VllmServer, gateways: dict[str, str], references: dict[str, dict]):
+        self.model, self.vllm, self.gateways, self.references = model, vllm, gateways, references
+        self._read = 0
+
+    def reference(self, *names: str) -> list[dict]:
+        """transformers' answers for these items of REFERENCE_ITEMS."""
+        return [self.references[name] for name in names]
+
+    def scored_ids(self) -> list[list[int]]:
+        """The prompt token ids of the requests vLLM received since the last look."""
+        text = self.vllm.log_text()
+        new, self._read = text[self._read :], len(text)
+        # the scoring calls (classify, pooling), not the gateway's /tokenize of its BOS
+        found = re.findall(r"Request (?:classify|pooling)-\S+ details: .*prompt_token_ids: (\[[\d, ]*\])", new)
+        return [ast.literal_eval(ids) for ids in found]
+
+
+def local_paths(values: list[str], template_file: Path) -> list[str]:
+    """The ConfigMap's mount path, where a pod has it, replaced by the test's file."""
+    return [value.replace(rendered_template.PATH, str(template_file)) for value in values]
+
+
+# kind -> (the gateway's template modes, model.chatTemplate): the sequence model with a template of the
+# spec's own through both modes; the others with the tokenizer's (vLLM applies it).
+SERVED = {
+    "sequence": (("upstream", "gateway"), SPEC_TEMPLATE),
+    "token": (("upstream",), None),
+    "process": (("upstream",), None),
+}
+
+
+@pytest.fixture(scope="module")
+def served(tiny_models, tmp_path_factory) -> Iterator[dict[str, Served]]:
+    """Each kind's tiny model behind a real vLLM (the three load side by side) and its gateways."""
+    with ExitStack() as stack:
+        started = {}
+        for kind, (modes, template) in SERVED.items():
+            model, workdir = tiny_models[kind], tmp_path_factory.mktemp(kind)
+            template_file = workdir / "chat_template.jinja"
+            isvcs = {}
+            for mode in modes:  # the modes differ in the gateway only: one vLLM serves them all
+                rendered = render_reward_model(reward_model(kind, model, mode, template))
+                for child in rendered:
+                    if child["kind"] == "ConfigMap":  # model.chatTemplate, mounted in a pod
+                        template_file.write_text(child["data"][rendered_template.FILE_NAME])
+                (isvcs[mode],) = [child for child in rendered if child["kind"] == "InferenceService"]
+                predictor = isvcs[mode]["spec"]["predictor"]["model"]
+                predictor["args"] = local_paths(predictor["args"], template_file)
+            vllm = stack.enter_context(started_vllm(isvcs[modes[0]], model.path, workdir / "vllm"))
+            started[kind] = (model, vllm, isvcs, template_file, workdir)
+        # transformers' numbers while the vLLMs load
+        answers = reference_scores_of(
+            {kind: (tiny_models[kind], list(items.values())) for kind, items in REFERENCE_ITEMS.items()}
+        )
+        served = {}
+        for kind, (model, vllm, isvcs, template_file, workdir) in started.items():
+            wait_healthy(vllm)
+            gateways = {}
+            for mode, isvc in isvcs.items():
+                env, args = rendered_gateway(isvc)
+                env = dict(zip(env, local_paths(list(env.values()), template_file), strict=True))
+                port = free_port()
+                env.update(
+                    REWARD_GATEWAY_UPSTREAM_URL=vllm.url,
+                    REWARD_GATEWAY_PORT=str(port),
+                    REWARD_GATEWAY_MEMORY_LIMIT_BYTES=str(2**30),  # the downward API's, in a pod
+                )
+                log = workdir / f"gateway-{mode}.log"
+                stack.enter_context(gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], log))
+                gateways[mode] = f"http://127.0.0.1:{port}"
+            references = dict(zip(REFERENCE_ITEMS[kind], answers[kind], strict=True))
+            served[kind] = Served(model, vllm, gateways, references)
+        yield served
+
+
+@pytest.fixture
+def sequence(served) -> Served:
+    return served["sequence"]
+
+
+@pytest.fixture
+def token(served) -> Served:
+    return served["token"]
+
+
+@pytest.fixture
+def process(served) -> Served:
+    return served["process"]
+
+
+def post(url: str, path: str, body: dict) -> dict:
+    response = httpx.post(url + path, json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def assert_close(got: list[float], want: list[float]) -> None:
+    assert len(got) == len(want)
+    assert all(abs(g - w) <= TOLERANCE for g, w in zip(got, want, strict=True)), (got, want)
+
+
+def assert_scored(served: Served, references: list[dict]) -> None:
+    """vLLM scored exactly the HF tokenizer's ids for these items (in any order), each with one BOS."""
+    scored = served.scored_ids()
+    assert sorted(scored) == sorted(reference["ids"] for reference in references)
+    for ids in scored:
+        assert ids.count(served.model.bos_token_id) == 1 and ids[0] == served.model.bos_token_id, ids
+
+
+@pytest.mark.parametrize("mode", ["upstream", "gateway"])
+def test_sequence_rewards_equal_transformers(sequence, mode):
+    """A template of the spec's own, applied once by vLLM (upstream) or by the gateway, one BOS."""
+    sequence.scored_ids()
+    body = {"items": [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]}
+    rewards = post(sequence.gateways[mode], "/v1/rewards", body)["rewards"]
+    references = sequence.reference("conversation", "prompt_response")
+    assert_close(rewards, [reference["reward"] for reference in references])
+    assert_scored(sequence, references)
+    # the spec's template, not the tokenizer's: its markers are in what was scored
+    detokenized = httpx.post(f"{sequence.vllm.url}/detokenize", json={"tokens": references[1]["ids"]}).json()
+    assert "### assistant:" in detokenized["prompt"]
+
+
+def test_sequence_get_reward_and_classify_equal_transformers(sequence):
+    """OpenRLHF's finished text scored as given; verl's BOS-less text gets the model's BOS from vLLM."""
+    url = sequence.gateways["upstream"]
+    sequence.scored_ids()
+    answer = post(url, "/get_reward", {"query": [SPEC_QUERY], "prompts": [PROMPT], "labels": [""]})
+    verl = REFERENCE_ITEMS["sequence"]["verl"]["text"]
+    classify = post(url, "/classify", {"model": "/mnt/models/checkpoint", "input": verl, "use_activation": False})
+    query, verl_reference = sequence.reference("query", "verl")
+    assert query["ids"] == verl_reference["ids"]  # the two trainers' texts are one token sequence
+    assert_close(answer["rewards"] + [classify["data"][-1]["probs"][-1]], [query["reward"], verl_reference["reward"]])
+    assert_scored(sequence, [query, verl_reference])
+
+
+def test_token_rewards_equal_transformers(token):
+    """The last token's raw value, the tokenizer's template applied by vLLM."""
+    url = token.gateways["upstream"]
+    token.scored_ids()
+    items = [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]
+    rewards = post(url, "/v1/rewards", {"items": items})["rewards"]
+    answer = post(url, "/get_reward", {"query": [OWN_QUERY]})
+    references = token.reference("conversation", "prompt_response", "query")
+    assert references[1]["ids"] == references[2]["ids"]
+    assert_close(rewards + answer["rewards"], [reference["reward"] for reference in references])
+    assert_scored(token, references)
+
+
+def test_process_step_scores_equal_transformers(process):
+    """p_positive at each step tag, the weakest step as the reward (the default aggregate)."""
+    url = process.gateways["upstream"]
+    process.scored_ids()
+    answer = post(url, "/v1/rewards", {"items": [{"prompt": PROMPT, "steps": STEPS}, {"messages": TAGGED}]})
+    openrlhf = post(url, "/get_reward", {"query": [STEPPED_QUERY]})
+    references = process.reference("steps", "tagged", "query")
+    assert [len(reference["step_scores"]) for reference in references] == [3, 2, 3]
+    for got, reference in zip(answer["step_scores"], references, strict=False):
+        assert_close(got, reference["step_scores"])
+    assert_close(answer["rewards"] + openrlhf["rewards"], [reference["reward"] for reference in references])
+    assert_scored(process, references)
+
+
+def test_a_model_folder_tars_to_the_same_bytes_with_its_files_at_the_top(tmp_path):
+    """What the storage initializer unpacks into /mnt/models: the folder's files, readable by any user."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / "model.safetensors").chmod(0o600)
+    first = tar_model(folder, tmp_path / "a.tar.gz").read_bytes()
+    (folder / "config.json").touch()  # a newer mtime changes nothing
+    assert tar_model(folder, tmp_path / "b.tar.gz").read_bytes() == first
+    with tarfile.open(tmp_path / "a.tar.gz") as tar:
+        assert [(m.name, m.mode) for m in tar.getmembers()] == [("config.json", 0o644), ("model.safetensors", 0o644)]
