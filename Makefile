@@ -98,7 +98,7 @@ status: venv ## show the local control plane's processes
 kubeconfig: venv ## print the local control plane's kubeconfig path
 	@$(TESTENV) kubeconfig
 
-demo: venv host-packages ## control plane + operator + sample RewardModel, then show what it made
+demo: venv host-packages vllm-venv ## control plane + operator + the sample RewardModel on kwok, then a tiny model served for real and scored
 	$(PY) e2e/demo.py
 
 crds: venv ## regenerate crds/ from reward_operator.api (then `make chart-sync` copies them into the chart)

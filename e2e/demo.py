@@ -1,26 +1,37 @@
-"""`make demo`: the operator on a local control plane, from RewardModel to InferenceService.
+"""`make demo`: the operator on a local control plane, from a RewardModel to a reward.
 
-1. bring the control plane up (or reuse the one `make up` started),
+1. bring the control plane up (or reuse the one `make up` started), its real node included,
 2. install the reward runtimes and start the operator,
-3. apply the sample RewardModel and show the InferenceService it renders to,
-4. stand in for KServe's controller (which does not run here) by marking the
-   InferenceService Ready, and show the RewardModel's status follow.
+3. apply the GPU-shaped sample RewardModel: KServe's controller makes it Ready on kwok's fake GPU
+   nodes; show the InferenceService it renders to and the status,
+4. serve a tiny random-weight reward model for real on the real node (vLLM's CPU build, the model
+   downloaded by KServe's storage initializer from the test bed's storage server) and score one
+   prompt and response with curl against its status.url.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
 
+import yaml
+
 from reward_testing.paths import REPO
+from reward_testing.tiny_models import make_tiny_models, tar_model
 from reward_testing.waiting import wait_until
-from testenv import controlplane
+from testenv import controlplane, node
 from testenv.helpers import condition
 
 SAMPLE = REPO / "manifests" / "samples" / "rewardmodel-sequence-standard.yaml"
 NAMESPACE = "rlhf-demo"
+CPU_NAMESPACE = "rlhf-demo-cpu"  # pinned to the real node
+TINY = "tiny-rm"
+SCORE_REQUEST = {"items": [{"prompt": "What is 2+2?", "response": "4"}]}
 
 
 def step(message: str) -> None:
@@ -80,6 +91,11 @@ def main() -> int:
     step("events")
     print(kubectl("get", "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={name}").stdout)
 
+    if (plane.directory / "node").is_dir() and node.owned_by(plane.directory):
+        serve_a_tiny_model(plane)
+    else:
+        step("no real node in this control plane (TESTENV_NODE=0): no model is served for real")
+
     print(
         "\nThe control plane and the operator keep running. Try:\n"
         f"  export KUBECONFIG={plane.state.kubeconfig}\n"
@@ -89,6 +105,59 @@ def main() -> int:
         "Tear everything down with:  make down"
     )
     return 0
+
+
+def serve_a_tiny_model(plane: controlplane.ControlPlane) -> None:
+    """A tiny random-weight sequence model through the whole data path, scored with curl."""
+    assert plane.state is not None
+    kubectl = plane.kubectl
+    step("making a tiny random-weight reward model (no hub here) and putting it on the storage server")
+    storage = node.storage_dir(plane.directory)
+    models = make_tiny_models(plane.directory / "demo-models", ("sequence",))
+    tar_model(models["sequence"], storage / f"{TINY}.tar.gz")
+    uri = node.storage_url(node.host_address(), plane.state.ports[node.STORAGE], f"{TINY}.tar.gz")
+    print(uri)
+
+    step("loading vLLM's CPU image into the real node's containerd (built from runtimes/vllm-cpu/Dockerfile)")
+    plane.load_images(("vllm-cpu",))
+
+    step(f"applying RewardModel {TINY} (resources.gpus: 0: the vllm-reward-cpu runtime) in {CPU_NAMESPACE}")
+    kubectl("apply", "-f", "-", input=json.dumps(node.namespace_for_real_node(CPU_NAMESPACE)))
+    kubectl("wait", "--for=create", "serviceaccount/default", "-n", CPU_NAMESPACE, "--timeout=60s")
+    reward_model = {
+        "apiVersion": "serving.rlhf.dev/v1alpha1",
+        "kind": "RewardModel",
+        "metadata": {"name": TINY, "namespace": CPU_NAMESPACE},
+        "spec": {
+            "model": {"uri": uri, "kind": "sequence", "dtype": "float32"},
+            "resources": {"gpus": 0, "cpu": "1500m", "memory": "6Gi"},
+            "serving": {"mode": "Standard", "minReplicas": 1, "maxReplicas": 1},
+            "gateway": {"resources": {"cpu": "250m", "memory": "512Mi"}},
+        },
+    }
+    print(yaml.safe_dump(reward_model, sort_keys=False))
+    kubectl("apply", "-f", "-", input=json.dumps(reward_model))
+
+    def ready() -> dict | None:
+        got = json.loads(kubectl("get", "rewardmodel", TINY, "-n", CPU_NAMESPACE, "-o", "json").stdout)
+        return got if (condition(got) or {}).get("status") == "True" else None
+
+    step("KServe's storage initializer downloads the model; containerd starts vLLM and the gateway")
+    started = time.monotonic()
+    served = wait_until(f"RewardModel {TINY} Ready", ready, timeout=900, interval=2)
+    print(f"Ready after {time.monotonic() - started:.0f}s")
+    print(kubectl("get", "pods", "-n", CPU_NAMESPACE, "-o", "wide").stdout)
+    print(kubectl("get", "rewardmodels", "-n", CPU_NAMESPACE, "-o", "wide").stdout)
+
+    url = served["status"]["url"]
+    host = url.split("://", 1)[1].split("/", 1)[0]
+    service = host.split(".", 1)[0]
+    cluster_ip = kubectl("get", "service", service, "-n", CPU_NAMESPACE, "-o", "jsonpath={.spec.clusterIP}").stdout
+    step(f"a reward through {url} (the host has no cluster DNS: curl --resolve gives it the Service's address)")
+    curl = ["curl", "-sS", "--resolve", f"{host}:80:{cluster_ip}", f"{url}/v1/rewards",
+            "-H", "Content-Type: application/json", "-d", json.dumps(SCORE_REQUEST)]  # fmt: skip
+    print("$ " + shlex.join(curl))
+    print(subprocess.run(curl, capture_output=True, text=True, check=True).stdout)
 
 
 if __name__ == "__main__":

@@ -30,56 +30,21 @@ from reward_operator.render import chat_template as rendered_template
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
 from reward_testing.ports import free_port
-from reward_testing.tiny_models import BOS, STEP_TAG, TinyModel, reference_scores_of, tar_model
-from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
-
-TOLERANCE = 1e-4
-
-# A chat template of the spec's own (model.chatTemplate), unlike the tokenizer's: it must be the one
-# applied, by vLLM (upstream) or by the gateway, and only once.
-SPEC_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}### {{ message['role'] }}:\n{{ message['content'] }}\n{% endfor %}"
+from reward_testing.scoring_cases import (
+    CONVERSATION,
+    OWN_QUERY,
+    PROMPT,
+    REFERENCE_ITEMS,
+    RESPONSE,
+    SPEC_QUERY,
+    SPEC_TEMPLATE,
+    STEPPED_QUERY,
+    STEPS,
+    TAGGED,
+    TOLERANCE,
 )
-
-CONVERSATION = [
-    {"role": "system", "content": "solve the question step by step"},
-    {"role": "user", "content": "what is two plus three?"},
-    {"role": "assistant", "content": "two plus three equals five. the answer is five!"},
-]
-PROMPT, RESPONSE = "find the sum of four and seven", "four plus seven equals ten. maybe the total is new"
-STEPS = ["four plus seven", "equals ten.", "the answer is ten"]
-STEPPED = "".join(step + STEP_TAG for step in STEPS)  # the gateway's rendering of steps
-TAGGED = [*CONVERSATION[:2], {"role": "assistant", "content": f"two plus three{STEP_TAG}is five{STEP_TAG}"}]
-# OpenRLHF's query: the policy's rendering, its BOS included, scored as given
-SPEC_QUERY = f"{BOS}### user:\n{PROMPT}\n### assistant:\n{RESPONSE}\n"
-OWN_QUERY = f"{BOS}<|user|>{PROMPT}<|end|><|assistant|>{RESPONSE}<|end|>"
-STEPPED_QUERY = f"{BOS}<|user|>{PROMPT}<|end|><|assistant|>{STEPPED}<|end|>"
-
-
-def prompt_response(prompt: str, response: str) -> list[dict]:
-    return [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
-
-
-# What transformers is asked, per kind: name -> item (reward_testing.tiny_models.reference_scores).
-REFERENCE_ITEMS = {
-    "sequence": {
-        "conversation": {"messages": CONVERSATION, "chat_template": SPEC_TEMPLATE},
-        "prompt_response": {"messages": prompt_response(PROMPT, RESPONSE), "chat_template": SPEC_TEMPLATE},
-        "query": {"text": SPEC_QUERY},
-        # verl's /classify: the RM's rendering with the BOS stripped; vLLM adds the model's own
-        "verl": {"text": SPEC_QUERY.removeprefix(BOS), "add_special_tokens": True},
-    },
-    "token": {
-        "conversation": {"messages": CONVERSATION},
-        "prompt_response": {"messages": prompt_response(PROMPT, RESPONSE)},
-        "query": {"text": OWN_QUERY},
-    },
-    "process": {
-        "steps": {"messages": prompt_response(PROMPT, STEPPED)},
-        "tagged": {"messages": TAGGED},
-        "query": {"text": STEPPED_QUERY},
-    },
-}
+from reward_testing.tiny_models import TinyModel, reference_scores_of, tar_model
+from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
 
 
 def reward_model(kind: str, model: TinyModel, mode: str = "upstream", template: str | None = None) -> dict:
