@@ -22,7 +22,12 @@ from reward_testing.waiting import wait_until
 from testenv import images, node
 from testenv.controlplane import ControlPlane
 
-pytestmark = pytest.mark.skipif(not node.enabled_by_env(), reason="TESTENV_NODE=0: no real node")
+# integration: `make unit` leaves it out, and `make node-host` runs it alone (not beside the session's
+# control plane of `make integration`, which holds the machine's one real node)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not node.enabled_by_env(), reason="TESTENV_NODE=0: no real node"),
+]
 
 
 def _run_a_pod(plane: ControlPlane, name: str) -> dict:
