@@ -92,9 +92,11 @@ ARCHITECTURE = "Qwen3ForSequenceClassification"
 
 # dtype -> (absolute, relative) tolerance of |vLLM - transformers| <= abs + rel * |transformers|.
 # Two implementations (vLLM's fused CUDA kernels and flash attention against transformers' SDPA)
-# round differently: bfloat16 keeps 8 significant bits (0.4% per rounding), compounded over 28
-# layers; the scores of this random model spread about +-1.
-TOLERANCES = {"bfloat16": (2e-2, 2e-2), "float16": (5e-3, 5e-3), "float32": (1e-3, 1e-3)}
+# round differently, and bfloat16 keeps 8 significant bits (0.4% per rounding) through 28 layers.
+# Measured on this model (CPU, transformers alone): bfloat16 against float32 moves the 26 parity
+# scores (0.27 to 1.16) by up to 0.016; two bfloat16 implementations may be twice that apart, and
+# the bound leaves about that much again. float32: what TF32 matmuls may cost where vLLM enables them.
+TOLERANCES = {"bfloat16": (3e-2, 2e-2), "float16": (5e-3, 5e-3), "float32": (1e-3, 1e-3)}
 
 CONCURRENCY = 64
 GROUP = 8
@@ -664,7 +666,10 @@ def run_check(arguments: argparse.Namespace) -> int:
             try:
                 wait_healthy(vllm, timeout=chosen.start_timeout_s)
             except AssertionError as error:
-                raise RuntimeError(f"vLLM did not become healthy: {str(error)[-3000:]}") from error
+                tail = "\n".join(vllm.log_text().splitlines()[-40:])
+                progress(f"vLLM's log, its last lines:\n{tail}")
+                last = (tail.splitlines() or ["no output"])[-1][:300]
+                raise RuntimeError(f"vLLM did not become healthy ({last}); its log: {vllm.log}") from error
             summary.add("vLLM start", f"{time.monotonic() - started:.0f} s to /health 200 ({vllm.url})")
             progress(f"vLLM healthy after {time.monotonic() - started:.0f} s")
 
@@ -710,7 +715,10 @@ def run_check(arguments: argparse.Namespace) -> int:
                 worst, passed = compare(got, want, chosen.dtype)
                 failed |= not passed
                 verdict = "pass" if passed else "FAIL"
-                line = f"{len(want)} scores vs transformers on {chosen.device}: max |diff| {worst:.3g}, {tolerance}"
+                line = (
+                    f"{len(want)} scores ({min(want):.3g} to {max(want):.3g}) vs transformers on {chosen.device}: "
+                    f"max |diff| {worst:.3g}, {tolerance}"
+                )
                 progress(f"parity {route}: {line}: {verdict}")
                 summary.add(f"parity {route}", line, verdict)
 

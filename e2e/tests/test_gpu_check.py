@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -189,21 +191,26 @@ def test_the_parity_batch_is_what_trainers_send():
 
 
 def test_the_tolerance_grows_with_the_score_and_is_tighter_in_float32():
-    assert gpu_check.within(1.0 + 0.039, 1.0, "bfloat16") and not gpu_check.within(1.0 + 0.041, 1.0, "bfloat16")
+    assert gpu_check.within(1.0 + 0.049, 1.0, "bfloat16") and not gpu_check.within(1.0 + 0.051, 1.0, "bfloat16")
     assert not gpu_check.within(1.0 + 0.003, 1.0, "float32")
     assert gpu_check.compare([0.5, 1.0], [0.5], "bfloat16") == (float("inf"), False)
 
 
 @pytest.mark.timeout(900)
-def test_a_cpu_rehearsal_runs_every_step_end_to_end(tmp_path):
+def test_a_cpu_rehearsal_runs_every_step_end_to_end():
     """Every step on vLLM's CPU build with a small model of the same architecture: parity with
     transformers through both routes, and the benchmark's figures and note."""
     python = str(require_vllm())
-    run = check(
-        {"VLLM_PYTHON": python, "GATEWAY_PYTHON": sys.executable, "GPU_CHECK_DIR": str(tmp_path)},
-        "--cpu-rehearsal",
-        timeout=840,
-    )
+    # a short folder: vLLM's IPC sockets live under it, and a socket's path holds 107 bytes at most
+    short = tempfile.mkdtemp(prefix="gc-", dir="/tmp")
+    try:
+        run = check(
+            {"VLLM_PYTHON": python, "GATEWAY_PYTHON": sys.executable, "GPU_CHECK_DIR": short},
+            "--cpu-rehearsal",
+            timeout=840,
+        )
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]
     assert "parity /v1/rewards" in output and "parity /get_reward" in output
