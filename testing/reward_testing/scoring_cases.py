@@ -4,7 +4,7 @@ the local processes (e2e/tests/test_real_vllm_parity.py) and the real node
 
 from __future__ import annotations
 
-from reward_testing.tiny_models import BOS, STEP_TAG
+from reward_testing.tiny_model_maker import BOS, STEP_TAG
 
 TOLERANCE = 1e-4
 

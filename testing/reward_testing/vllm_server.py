@@ -5,6 +5,10 @@ Added for a test on the CPU: eager mode (starts in 20-35 s; torch.compile takes 
 cache (unset, vLLM sizes it from most of the machine's memory), every temporary and cache file in the
 test's own folder, and loopback only.
 One vLLM takes about 3 GB: start few, and share them (module-scoped fixtures).
+
+On a GPU (``device="cuda"``, e2e/gpu/gpu_check.py) nothing is added to the rendered command line: the
+engine runs as a GPU predictor would (CUDA graphs, torch.compile, the KV cache from vLLM's
+``--gpu-memory-utilization``), only its files and its address are kept local.
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ from reward_testing.vllm import require_vllm
 from reward_testing.waiting import wait_until
 
 CPU_ARGS = ["--enforce-eager", "--kv-cache-memory-bytes=128M"]
+# device -> (what is added after the rendered args, what is added to the environment)
+DEVICE_SETTINGS = {
+    "cpu": (CPU_ARGS, {"VLLM_TARGET_DEVICE": "cpu"}),
+    "cuda": ([], {}),
+}
 START_TIMEOUT_S = 360  # 20-35 s alone on two idle cores; minutes beside builds and other vLLMs
 
 
@@ -66,29 +75,30 @@ def predictor_env(isvc: dict) -> dict[str, str]:
 
 @contextmanager
 def run_vllm(
-    isvc: dict, model_dir: Path, workdir: Path, extra_env: dict[str, str] | None = None
+    isvc: dict, model_dir: Path, workdir: Path, extra_env: dict[str, str] | None = None, device: str = "cpu"
 ) -> Iterator[VllmServer]:
     """Serve ``model_dir`` with the predictor of the rendered InferenceService ``isvc``; yields once
     ``/health`` answers 200, and stops the server (its whole process group) after."""
-    with started_vllm(isvc, model_dir, workdir, extra_env) as server:
+    with started_vllm(isvc, model_dir, workdir, extra_env, device) as server:
         wait_healthy(server)
         yield server
 
 
 @contextmanager
 def started_vllm(
-    isvc: dict, model_dir: Path, workdir: Path, extra_env: dict[str, str] | None = None
+    isvc: dict, model_dir: Path, workdir: Path, extra_env: dict[str, str] | None = None, device: str = "cpu"
 ) -> Iterator[VllmServer]:
     """As ``run_vllm``, but yields at once: start several, then ``wait_healthy`` on each (they load
     side by side)."""
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "tmp").mkdir(exist_ok=True)
-    command = [*predictor_command(isvc, model_dir, port), "--host=127.0.0.1", *CPU_ARGS]
+    device_args, device_env = DEVICE_SETTINGS[device]
+    command = [*predictor_command(isvc, model_dir, port), "--host=127.0.0.1", *device_args]
     env = {
         **os.environ,
         **predictor_env(isvc),
-        "VLLM_TARGET_DEVICE": "cpu",
+        **device_env,
         "VLLM_HOST_IP": "127.0.0.1",
         "TMPDIR": str(workdir / "tmp"),
         "VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),

@@ -1,0 +1,66 @@
+"""The real reward gateway process (``python -m reward_gateway``), started with the environment and
+args the operator rendered into an InferenceService's transformer.
+
+Apart from the pytest fixture (``gateway_fixtures``) so that a script without pytest can use it too:
+e2e/gpu/gpu_check.py runs under a vLLM interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from reward_testing.waiting import wait_until
+
+
+@contextmanager
+def gateway_process(
+    args: list[str],
+    env: dict[str, str],
+    port: int,
+    ready_name: str,
+    log: Path,
+    python: str = sys.executable,
+    cpus: set[int] | None = None,
+) -> Iterator[subprocess.Popen]:
+    """`python -m reward_gateway` with these args and environment (nothing else of REWARD_GATEWAY_*),
+    its output in ``log``; yields the process once /v1/models/<ready_name> answers, and stops it after.
+    ``python``: the interpreter (one with the gateway's dependencies); ``cpus``: the CPUs it may run
+    on (a pod's CPU limit, where a benchmark wants it), all by default."""
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("REWARD_GATEWAY_")}
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [python, "-m", "reward_gateway", *args],
+            env={**clean, **env},
+            stdout=out,
+            stderr=out,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            assert process.poll() is None, log.read_text()
+            try:
+                return httpx.get(f"{url}/v1/models/{ready_name}", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until("the gateway's readiness route", ready, timeout=60, interval=0.1)
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def rendered_gateway(isvc: dict) -> tuple[dict[str, str], list[str]]:
+    """The REWARD_GATEWAY_* environment and args the operator rendered into an InferenceService's
+    transformer, to start that gateway as a local process (values only: the downward API's are a pod's)."""
+    container = isvc["spec"]["transformer"]["containers"][0]
+    return {item["name"]: item["value"] for item in container["env"] if "value" in item}, container.get("args", [])
