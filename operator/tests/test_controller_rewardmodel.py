@@ -397,6 +397,7 @@ def test_a_crash_loop_posts_one_warning_until_the_pod_is_ready(calls, monkeypatc
     runner = controller.register(kopf.OperatorRegistry(), SETTINGS, OperatorMetrics([KIND], CollectorRegistry()))
 
     cycle = [
+        vllm_pod({"terminated": {"reason": "Error", "exitCode": 1}}, restarts=0),  # the first exit
         vllm_pod({"waiting": {"reason": "CrashLoopBackOff"}}, restarts=1),
         vllm_pod({"running": {}}, restarts=1),
         vllm_pod({"terminated": {"reason": "Error", "exitCode": 1}}, restarts=2),

@@ -54,7 +54,7 @@ REASONS = {
     "memory limit, waiting": (container(restarts=2, state=waiting("CrashLoopBackOff"), last=OOM), "OOMKilled"),
     "memory limit, running again": (container(restarts=2, state=RUNNING, last=OOM), "OOMKilled"),
     "memory limit, first kill": (container(state={"terminated": OOM}), "OOMKilled"),
-    "first termination, not restarted yet": (container(state={"terminated": ERROR_1}), "Error"),
+    "first exit, restarted at once (one transition)": (container(state={"terminated": ERROR_1}), "CrashLoopBackOff"),
     "exited 0, not restarted yet": (
         container(state={"terminated": {"reason": "Completed", "exitCode": 0}}),
         "CrashLoopBackOff",
@@ -109,6 +109,17 @@ NOT_FAILURES = {
 @pytest.mark.parametrize("case", NOT_FAILURES, ids=list(NOT_FAILURES))
 def test_no_failure(case):
     assert worst_container([NOT_FAILURES[case]], ISVC, ("predictor",)) is None
+
+
+def test_an_exit_in_a_pod_that_does_not_restart_it_keeps_its_own_reason():
+    never = {**pod(container(state={"terminated": ERROR_1})), "spec": {"restartPolicy": "Never"}}
+    failure = worst_container([never], ISVC, BOTH)
+    assert failure is not None and failure.reason == "Error" and "exit code 1" in failure.message()
+    done = {
+        **pod(container(state={"terminated": {"reason": "Completed", "exitCode": 0}})),
+        "spec": {"restartPolicy": "Never"},
+    }
+    assert worst_container([done], ISVC, BOTH) is None
 
 
 def test_the_message_names_component_pod_container_restarts_termination_and_tail():
@@ -264,7 +275,7 @@ def test_a_crash_loop_keeps_its_reason_until_the_pod_is_ready():
         ready, _ = decide(isvc(*MIN_AVAILABILITY), [pod(found)], previous=previous)
         reasons.append(ready.reason)
         previous = ready.reason
-    assert reasons == ["MinimumReplicasUnavailable", "Error"] + ["CrashLoopBackOff"] * 5
+    assert reasons == ["MinimumReplicasUnavailable"] + ["CrashLoopBackOff"] * 6
     healthy = isvc(("Ready", "True"), ("PredictorReady", "True"), ("TransformerReady", "True"))
     ready, components = decide(healthy, [pod(container(ready=True, restarts=3, state=RUNNING, last=ERROR_1))])
     assert (ready.status, ready.reason, components) == ("True", conditions.INFERENCE_SERVICE_READY, ())

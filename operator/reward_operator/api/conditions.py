@@ -52,7 +52,8 @@ KSERVE_FAILURE_REASONS = (
 # restart count, the last termination's reason and exit code, and its termination message's last line.
 OOM_KILLED = "OOMKilled"  # last terminated for its memory limit: the limit is below what the model needs
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"  # restarted after exiting (or not ready since): see the exit code
-# terminated once, not restarted yet (the next step is CrashLoopBackOff): Error carries an exit code
+# terminated in a pod that does not restart it (restartPolicy Never or OnFailure; KServe's Deployment pods
+# restart theirs, so their first exit is already CrashLoopBackOff): Error carries an exit code
 CONTAINER_TERMINATED_REASONS = ("Error", "ContainerCannotRun", "StartError", "DeadlineExceeded")
 IMAGE_PULL_BACK_OFF = "ImagePullBackOff"  # the image cannot be pulled (name, tag, registry credentials)
 ERR_IMAGE_PULL = "ErrImagePull"  # the same, an attempt failing now (the two alternate: the one reported first stays)

@@ -63,8 +63,11 @@ def _termination(terminated: dict[str, Any] | None) -> str:
     return text
 
 
-def _container_failure(status: dict[str, Any], component: str, pod: str, init: bool) -> ContainerFailure | None:
-    """What is wrong with one container (None: nothing, or nothing yet)."""
+def _container_failure(
+    status: dict[str, Any], component: str, pod: str, init: bool, restarted: bool = True
+) -> ContainerFailure | None:
+    """What is wrong with one container (None: nothing, or nothing yet). ``restarted``: the pod's
+    restartPolicy is Always (KServe's Deployments), so a container that exited is about to crash-loop."""
     if status.get("ready"):
         return None
     state = status.get("state") or {}
@@ -88,13 +91,17 @@ def _container_failure(status: dict[str, Any], component: str, pod: str, init: b
         return None  # starting (ContainerCreating, PodInitializing) or running, never terminated
     if terminated is not None and terminated.get("reason") == conditions.OOM_KILLED:
         return failure(_RANK_OOM, conditions.OOM_KILLED, _termination(terminated))
-    if restarts > 0 or waiting_reason == conditions.CRASH_LOOP_BACK_OFF:
+    if restarts > 0 or waiting_reason == conditions.CRASH_LOOP_BACK_OFF or restarted:
+        # also a first exit in a pod that restarts it: reported as the crash loop it becomes at once, so a
+        # crash loop is one transition of Ready (one Warning); the exit's own reason is in the message
         return failure(_RANK_CRASH, conditions.CRASH_LOOP_BACK_OFF, _termination(terminated))
-    reason = (terminated or {}).get("reason")
-    if reason in conditions.CONTAINER_TERMINATED_REASONS:
-        return failure(_RANK_TERMINATED, reason, _termination(terminated))
-    # exited (with 0, or a reason Kubernetes may add later) and not restarted yet: it will crash-loop
-    return failure(_RANK_CRASH, conditions.CRASH_LOOP_BACK_OFF, _termination(terminated))
+    # exited in a pod that does not restart it (restartPolicy Never or OnFailure)
+    terminated = terminated or {}
+    if terminated.get("exitCode") == 0:
+        return None  # it finished its work
+    reason = terminated.get("reason")
+    reason = reason if reason in conditions.CONTAINER_TERMINATED_REASONS else "Error"
+    return failure(_RANK_TERMINATED, reason, _termination(terminated))
 
 
 def _pod_failures(pod: dict[str, Any], isvc: str, components: tuple[str, ...]) -> list[ContainerFailure]:
@@ -110,14 +117,15 @@ def _pod_failures(pod: dict[str, Any], isvc: str, components: tuple[str, ...]) -
     found = []
     for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
         for container in status.get(key) or []:
-            if (failure := _container_failure(container, component, name, init)) is not None:
+            restarted = (pod.get("spec") or {}).get("restartPolicy", "Always") == "Always"
+            if (failure := _container_failure(container, component, name, init, restarted)) is not None:
                 found.append(failure)
     return found
 
 
 def worst_container(pods: list[dict[str, Any]], isvc: str, components: tuple[str, ...]) -> ContainerFailure | None:
-    """The worst container state among ``pods`` of ``components``: OOMKilled, then CrashLoopBackOff, a
-    first termination, an image that cannot be pulled, a container that cannot be created; ties go to
+    """The worst container state among ``pods`` of ``components``: OOMKilled, then CrashLoopBackOff, an
+    exit that is not restarted, an image that cannot be pulled, a container that cannot be created; ties go to
     the predictor, then by pod and container name, so the same pods always give the same answer."""
     found = [failure for pod in pods for failure in _pod_failures(pod, isvc, components)]
     if not found:
