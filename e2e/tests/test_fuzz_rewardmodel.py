@@ -102,6 +102,8 @@ OPERATOR_REASONS = {
     documented.INVALID_SPEC,
     documented.APPLY_FAILED,
     *documented.KSERVE_FAILURE_REASONS,
+    # Kubernetes' reasons for a container of its pods, where KServe gives none
+    *documented.POD_FAILURE_REASONS,
     # spec.cache: the InferenceService waits for the cache (KServe's LocalModel controller fills it)
     documented.AWAITING_MODEL_CACHE,
     documented.MODEL_CACHE_FAILED,

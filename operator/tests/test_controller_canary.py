@@ -88,6 +88,7 @@ def cluster(monkeypatch) -> Cluster:
     monkeypatch.setattr(gather, "observe", lambda namespace, wanted: Observed(runtime_found=True))
     monkeypatch.setattr(gather, "predictor_replicas", lambda namespace, name: PredictorReplicas(ready=1, wanted=1))
     monkeypatch.setattr(gather, "keda_served", lambda: False)
+    monkeypatch.setattr(gather, "inference_service_pods", lambda namespace, name: [])
     monkeypatch.setattr(gateways, "rollout_figures", lambda namespace, name: fake.figures)
     monkeypatch.setattr(controller, "now", lambda: fake.clock)
     return fake

@@ -30,6 +30,8 @@ class Calls:
     def __init__(self) -> None:
         self.applied: list[str] = []
         self.pruned = 0
+        self.pod_lists: list[tuple[str, str]] = []
+        self.pods: list[dict] = []
 
 
 @pytest.fixture
@@ -49,6 +51,12 @@ def calls(monkeypatch) -> Calls:
     monkeypatch.setattr(gather, "observe", lambda namespace, wanted: Observed(runtime_found=True))
     monkeypatch.setattr(gather, "predictor_replicas", lambda namespace, name: PredictorReplicas(ready=1, wanted=1))
     monkeypatch.setattr(gather, "keda_served", lambda: False)
+
+    def inference_service_pods(namespace, name):
+        record.pod_lists.append((namespace, name))
+        return copy.deepcopy(record.pods)
+
+    monkeypatch.setattr(gather, "inference_service_pods", inference_service_pods)
     return record
 
 
@@ -310,3 +318,120 @@ def test_removing_spec_cache_opts_the_bound_inference_service_out_and_sweeps_the
     assert swept == [("LocalModelNamespaceCache", cache["metadata"]["name"], "rlhf")]
     assert "modelCache" not in outcome.fields
     assert conditions.MODEL_CACHED in outcome.removed_conditions
+
+
+# ---- Kubernetes' reason from the pods when KServe gives none -----------------------------------------
+
+NOT_AVAILABLE = {
+    "conditions": [
+        {"type": "Ready", "status": "False", "reason": "MinimumReplicasUnavailable",
+         "message": "Deployment does not have minimum availability."},
+        {"type": "PredictorReady", "status": "False", "reason": "MinimumReplicasUnavailable",
+         "message": "Deployment does not have minimum availability."},
+        {"type": "TransformerReady", "status": "True"},
+    ]
+}  # fmt: skip
+ALL_READY = {"conditions": [{"type": t, "status": "True"} for t in ("Ready", "PredictorReady", "TransformerReady")]}
+
+
+def vllm_pod(state: dict, restarts: int, ready: bool = False) -> dict:
+    last = {
+        "terminated": {"reason": "Error", "exitCode": 1, "message": "RuntimeError: Engine core initialization failed"}
+    }
+    return {
+        "metadata": {"name": "skywork-rm-predictor-6b-x", "labels": {kserve.COMPONENT_LABEL: "predictor"}},
+        "status": {
+            "containerStatuses": [
+                {"name": "kserve-container", "ready": ready, "restartCount": restarts, "state": state,
+                 **({"lastState": last} if restarts else {})}
+            ]
+        },
+    }  # fmt: skip
+
+
+def test_a_ready_inference_service_costs_no_pod_list(calls):
+    body = reward_model(settled=True)
+    stored = stored_inference_service(body)
+    stored["status"] = ALL_READY
+    outcome = controller.sync(body, SETTINGS, LOG, stored)
+    assert outcome.ready.status == "True" and calls.pod_lists == []
+
+
+def test_a_crash_looping_predictor_gives_kubernetes_reason_from_one_pod_list(calls):
+    body = reward_model(settled=True)
+    stored = stored_inference_service(body)
+    stored["status"] = NOT_AVAILABLE
+    calls.pods = [vllm_pod({"waiting": {"reason": "CrashLoopBackOff"}}, restarts=3)]
+    outcome = controller.sync(body, SETTINGS, LOG, stored)
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    assert calls.pod_lists == [(namespace, name)]
+    assert (outcome.ready.status, outcome.ready.reason) == ("False", "CrashLoopBackOff")
+    assert "exit code 1: RuntimeError: Engine core initialization failed" in outcome.ready.message
+
+
+def test_a_crash_loop_posts_one_warning_until_the_pod_is_ready(calls, monkeypatch):
+    """Reconciles through a crash loop's states (the re-check timer's): one Warning event for it, the
+    status written when the message changes, then one Normal event once vLLM is ready."""
+    body = reward_model(settled=True)
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    stored = {"obj": copy.deepcopy(body), "writes": 0}
+    posted = []
+    isvc_status = {"status": NOT_AVAILABLE}
+
+    def apply(manifest, dry_run=False):
+        applied = copy.deepcopy(manifest)
+        if manifest["kind"] == kserve.INFERENCE_SERVICE_KIND:
+            applied["status"] = copy.deepcopy(isvc_status["status"])
+        return applied
+
+    def patch_status(api_version, kind, ns, nm, patch):
+        stored["writes"] += 1
+        current = stored["obj"].get("status") or {}
+        stored["obj"]["status"] = {k: v for k, v in {**current, **patch}.items() if v is not None}
+        return copy.deepcopy(stored["obj"])
+
+    monkeypatch.setattr(objects, "apply", apply)
+    monkeypatch.setattr(objects, "get", lambda *args, **kwargs: copy.deepcopy(stored["obj"]))
+    monkeypatch.setattr(objects, "patch_status", patch_status)
+    monkeypatch.setattr(events, "post_event", lambda owner, kind, reason, message: posted.append((kind, reason)))
+    runner = controller.register(kopf.OperatorRegistry(), SETTINGS, OperatorMetrics([KIND], CollectorRegistry()))
+
+    cycle = [
+        vllm_pod({"terminated": {"reason": "Error", "exitCode": 1}}, restarts=0),  # the first exit
+        vllm_pod({"waiting": {"reason": "CrashLoopBackOff"}}, restarts=1),
+        vllm_pod({"running": {}}, restarts=1),
+        vllm_pod({"terminated": {"reason": "Error", "exitCode": 1}}, restarts=2),
+        vllm_pod({"waiting": {"reason": "CrashLoopBackOff"}}, restarts=2),
+        vllm_pod({"running": {}}, restarts=2),
+    ]
+    for found in cycle:
+        calls.pods = [found]
+        runner.reconcile(namespace, name, LOG)
+    assert posted == [("Warning", "CrashLoopBackOff")]
+    ready = next(c for c in stored["obj"]["status"]["conditions"] if c["type"] == conditions.READY)
+    assert (ready["status"], ready["reason"]) == ("False", "CrashLoopBackOff")
+    assert ready["message"].startswith("predictor pod skywork-rm-predictor-6b-x, container kserve-container")
+
+    calls.pods, isvc_status["status"] = [vllm_pod({"running": {}}, restarts=2, ready=True)], ALL_READY
+    lists = len(calls.pod_lists)
+    runner.reconcile(namespace, name, LOG)
+    assert posted == [("Warning", "CrashLoopBackOff"), ("Normal", conditions.INFERENCE_SERVICE_READY)]
+    assert len(calls.pod_lists) == lists, "Ready: no pod list"
+
+
+def test_the_recheck_timer_runs_while_pods_may_fail_unseen():
+    """No watch follows pods: a RewardModel not Ready on KServe's MinimumReplicasUnavailable (or on a pod
+    failure, to refresh it) is re-checked, a Ready one is not."""
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, SETTINGS, OperatorMetrics([KIND], CollectorRegistry()))
+    (timer,) = [h for h in registry._spawning.get_all_handlers() if h.id.endswith("recheck")]
+    body = reward_model(settled=True)
+    ready = body["status"]["conditions"][0]
+    for reason, status, rechecked in [
+        ("MinimumReplicasUnavailable", "False", True),
+        ("CrashLoopBackOff", "False", True),
+        (conditions.AWAITING_KSERVE, "Unknown", False),
+        (conditions.INFERENCE_SERVICE_READY, "True", False),
+    ]:
+        ready.update(reason=reason, status=status)
+        assert timer.when(body=body) is rechecked, reason

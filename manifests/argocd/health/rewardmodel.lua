@@ -7,6 +7,11 @@
 local degraded = {
   InvalidSpec = true, ApplyFailed = true, NoSupportingRuntime = true, RuntimeNotRecognized = true,
   RuntimeDisabled = true, InvalidPredictorSpec = true, ModelLoadFailed = true, RuntimeUnhealthy = true,
+  -- Kubernetes' reasons for a container of the InferenceService's pods (POD_FAILURE_REASONS)
+  OOMKilled = true, CrashLoopBackOff = true, Error = true, ContainerCannotRun = true, StartError = true,
+  DeadlineExceeded = true, ImagePullBackOff = true, ErrImagePull = true, CreateContainerConfigError = true,
+  CreateContainerError = true, InvalidImageName = true, ErrImageNeverPull = true, RunContainerError = true,
+  PreStartHookError = true, PostStartHookError = true,
 }
 local hs = {status = "Progressing", message = "Waiting for reward-operator to reconcile"}
 if obj.status == nil then

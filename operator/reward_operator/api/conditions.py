@@ -45,10 +45,41 @@ KSERVE_FAILURE_REASONS = (
     "RuntimeUnhealthy",  # the runtime container does not start or stay up
 )
 
+# Kubernetes' own reasons for a container of the InferenceService's pods (predictor, transformer, or
+# their init containers such as KServe's storage initializer) that does not run, passed on verbatim when
+# KServe says not Ready without a failure reason of its own (policy/pods.py reads the pods). Ready is
+# False with one of these until the pod is ready again; the message names the component, pod, container,
+# restart count, the last termination's reason and exit code, and its termination message's last line.
+OOM_KILLED = "OOMKilled"  # last terminated for its memory limit: the limit is below what the model needs
+CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"  # restarted after exiting (or not ready since): see the exit code
+# terminated in a pod that does not restart it (restartPolicy Never or OnFailure; KServe's Deployment pods
+# restart theirs, so their first exit is already CrashLoopBackOff): Error carries an exit code
+CONTAINER_TERMINATED_REASONS = ("Error", "ContainerCannotRun", "StartError", "DeadlineExceeded")
+IMAGE_PULL_BACK_OFF = "ImagePullBackOff"  # the image cannot be pulled (name, tag, registry credentials)
+ERR_IMAGE_PULL = "ErrImagePull"  # the same, an attempt failing now (the two alternate: the one reported first stays)
+# the container cannot be created: a Secret or ConfigMap key it names is missing, a bad image name, ...
+CONTAINER_CONFIG_REASONS = (
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "RunContainerError",
+    "PreStartHookError",
+    "PostStartHookError",
+)
+POD_FAILURE_REASONS = (
+    OOM_KILLED,
+    CRASH_LOOP_BACK_OFF,
+    *CONTAINER_TERMINATED_REASONS,
+    IMAGE_PULL_BACK_OFF,
+    ERR_IMAGE_PULL,
+    *CONTAINER_CONFIG_REASONS,
+)
+
 # Reasons that mean "the current spec was judged and failed": Argo CD shows
 # Degraded for these (and any reason ending in Failed), Progressing for
 # everything else that is not Ready.
-DEGRADED_REASONS = (INVALID_SPEC, APPLY_FAILED, *KSERVE_FAILURE_REASONS)
+DEGRADED_REASONS = (INVALID_SPEC, APPLY_FAILED, *KSERVE_FAILURE_REASONS, *POD_FAILURE_REASONS)
 DEGRADED_SUFFIX = "Failed"
 
 # Reasons worth only a Normal event on a transition (so is any Ready=True or

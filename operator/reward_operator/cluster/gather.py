@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from kubernetes.client import ApiClient
+
 from ..api import API_VERSION, REWARD_MODEL_KIND
 from ..api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND
 from ..api.kserve import (
@@ -126,3 +128,16 @@ def predictor_replicas(namespace: str, isvc: str) -> PredictorReplicas | None:
         # the API server defaults an unset spec.replicas to 1
         wanted=sum(d.spec.replicas if d.spec and d.spec.replicas is not None else 1 for d in deployments),
     )
+
+
+# Turns the client's models into the plain dicts policy reads (camelCase, as the API serves them).
+_SERIALIZER = ApiClient()
+
+
+def inference_service_pods(namespace: str, isvc: str) -> list[dict]:
+    """The pods KServe made for ``isvc`` (every component: its label tells predictor from transformer), as
+    plain dicts: one list by label, read only while the InferenceService is not Ready
+    (``policy.readiness.pod_components``)."""
+    with translated():
+        listed = core().list_namespaced_pod(namespace, label_selector=f"{ISVC_LABEL}={isvc}").items
+    return [_SERIALIZER.sanitize_for_serialization(pod) for pod in listed]

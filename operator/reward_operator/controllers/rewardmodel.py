@@ -33,7 +33,7 @@ from ..policy import cache as cache_policy
 from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness, scaling
-from ..policy.conditions import not_ready, settled
+from ..policy.conditions import not_ready, recheck, settled
 from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_reward_model
 from ..render.cache import local_model_cache
 from ..render.canary import candidate_isvc_name, interval_seconds
@@ -201,6 +201,11 @@ def sync(
     scale_conditions = (asleep,) if asleep is not None else ()
     unscaled = () if asleep is not None else (conditions.SCALED_TO_ZERO,)
     ready = readiness.ready_from_inference_service(isvc, gateway_enabled)
+    if isvc is not None and (components := readiness.pod_components(isvc, ready, gateway_enabled)):
+        # KServe says not Ready and not why: Kubernetes' reason from the pods (one list, only now)
+        ready = readiness.ready_with_pods(
+            ready, isvc, gather.inference_service_pods(namespace, name), components, _ready_reason(reward_model)
+        )
     result = "ready" if ready.status == "True" else "progressing"
     if identity is None:
         return Outcome(
@@ -244,6 +249,12 @@ def sync(
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def _ready_reason(reward_model: dict[str, Any]) -> str | None:
+    """Ready's reason as stored."""
+    found = (reward_model.get("status") or {}).get("conditions") or []
+    return next((c.get("reason") for c in found if c.get("type") == conditions.READY), None)
 
 
 def _kept_rollout(reward_model: dict[str, Any]) -> dict[str, Any]:
@@ -297,7 +308,14 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
     )
     resource = (GROUP, VERSION, REWARD_MODEL_PLURAL)
 
-    register_reconcile_triggers(registry, resource, runner, settings.drift_interval, settings.recheck_interval)
+    register_reconcile_triggers(
+        registry,
+        resource,
+        runner,
+        settings.drift_interval,
+        settings.recheck_interval,
+        recheck=recheck,  # its Ready reads the pods: re-checked while they may fail unseen
+    )
 
     @kopf.timer(
         *resource,

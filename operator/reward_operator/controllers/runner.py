@@ -187,12 +187,15 @@ def register_reconcile_triggers(
     drift_interval: float,
     recheck_interval: float,
     id_prefix: str = "",
+    recheck: Callable[[Any], bool] = lambda body: not conditions.settled(body),
 ) -> None:
     """The triggers every kind reconciles on, each running the same reconcile: the object made,
     changed or found at start-up; an hourly drift backstop (level-based: a missed watch event leaves
     nothing behind for long); and a short re-check only while the object is not settled (a gap outside
-    the spec filled later, a refused apply, a reconcile an API server restart left undone), which kopf
-    stops once it is, so settled objects wake nothing. Timer ids are kept per kind (``id_prefix``):
+    the spec filled later, a refused apply, a reconcile an API server restart left undone, a pod's
+    container failing): ``recheck``, which kopf stops once it is False, so settled objects wake nothing
+    (a kind that reads its pods passes ``conditions.recheck``: also while not Ready for a reason its pods
+    may change). Timer ids are kept per kind (``id_prefix``):
     kopf records a timer's state under its id."""
 
     def reconcile(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
@@ -212,6 +215,6 @@ def register_reconcile_triggers(
         id=f"{id_prefix}recheck",
         interval=recheck_interval,
         initial_delay=recheck_interval,
-        when=lambda body, **_: not conditions.settled(body),
+        when=lambda body, **_: recheck(body),
         registry=registry,
     )(reconcile)

@@ -110,8 +110,23 @@ def spec_reconciled(obj: Mapping[str, Any]) -> bool:
 
 
 # Ready=False reasons that wait on something outside the spec (a Secret or runtime made later, a
-# webhook that refused and may accept later): worth re-checking without a change to the object.
-UNSETTLED_REASONS = (conditions.INVALID_SPEC, conditions.APPLY_FAILED)
+# webhook that refused and may accept later, a pod's container failing: no watch follows pods):
+# worth re-checking without a change to the object.
+UNSETTLED_REASONS = (conditions.INVALID_SPEC, conditions.APPLY_FAILED, *conditions.POD_FAILURE_REASONS)
+# Not-Ready reasons that only a change of a watched object moves on (the InferenceService, the cache, the
+# RewardModels a pipeline names), or KServe's own verdict on the spec. Any other Ready that is not True
+# (KServe's component reasons such as MinimumReplicasUnavailable, InferenceServiceNotReady,
+# GatewayNotReady) may become a pod failure that KServe never reports: see :func:`recheck`.
+WATCHED_REASONS = (
+    conditions.AWAITING_KSERVE,
+    conditions.AWAITING_MODEL_CACHE,
+    conditions.MODEL_CACHE_FAILED,
+    *conditions.KSERVE_FAILURE_REASONS,
+    conditions.REWARD_MODEL_NOT_FOUND,
+    conditions.REWARD_MODEL_WITHOUT_GATEWAY,
+    conditions.REWARD_MODEL_NOT_READY,
+    conditions.AWAITING_REWARD_MODELS,
+)
 
 
 def settled(obj: Mapping[str, Any]) -> bool:
@@ -122,3 +137,20 @@ def settled(obj: Mapping[str, Any]) -> bool:
     found = (obj.get("status") or {}).get("conditions") or []
     ready = next((c for c in found if c.get("type") == conditions.READY), None)
     return ready is not None and ready.get("reason") not in UNSETTLED_REASONS
+
+
+def recheck(obj: Mapping[str, Any]) -> bool:
+    """Worth the short re-check timer: not settled, or not Ready for a reason the pods may change with
+    no event of a watched object (a predictor that starts, then crash-loops, while KServe's status stays
+    MinimumReplicasUnavailable). Unlike :func:`settled`, this does not make an InferenceService event a
+    full reconcile."""
+    if not settled(obj):
+        return True
+    found = (obj.get("status") or {}).get("conditions") or []
+    ready = next((c for c in found if c.get("type") == conditions.READY), None) or {}
+    reason = ready.get("reason") or ""
+    return (
+        ready.get("status") != "True"
+        and reason not in WATCHED_REASONS
+        and not reason.endswith(conditions.DEGRADED_SUFFIX)
+    )

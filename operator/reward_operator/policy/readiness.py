@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import conditions
+from ..api.kserve import PREDICTOR_COMPONENT, TRANSFORMER_COMPONENT
+from . import pods as pod_policy
 from .conditions import Condition
 
 # KServe's transitionStatus values that mean "this spec will not serve" (not "not yet").
@@ -104,6 +106,47 @@ def ready_from_inference_service(isvc: dict[str, Any] | None, gateway_enabled: b
     status = "False" if ready.get("status") == "False" else "Unknown"
     reason = ready.get("reason") or conditions.INFERENCE_SERVICE_NOT_READY
     return Condition(conditions.READY, status, reason, ready.get("message") or f"InferenceService {name} is not Ready")
+
+
+# KServe's component condition for each component label its pods carry.
+_COMPONENT_CONDITIONS = {PREDICTOR_COMPONENT: "PredictorReady", TRANSFORMER_COMPONENT: "TransformerReady"}
+
+
+def _explained_by_kserve(reason: str) -> bool:
+    """KServe (or Knative beneath it) gave a failure reason of its own: it is kept, and no pod is read."""
+    return reason in conditions.KSERVE_FAILURE_REASONS or reason.endswith(conditions.DEGRADED_SUFFIX)
+
+
+def pod_components(isvc: dict[str, Any] | None, ready: Condition, gateway_enabled: bool = True) -> tuple[str, ...]:
+    """The components whose pods may explain ``ready`` (decided from ``isvc`` alone): none while it is
+    True, or KServe gave a failure reason of its own, or there is no InferenceService; else the ones
+    KServe does not report Ready (the predictor and the gateway when it reports neither yet). Empty:
+    no pod is read, so a settled Ready object costs nothing more."""
+    if isvc is None or ready.status == "True" or _explained_by_kserve(ready.reason):
+        return ()
+    found = _conditions_by_type(isvc)
+    wanted = (PREDICTOR_COMPONENT, TRANSFORMER_COMPONENT) if gateway_enabled else (PREDICTOR_COMPONENT,)
+    reported = [c for c in wanted if _COMPONENT_CONDITIONS[c] in found]
+    if not reported:
+        return wanted
+    return tuple(c for c in wanted if (found.get(_COMPONENT_CONDITIONS[c]) or {}).get("status") != "True")
+
+
+def ready_with_pods(
+    ready: Condition,
+    isvc: dict[str, Any],
+    pods: list[dict[str, Any]],
+    components: tuple[str, ...],
+    previous_reason: str | None = None,
+) -> Condition:
+    """``ready`` as KServe's report gave it, or Ready=False with Kubernetes' reason for the worst container
+    of ``pods`` (as the API serves them) among ``components`` (see :func:`pod_components`).
+    ``previous_reason``: Ready's reason as stored, so alternating reasons of one state do not flap."""
+    failure = pod_policy.worst_container(pods, isvc["metadata"]["name"], components)
+    if failure is None:
+        return ready
+    reason = pod_policy.reason_kept(failure.reason, previous_reason)
+    return Condition(ready.type, "False", reason, failure.message())
 
 
 def inference_service_fields(isvc: dict[str, Any] | None) -> dict[str, Any]:
