@@ -38,6 +38,8 @@ from reward_testing.waiting import wait_until
 from testenv import controlplane, images, node
 
 TOKEN = "s3cret-trainer-token"
+# Kubernetes' reasons a crash-looping or killed predictor reaches Ready with
+POD_FAILURES = {"OOMKilled", "CrashLoopBackOff", "Error"}
 CLIENT = "client"
 READY_TIMEOUT = 900  # an image import, a download and vLLM's start on 2 shared cores
 
@@ -254,3 +256,32 @@ def test_a_process_model_scores_each_step_through_its_url(
         assert_close(got, want[name]["step_scores"])
     assert_close(answer["rewards"] + openrlhf["rewards"], [want[n]["reward"] for n in ("steps", "tagged", "query")])
     finished(cluster, served_namespace, "prm")
+
+
+def test_a_predictor_short_of_memory_reaches_the_status_with_kubernetes_reason_and_one_warning(
+    cluster, served_namespace, model_uris
+) -> None:
+    """vLLM in 1Gi (it needs about 3 GB) is killed by the kernel, again and again: the RewardModel says
+    so with Kubernetes' own reason and posts one Warning for it, not one per restart."""
+    spec = reward_model("short", "sequence", model_uris["sequence"], 0)
+    spec["spec"]["resources"]["memory"] = "1Gi"
+    cluster.kubectl("apply", "-n", served_namespace, "-f", "-", input=json.dumps(spec))
+
+    def restarted_twice() -> dict | None:
+        stored = json.loads(cluster.kubectl("get", "rewardmodel", "short", "-n", served_namespace, "-o", "json").stdout)
+        ready = next((c for c in stored.get("status", {}).get("conditions", []) if c["type"] == "Ready"), {})
+        pods = json.loads(cluster.kubectl("get", "pods", "-n", served_namespace, "-l",
+                                          "component=predictor,serving.kserve.io/inferenceservice=short",
+                                          "-o", "json").stdout)["items"]  # fmt: skip
+        restarts = sum(s.get("restartCount", 0) for p in pods for s in p["status"].get("containerStatuses", []))
+        return ready if restarts >= 2 and ready.get("reason") in POD_FAILURES else None
+
+    ready = wait_until("two restarts of the starved vLLM, and the RewardModel's Ready saying why", restarted_twice,
+                       timeout=READY_TIMEOUT, interval=3)  # fmt: skip
+    assert ready["status"] == "False"
+    assert "kserve-container" in ready["message"], ready
+    about = "involvedObject.kind=RewardModel,involvedObject.name=short"
+    listed = cluster.kubectl("get", "events", "-n", served_namespace, "--field-selector", about, "-o", "json").stdout
+    warnings = [e for e in json.loads(listed)["items"] if e["type"] == "Warning" and e["reason"] in POD_FAILURES]
+    assert len(warnings) == 1 and warnings[0].get("count", 1) == 1, warnings
+    finished(cluster, served_namespace, "short")
