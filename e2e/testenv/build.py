@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,21 +228,16 @@ def _go_build(component: Component, out_dir: Path) -> None:
         text=True,
     )
     output: list[str] = []
-    done = threading.Event()
 
-    def heartbeat() -> None:
-        while not done.wait(30):
-            _log(f"  {component.module_dir}: {compiled} packages compiled, {time.monotonic() - started:.0f}s so far")
+    def progress() -> None:
+        _log(f"  {component.module_dir}: {compiled} packages compiled, {time.monotonic() - started:.0f}s so far")
 
-    threading.Thread(target=heartbeat, daemon=True).start()
-    try:
+    with heartbeat(progress):
         assert process.stdout is not None
         for line in process.stdout:
             output.append(line)
             if not line.startswith(("go: downloading", "go: finding")):
                 compiled += 1
-    finally:
-        done.set()
     if process.wait() != 0:
         sys.stderr.write("".join(output[-60:]))
         raise RuntimeError(f"go build failed for go/{component.module_dir}")
@@ -258,19 +253,36 @@ def _go_output_name(package: str) -> str:
 
 
 @contextlib.contextmanager
-def _building(component: Component, home: Path):
-    """One build of a component at a time on this machine: CI starts KEDA's in the background
-    (.ci/run) and a test target that needs it waits here for that build instead of starting its own."""
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with open(home.parent / f"{home.name}.lock", "w") as lock:
+def one_at_a_time(lock_path: Path, what: str, log: Callable[[str], None]):
+    """One build of ``what`` at a time on this machine (a file lock): CI starts KEDA's build and the
+    images in the background (.ci/run), and a target that needs one waits here for that build instead
+    of starting its own; the caller then checks again for what the other build made."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            _log(f"waiting for another build of {component.module_dir} (another process holds {lock.name})")
+            log(f"waiting for another build of {what} (another process holds {lock.name})")
             waited = time.monotonic()
             fcntl.flock(lock, fcntl.LOCK_EX)
-            _log(f"  {component.module_dir}: the other build ended after {time.monotonic() - waited:.0f}s of waiting")
+            log(f"  {what}: the other build ended after {time.monotonic() - waited:.0f}s of waiting")
         yield
+
+
+@contextlib.contextmanager
+def heartbeat(report: Callable[[], None], every: float = 30):
+    """Call ``report`` every ``every`` seconds while the block runs: progress lines on long steps."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every):
+            report()
+
+    threading.Thread(target=beat, daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def _build_into(component: Component, home: Path) -> None:
@@ -301,7 +313,7 @@ def build(force: bool = False, only: Iterable[str] | None = None) -> Path:
     for component in select(only):
         home = component_dir(component)
         if force or not all((home / name).is_file() for name in component.binaries):
-            with _building(component, home):
+            with one_at_a_time(home.parent / f"{home.name}.lock", component.module_dir, _log):
                 # again under the lock: a build that held it may have just made them
                 if force or not all((home / name).is_file() for name in component.binaries):
                     _build_into(component, home)

@@ -42,7 +42,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -334,28 +333,22 @@ def _run(label: str, command: Sequence[str], log: Path, env: dict[str, str] | No
     """Run a step, its output into ``log``; a progress line every 30 s, the log's tail on failure."""
     started = time.monotonic()
     last = [""]
-    done = threading.Event()
 
-    def heartbeat() -> None:
-        while not done.wait(30):
-            _log(f"  {label}: {time.monotonic() - started:.0f}s so far ({last[0][:100]})")
+    def progress() -> None:
+        _log(f"  {label}: {time.monotonic() - started:.0f}s so far ({last[0][:100]})")
 
-    threading.Thread(target=heartbeat, daemon=True).start()
-    try:
-        with open(log, "a") as out:
-            out.write(f"$ {shlex.join(command)}\n")
-            out.flush()
-            process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, errors="replace"
-            )
-            assert process.stdout is not None
-            for line in process.stdout:
-                out.write(line)
-                if line.strip():
-                    last[0] = line.strip()
-            rc = process.wait()
-    finally:
-        done.set()
+    with build.heartbeat(progress), open(log, "a") as out:
+        out.write(f"$ {shlex.join(command)}\n")
+        out.flush()
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, errors="replace"
+        )
+        assert process.stdout is not None
+        for line in process.stdout:
+            out.write(line)
+            if line.strip():
+                last[0] = line.strip()
+        rc = process.wait()
     if rc != 0:
         tail = log.read_text(errors="replace").splitlines()[-40:]
         sys.stderr.write("\n".join(tail) + "\n")
@@ -363,19 +356,9 @@ def _run(label: str, command: Sequence[str], log: Path, env: dict[str, str] | No
     return time.monotonic() - started
 
 
-@contextlib.contextmanager
 def _building(name: str):
     """One build of an image at a time on this machine; a second caller waits and then finds the tar."""
-    images_dir().mkdir(parents=True, exist_ok=True)
-    with open(images_dir() / f"{name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _log(f"waiting for another build of {name} (another process holds {lock.name})")
-            waited = time.monotonic()
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            _log(f"  {name}: the other build ended after {time.monotonic() - waited:.0f}s of waiting")
-        yield
+    return build.one_at_a_time(images_dir() / f"{name}.lock", name, _log)
 
 
 # ---- docker-archive tars written by Python (one-layer images) ------------------------------------

@@ -15,17 +15,16 @@ def test_keda_is_built_only_when_named():
 
 
 def test_a_second_build_of_a_component_waits_for_the_first(tmp_path, capsys):
-    component = build.BY_NAME["keda"]
-    home = tmp_path / "keda-home"
+    lock = tmp_path / "keda-home.lock"  # as build() locks a component's folder
     first_holds, release, second_entered = threading.Event(), threading.Event(), threading.Event()
 
     def first():
-        with build._building(component, home):
+        with build.one_at_a_time(lock, "keda", build._log):
             first_holds.set()
             release.wait(30)
 
     def second():
-        with build._building(component, home):
+        with build.one_at_a_time(lock, "keda", build._log):
             second_entered.set()
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
