@@ -30,11 +30,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
+
+from reward_testing.waiting import wait_until
 
 from . import build
 
@@ -486,15 +487,15 @@ def _node_processes() -> list[int]:
 
 
 def _kill_node_processes() -> None:
-    for _ in range(50):
+    def none_left() -> bool:
         pids = _node_processes()
-        if not pids:
-            return
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0.1)  # the kernel reaps killed processes asynchronously
-    raise RuntimeError(f"processes of the real node survived SIGKILL: {_node_processes()}")
+        # the kernel reaps killed processes asynchronously: look again until none is left
+        return not pids
+
+    wait_until("the real node's processes gone after SIGKILL", none_left, timeout=5, interval=0.1)
 
 
 def _kubepods_cgroups() -> list[Path]:
