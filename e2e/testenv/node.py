@@ -471,12 +471,14 @@ NODE_BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2
 def _node_processes() -> list[int]:
     """Processes of the node's binaries (the runc shims outlive containerd) and of its containers."""
     found = set()
+    # ours: built into the test bed's cache (wherever REWARD_OPERATOR_CACHE puts it), not a host's own
+    binaries = str(build.cache_root().resolve() / "testenv") + os.sep
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         with contextlib.suppress(OSError):
             exe = os.path.realpath(proc / "exe")
-            if Path(exe).name in NODE_BINARIES and "/reward-operator/testenv/" in exe:
+            if Path(exe).name in NODE_BINARIES and exe.startswith(binaries):
                 found.add(int(proc.name))
     for cgroup in _kubepods_cgroups():
         for procs in cgroup.rglob("cgroup.procs"):

@@ -170,9 +170,12 @@ def _shared_or_own(
 
 
 @contextmanager
-def _fresh_namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
+def _fresh_namespace(cluster: Cluster, on_real_node: bool = False) -> Iterator[str]:
+    name = f"{'n' if on_real_node else 't'}-{uuid.uuid4().hex[:8]}"
+    if on_real_node:
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(node_setup.namespace_for_real_node(name)))
+    else:
+        cluster.kubectl("create", "namespace", name)
     # pods are refused until the namespace's default ServiceAccount exists
     cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
     try:
@@ -205,13 +208,8 @@ def keda_namespace(keda_cluster: Cluster) -> Iterator[str]:
 @pytest.fixture
 def node_namespace(node_cluster: Cluster) -> Iterator[str]:
     """A fresh namespace per test whose pods all run on the real node, deleted afterwards."""
-    name = f"n-{uuid.uuid4().hex[:8]}"
-    node_cluster.kubectl("apply", "-f", "-", input=json.dumps(node_setup.namespace_for_real_node(name)))
-    node_cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
-    try:
+    with _fresh_namespace(node_cluster, on_real_node=True) as name:
         yield name
-    finally:
-        node_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 CLUSTER_FIXTURES = {"cluster", "kserve_cluster", "keda_cluster", "localmodel_cluster", "node_cluster"}

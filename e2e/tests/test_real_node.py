@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import textwrap
 import urllib.request
+import uuid
 
 from reward_testing.waiting import wait_until
 from testenv import images, node
@@ -117,15 +118,24 @@ def test_a_pod_of_our_image_is_reached_by_ip_service_and_name_and_reaches_the_ap
     assert '"GET / HTTP/1.1" 200' in logs
 
 
-def test_a_pod_outside_a_real_node_namespace_stays_on_the_fake_nodes(node_cluster, namespace) -> None:
+def test_a_pod_outside_a_real_node_namespace_stays_on_the_fake_nodes(node_cluster) -> None:
+    # an ordinary namespace of the same cluster (``namespace`` would be the session's, which is another
+    # cluster where TESTENV_NODE=0 gives this module a control plane of its own)
+    namespace = f"plain-{uuid.uuid4().hex[:8]}"
+    node_cluster.kubectl("create", "namespace", namespace)
+    node_cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", namespace, "--timeout=60s")
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "elsewhere", "namespace": namespace},
         "spec": {"containers": [{"name": "c", "image": "example/never-pulled:1"}]},
     }
-    node_cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
-    node_cluster.kubectl("wait", "--for=jsonpath={.spec.nodeName}", "pod/elsewhere", "-n", namespace, "--timeout=60s")
-    placed = json.loads(node_cluster.kubectl("get", "pod", "elsewhere", "-n", namespace, "-o", "json").stdout)
-    assert placed["spec"]["nodeName"] != node.NAME
-    assert placed["spec"]["nodeName"].startswith("kwok-")
+    try:
+        node_cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+        node_cluster.kubectl("wait", "--for=jsonpath={.spec.nodeName}", "pod/elsewhere", "-n", namespace,
+                             "--timeout=60s")  # fmt: skip
+        placed = json.loads(node_cluster.kubectl("get", "pod", "elsewhere", "-n", namespace, "-o", "json").stdout)
+        assert placed["spec"]["nodeName"] != node.NAME
+        assert placed["spec"]["nodeName"].startswith("kwok-")
+    finally:
+        node_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
