@@ -1,65 +1,47 @@
-"""A rollout driven through the runner and the RewardModel sync, with the cluster layer replaced: what
+"""A rollout driven through the runner and the RewardModel sync over the fake cluster: what
 the gateways are told at each step, what the status and conditions say, and which events are posted."""
 
 from __future__ import annotations
 
-import copy
 import logging
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from reward_operator.api import API_VERSION, REWARD_MODEL_KIND, conditions
 from reward_operator.api.defaults import apply_defaults
-from reward_operator.cluster import gateways, gather, objects
 from reward_operator.controllers import rewardmodel as controller
-from reward_operator.controllers import runner as runner_module
 from reward_operator.controllers.runner import Runner
 from reward_operator.metrics import OperatorMetrics
-from reward_operator.policy.dependencies import Observed
-from reward_operator.policy.scaling import PredictorReplicas
 from reward_operator.render import canary_identity
 from reward_operator.settings import Settings
+from reward_testing.fake_cluster import FakeCluster
 
 LOG = logging.getLogger("test")
-START = datetime(2026, 12, 1, 3, 0, 0, tzinfo=UTC)
 
 
-class Cluster:
-    """The stored RewardModel; what was applied; KServe's word on the candidate; the gateways' figures."""
+def stored_reward_model(cluster: FakeCluster) -> dict:
+    """The RewardModel as stored: edited in place by the tests, as a user's apply would."""
+    return cluster.stored(REWARD_MODEL_KIND, "rm", "ns")
 
-    def __init__(self, body: dict):
-        self.obj = body
-        self.applied: list[dict] = []
-        self.events: list[tuple[str, str]] = []
-        self.candidate_ready: bool | None = True
-        self.figures: list[dict] = []
-        self.clock = START
 
-    def apply(self, manifest, dry_run=False):
-        self.applied.append(copy.deepcopy(manifest))
-        stored = copy.deepcopy(manifest)
-        if manifest["kind"] == "InferenceService":
-            statuses = [] if self.candidate_ready is None else [{"name": "canary", "ready": self.candidate_ready}]
-            stored["status"] = {"conditions": [{"type": "Ready", "status": "True"}], "canaryStatuses": statuses}
-        return stored
+def kserve_reports(cluster: FakeCluster, candidate_ready: bool | None) -> None:
+    """KServe's status on the stable InferenceService: Ready, and its word on the canary predictor."""
+    isvc = cluster.stored("InferenceService", "rm", "ns")
+    statuses = [] if candidate_ready is None else [{"name": "canary", "ready": candidate_ready}]
+    isvc["status"] = {"conditions": [{"type": "Ready", "status": "True"}], "canaryStatuses": statuses}
 
-    def patch_status(self, api_version, kind, namespace, name, patch):
-        status = {**self.obj.get("status", {}), **patch}
-        self.obj["status"] = {k: v for k, v in status.items() if v is not None}
-        return self.obj
 
-    def gateway_share(self) -> str | None:
-        """REWARD_GATEWAY_CANARY_PERCENT in the InferenceService applied last."""
-        (isvc, *_) = [m for m in reversed(self.applied) if m["kind"] == "InferenceService"]
-        (container,) = isvc["spec"]["transformer"]["containers"]
-        found = {e["name"]: e.get("value") for e in container["env"]}
-        return found.get("REWARD_GATEWAY_CANARY_PERCENT")
+def gateway_share(cluster: FakeCluster) -> str | None:
+    """REWARD_GATEWAY_CANARY_PERCENT of the InferenceService as stored."""
+    isvc = cluster.stored("InferenceService", "rm", "ns")
+    (container,) = isvc["spec"]["transformer"]["containers"]
+    found = {e["name"]: e.get("value") for e in container["env"]}
+    return found.get("REWARD_GATEWAY_CANARY_PERCENT")
 
 
 @pytest.fixture
-def cluster(monkeypatch) -> Cluster:
+def cluster() -> FakeCluster:
     body = apply_defaults(
         {
             "apiVersion": API_VERSION,
@@ -79,135 +61,134 @@ def cluster(monkeypatch) -> Cluster:
             },
         }
     )
-    fake = Cluster(body)
-    monkeypatch.setattr(objects, "get", lambda *args, **kwargs: fake.obj)
-    monkeypatch.setattr(objects, "apply", fake.apply)
-    monkeypatch.setattr(objects, "prune", lambda *args, **kwargs: [])
-    monkeypatch.setattr(objects, "patch_status", fake.patch_status)
-    monkeypatch.setattr(runner_module.events, "post_event", lambda owner, t, reason, m: fake.events.append((t, reason)))
-    monkeypatch.setattr(gather, "observe", lambda namespace, wanted: Observed(runtime_found=True))
-    monkeypatch.setattr(gather, "predictor_replicas", lambda namespace, name: PredictorReplicas(ready=1, wanted=1))
-    monkeypatch.setattr(gather, "keda_served", lambda: False)
-    monkeypatch.setattr(gather, "inference_service_pods", lambda namespace, name: [])
-    monkeypatch.setattr(gateways, "rollout_figures", lambda namespace, name: fake.figures)
-    monkeypatch.setattr(controller, "now", lambda: fake.clock)
+    fake = FakeCluster()
+    fake.put(body)
     return fake
 
 
-def figures(cluster: Cluster, percent: int, concordant: float, discordant: float, errors: float = 0) -> list[dict]:
-    candidate, _ = canary_identity(cluster.obj)
+def figures(cluster: FakeCluster, percent: int, concordant: float, discordant: float, errors: float = 0) -> list[dict]:
+    candidate = canary_identity(stored_reward_model(cluster)).candidate
     pairs = {"concordant": concordant, "discordant": discordant, "candidate_tied": 0, "stable_tied": 0}
     models = {"candidate": {"requests": 20.0, "errors": errors}}
     return [{"candidate": candidate, "mode": "split", "percent": percent, "pairs": pairs, "models": models}]
 
 
-def rewardmodel_runner() -> Runner:
+def rewardmodel_runner(cluster: FakeCluster) -> Runner:
     """The RewardModel controller's sync on the shared runner, over the fake cluster."""
     return Runner(
         API_VERSION,
         REWARD_MODEL_KIND,
-        lambda obj, logger, child: controller.sync(obj, Settings(), logger, child),
+        lambda obj, logger, child: controller.sync(obj, Settings(), logger, child, cluster=cluster),
         apply_defaults,
         OperatorMetrics([REWARD_MODEL_KIND], CollectorRegistry()),
+        cluster,
     )
 
 
-def conditions_of(cluster: Cluster) -> dict[str, tuple[str, str]]:
-    return {c["type"]: (c["status"], c["reason"]) for c in cluster.obj["status"]["conditions"]}
+def status(cluster: FakeCluster) -> dict:
+    return stored_reward_model(cluster)["status"]
+
+
+def conditions_of(cluster: FakeCluster) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status(cluster)["conditions"]}
+
+
+def events(cluster: FakeCluster) -> list[tuple[str, str]]:
+    return [(kind, reason) for kind, reason, _ in cluster.events]
 
 
 def test_a_rollout_steps_up_while_the_gates_hold_and_rolls_back_once_when_one_fails(cluster):
-    runner = rewardmodel_runner()
+    runner = rewardmodel_runner(cluster)
 
     def reconcile(after_seconds: float = 0) -> None:
-        cluster.clock += timedelta(seconds=after_seconds)
+        cluster.clock.advance(after_seconds)
         runner.reconcile("ns", "rm", LOG)
 
     reconcile()
-    assert cluster.obj["status"]["canary"]["percent"] == 10 and cluster.gateway_share() == "10"
+    assert status(cluster)["canary"]["percent"] == 0 and gateway_share(cluster) == "0", "no word from KServe yet"
+    kserve_reports(cluster, candidate_ready=True)
+    reconcile()
+    assert status(cluster)["canary"]["percent"] == 10 and gateway_share(cluster) == "10"
     assert conditions_of(cluster)[conditions.CANARY_READY] == ("True", conditions.CANDIDATE_READY)
     assert conditions_of(cluster)[conditions.CANARY_PROGRESSING] == ("True", conditions.STEP_RUNNING)
-    assert ("Normal", conditions.STEP_RUNNING) in cluster.events
+    assert ("Normal", conditions.STEP_RUNNING) in events(cluster)
 
     cluster.figures = figures(cluster, 10, concordant=19, discordant=1)
     reconcile(after_seconds=10)
-    assert cluster.obj["status"]["canary"]["percent"] == 10, "not before the interval has run"
+    assert status(cluster)["canary"]["percent"] == 10, "not before the interval has run"
+    before = len(cluster.calls)
     reconcile(after_seconds=25)
-    assert cluster.obj["status"]["canary"]["percent"] == 50 and cluster.gateway_share() == "50"
-    assert cluster.obj["status"]["canary"]["agreement"] == 0.95
+    assert status(cluster)["canary"]["percent"] == 50 and gateway_share(cluster) == "50"
+    assert status(cluster)["canary"]["agreement"] == 0.95
+    stepped = [kind for method, kind, _ in cluster.calls[before:] if method == "apply"]
+    assert stepped.count("InferenceService") == 1, "a step renders and applies the InferenceService once"
 
     # the old replicas' figures (10%) judge nothing at 50%; the new ones disagree
     cluster.figures = figures(cluster, 10, 19, 1) + figures(cluster, 50, concordant=8, discordant=12)
     cluster.events.clear()
     reconcile(after_seconds=5)
-    assert cluster.obj["status"]["canary"]["percent"] == 0 and cluster.gateway_share() == "0"
+    assert status(cluster)["canary"]["percent"] == 0 and gateway_share(cluster) == "0"
     assert conditions_of(cluster)[conditions.CANARY_PROGRESSING] == ("False", conditions.ROLLED_BACK)
     reconcile(after_seconds=60)
     reconcile(after_seconds=60)
-    assert cluster.events == [("Warning", conditions.ROLLED_BACK)], "exactly one Warning event"
-    assert cluster.obj["status"]["canary"]["percent"] == 0
+    assert events(cluster) == [("Warning", conditions.ROLLED_BACK)], "exactly one Warning event"
+    assert status(cluster)["canary"]["percent"] == 0
 
     # promotion is a change in Git: spec.canary gone, and its status and conditions with it
-    del cluster.obj["spec"]["canary"]
-    cluster.obj["metadata"]["generation"] = 2
+    del stored_reward_model(cluster)["spec"]["canary"]
+    stored_reward_model(cluster)["metadata"]["generation"] = 2
     reconcile()
-    assert "canary" not in cluster.obj["status"]
+    assert "canary" not in status(cluster)
     assert set(conditions_of(cluster)) == {conditions.READY}
-    assert cluster.gateway_share() is None
+    assert gateway_share(cluster) is None
 
 
 def test_the_candidate_becoming_unready_rolls_back_its_share(cluster):
-    runner = rewardmodel_runner()
-    cluster.candidate_ready = None
+    runner = rewardmodel_runner(cluster)
     runner.reconcile("ns", "rm", LOG)
-    assert cluster.obj["status"]["canary"]["percent"] == 0 and cluster.gateway_share() == "0"
+    kserve_reports(cluster, candidate_ready=None)
+    runner.reconcile("ns", "rm", LOG)
+    assert status(cluster)["canary"]["percent"] == 0 and gateway_share(cluster) == "0"
     assert conditions_of(cluster)[conditions.CANARY_READY] == ("Unknown", conditions.AWAITING_CANDIDATE)
-    cluster.candidate_ready = True
+    kserve_reports(cluster, candidate_ready=True)
     runner.reconcile("ns", "rm", LOG)
-    assert cluster.gateway_share() == "10"
-    cluster.candidate_ready = False
+    assert gateway_share(cluster) == "10"
+    kserve_reports(cluster, candidate_ready=False)
     runner.reconcile("ns", "rm", LOG)
-    assert cluster.gateway_share() == "0"
+    assert gateway_share(cluster) == "0"
     assert conditions_of(cluster)[conditions.CANARY_READY] == ("False", conditions.CANDIDATE_NOT_READY)
     assert conditions_of(cluster)[conditions.CANARY_PROGRESSING] == ("False", conditions.ROLLED_BACK)
-    assert [e for e in cluster.events if e[0] == "Warning"] == [("Warning", conditions.ROLLED_BACK)]
+    assert [e for e in events(cluster) if e[0] == "Warning"] == [("Warning", conditions.ROLLED_BACK)]
 
 
-def test_knatives_candidate_is_judged_by_its_own_inference_service_and_pruned_after_promotion(cluster, monkeypatch):
-    pruned: list[tuple[str, set[str]]] = []
-    monkeypatch.setattr(
-        objects, "prune", lambda api_version, kind, ns, labels, uid, keep: pruned.append((kind, set(keep))) or []
-    )
-    cluster.obj["spec"]["serving"] = {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2}
-    candidate_ready = {"value": "Unknown"}
+def test_knatives_candidate_is_judged_by_its_own_inference_service_and_pruned_after_promotion(cluster):
+    stored_reward_model(cluster)["spec"]["serving"] = {"mode": "Knative", "minReplicas": 0, "maxReplicas": 2}
 
-    def apply(manifest, dry_run=False):
-        cluster.applied.append(copy.deepcopy(manifest))
-        stored = copy.deepcopy(manifest)
-        if manifest["kind"] == "InferenceService":
-            status = "True" if manifest["metadata"]["name"] == "rm" else candidate_ready["value"]
-            found = [{"type": "Ready", "status": status}, {"type": "TransformerReady", "status": status}]
-            stored["status"] = {"conditions": found}
-        return stored
+    def kserve_says(name: str, ready: str) -> None:
+        found = [{"type": "Ready", "status": ready}, {"type": "TransformerReady", "status": ready}]
+        cluster.stored("InferenceService", name, "ns")["status"] = {"conditions": found}
 
-    monkeypatch.setattr(objects, "apply", apply)
-    runner = rewardmodel_runner()
+    runner = rewardmodel_runner(cluster)
     runner.reconcile("ns", "rm", LOG)
-    applied = [m["metadata"]["name"] for m in cluster.applied if m["kind"] == "InferenceService"]
+    applied = [name for method, kind, name in cluster.calls if (method, kind) == ("apply", "InferenceService")]
     assert applied == ["rm", "rm-canary"]
+    kserve_says("rm", "True")
+    kserve_says("rm-canary", "Unknown")
+    runner.reconcile("ns", "rm", LOG)
     assert conditions_of(cluster)[conditions.CANARY_READY] == ("Unknown", conditions.AWAITING_CANDIDATE)
     assert conditions_of(cluster)[conditions.READY] == ("True", conditions.INFERENCE_SERVICE_READY)
-    candidate_ready["value"] = "True"
+    kserve_says("rm-canary", "True")
     runner.reconcile("ns", "rm", LOG)
-    assert cluster.obj["status"]["canary"]["percent"] == 10 and cluster.gateway_share() == "10"
-    assert ("InferenceService", {"rm", "rm-canary"}) in pruned, "kept while the rollout is on"
+    assert status(cluster)["canary"]["percent"] == 10 and gateway_share(cluster) == "10"
+    assert ("prune", "InferenceService", "") in cluster.calls, "listed while the rollout is on"
+    assert cluster.stored("InferenceService", "rm-canary", "ns") is not None, "and kept"
 
-    pruned.clear()
-    del cluster.obj["spec"]["canary"]
-    cluster.obj["metadata"]["generation"] = 2
+    del stored_reward_model(cluster)["spec"]["canary"]
+    stored_reward_model(cluster)["metadata"]["generation"] = 2
     runner.reconcile("ns", "rm", LOG)
-    assert ("InferenceService", {"rm"}) in pruned, "the candidate's InferenceService goes with spec.canary"
-    assert "canary" not in cluster.obj["status"]
-    pruned.clear()
+    assert cluster.stored("InferenceService", "rm-canary", "ns") is None, "the candidate goes with spec.canary"
+    assert "canary" not in status(cluster)
+    cluster.calls.clear()
     runner.reconcile("ns", "rm", LOG)
-    assert [kind for kind, _ in pruned] == ["NetworkPolicy"], "no InferenceService list once the rollout is over"
+    pruned = [kind for method, kind, _ in cluster.calls if method == "prune"]
+    assert "InferenceService" not in pruned, "no InferenceService list once the rollout is over"

@@ -130,7 +130,9 @@ def decide(spec, previous, ready=True, figures=None, now=NOW, previous_condition
         None if figures is None else policy.pool(figures, CANDIDATE, spec["mode"], (previous or {}).get("percent", 0))
     )
     return policy.decide(
-        spec, CANDIDATE, REVISION, previous, list(previous_conditions), ready, pooled, INTERVAL, now, DEPLOYMENT
+        policy.RolloutInput(
+            spec, CANDIDATE, REVISION, previous, tuple(previous_conditions), ready, pooled, INTERVAL, now, DEPLOYMENT
+        )
     )
 
 

@@ -15,11 +15,12 @@ import pytest
 import yaml
 
 from reward_operator.api.defaults import apply_defaults
-from reward_operator.cluster import gather, objects
+from reward_operator.cluster import objects
 from reward_operator.controllers import rewardmodel as controller
 from reward_operator.render import PRUNED_KINDS, render_reward_model
 from reward_operator.render.gateway import GATEWAY_PORT
 from reward_operator.render.networkpolicy import VLLM_PORT
+from reward_testing.fake_cluster import FakeCluster
 from reward_testing.paths import REPO, golden_cases, golden_input
 
 STANDARD = golden_input("sequence-allowed-clients")
@@ -156,29 +157,19 @@ def test_plural_of_kinds_the_operator_applies():
     assert objects.plural_of("Gateway") == "gateways"
 
 
-def test_the_controller_prunes_policies_it_no_longer_renders(monkeypatch):
-    """After a successful apply, sync asks the cluster layer to delete its own NetworkPolicies
-    that the spec no longer renders, by our labels and its uid."""
-    calls = []
-
-    def prune(api_version, kind, namespace, labels, owner_uid, keep):
-        calls.append((api_version, kind, namespace, labels, owner_uid, keep))
-        return []
-
-    monkeypatch.setattr(objects, "prune", prune)
-    monkeypatch.setattr(gather, "keda_served", lambda: False)
-    for reward_model, kept in ((STANDARD, {"skywork-rm-gateway", "skywork-rm-predictor"}),
-                               (without_allowed_clients(STANDARD), set())):  # fmt: skip
-        calls.clear()
+def test_the_controller_prunes_policies_it_no_longer_renders():
+    """After a successful apply, sync deletes its own NetworkPolicies that the spec no longer renders, by
+    our labels and its uid; a NetworkPolicy someone else made, with our labels, stays."""
+    defaulted = apply_defaults(STANDARD)
+    cluster = FakeCluster(keda=False)
+    for child in render_reward_model(defaulted):
+        cluster.apply(child)
+    someone_elses = copy.deepcopy(cluster.stored("NetworkPolicy", "skywork-rm-gateway"))
+    someone_elses["metadata"].update(name="hand-made", ownerReferences=[])
+    cluster.put(someone_elses)
+    for reward_model, kept in ((STANDARD, {"skywork-rm-gateway", "skywork-rm-predictor", "hand-made"}),
+                               (without_allowed_clients(STANDARD), {"hand-made"})):  # fmt: skip
         defaulted = apply_defaults(reward_model)
-        controller._prune(defaulted, render_reward_model(defaulted), logging.getLogger("test"))
-        assert calls == [
-            (
-                "networking.k8s.io/v1",
-                "NetworkPolicy",
-                "rlhf",
-                {"app.kubernetes.io/managed-by": "reward-operator", "serving.rlhf.dev/rewardmodel": "skywork-rm"},
-                STANDARD["metadata"]["uid"],
-                kept,
-            )
-        ]
+        controller._prune(defaulted, render_reward_model(defaulted), cluster, logging.getLogger("test"))
+        assert cluster.pruned[-1:] == ["NetworkPolicy"]
+        assert {n for (_, kind, _, n) in cluster.objects if kind == "NetworkPolicy"} == kept

@@ -20,6 +20,7 @@ from reward_operator.cluster import gather
 from reward_operator.controllers import rewardmodel as controller
 from reward_operator.policy.dependencies import Observed, missing, references
 from reward_operator.render import PRUNED_KINDS, SCALER_PRUNED_KINDS, render_reward_model
+from reward_testing.fake_cluster import FakeCluster
 from reward_testing.paths import golden_input
 
 NAMESPACE = "rlhf"
@@ -252,26 +253,18 @@ def test_a_cluster_without_keda_is_an_invalid_spec_that_says_what_to_do():
         ("sequence-standard", False, False),
     ],
 )
-def test_the_scaler_children_are_pruned_where_they_can_exist(monkeypatch, case, keda_installed, scaler_kinds_pruned):
-    listed = []
-
-    def prune(api_version, kind, namespace, labels, owner_uid, keep):
-        listed.append(((api_version, kind), keep))
-        return []
-
-    monkeypatch.setattr(controller.objects, "prune", prune)
-    monkeypatch.setattr(gather, "keda_served", lambda: keda_installed)
+def test_the_scaler_children_are_pruned_where_they_can_exist(case, keda_installed, scaler_kinds_pruned):
+    cluster = FakeCluster(keda=keda_installed)
     reward_model = apply_defaults(golden_input(case))
     children = render_reward_model(reward_model)
-    controller._prune(reward_model, children, logging.getLogger("test"))
-    kinds = [kind for kind, _ in listed]
-    assert kinds == list(PRUNED_KINDS + (SCALER_PRUNED_KINDS if scaler_kinds_pruned else ()))
-    keep = dict(listed)
+    controller._prune(reward_model, children, cluster, logging.getLogger("test"))
+    assert cluster.pruned == [kind for _, kind in PRUNED_KINDS + (SCALER_PRUNED_KINDS if scaler_kinds_pruned else ())]
+    keep = cluster.kept
     if case.endswith("scale-to-zero"):
-        assert keep[("v1", "Service")] == {"skywork-rm-gateway-scaler"}
-        assert keep[("keda.sh/v1alpha1", "ScaledObject")] == {"skywork-rm-predictor"}
+        assert keep["Service"] == {"skywork-rm-gateway-scaler"}
+        assert keep["ScaledObject"] == {"skywork-rm-predictor"}
     elif scaler_kinds_pruned:
-        assert keep[("v1", "Service")] == set() and keep[("keda.sh/v1alpha1", "ScaledObject")] == set()
+        assert keep["Service"] == set() and keep["ScaledObject"] == set()
 
 
 def test_whether_keda_is_installed_is_read_once_a_minute(monkeypatch):

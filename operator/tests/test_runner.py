@@ -12,55 +12,38 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from reward_operator.api import API_VERSION, REWARD_MODEL_KIND, conditions
-from reward_operator.cluster import ClusterError, objects
+from reward_operator.cluster import ClusterError
 from reward_operator.controllers import runner as runner_module
 from reward_operator.controllers.runner import Outcome, Runner
 from reward_operator.metrics import OperatorMetrics
 from reward_operator.policy.conditions import Condition, not_ready
+from reward_testing.fake_cluster import FakeCluster
 
 LOG = logging.getLogger("test")
 INVALID = not_ready(conditions.INVALID_SPEC, "runtime missing")
 
 
-class FakeCluster:
-    """One stored object; status writes and events recorded."""
-
-    def __init__(self, obj: dict | None):
-        self.obj = obj
-        self.writes: list[dict] = []
-        self.events: list[tuple[str, str]] = []
-
-    def get(self, api_version, kind, name, namespace=None):
-        return self.obj
-
-    def patch_status(self, api_version, kind, namespace, name, patch):
-        self.writes.append(patch)
-        self.obj["status"] = {k: v for k, v in {**self.obj.get("status", {}), **patch}.items() if v is not None}
-        return self.obj
-
-    def post_event(self, owner, event_type, reason, message):
-        self.events.append((event_type, reason))
-
-
 @pytest.fixture
-def fake_cluster(monkeypatch):
-    fake = FakeCluster(
+def fake_cluster() -> FakeCluster:
+    fake = FakeCluster()
+    fake.put(
         {
             "apiVersion": API_VERSION,
             "kind": REWARD_MODEL_KIND,
             "metadata": {"name": "rm", "namespace": "ns", "generation": 1},
         }
     )
-    monkeypatch.setattr(objects, "get", fake.get)
-    monkeypatch.setattr(objects, "patch_status", fake.patch_status)
-    monkeypatch.setattr(runner_module.events, "post_event", fake.post_event)
     return fake
 
 
-def make_runner(sync, registry=None) -> tuple[Runner, OperatorMetrics, CollectorRegistry]:
+def stored(cluster: FakeCluster) -> dict:
+    return cluster.stored(REWARD_MODEL_KIND, "rm", "ns")
+
+
+def make_runner(cluster: FakeCluster, sync, registry=None) -> tuple[Runner, OperatorMetrics, CollectorRegistry]:
     registry = registry or CollectorRegistry()
     metrics = OperatorMetrics([REWARD_MODEL_KIND], registry)
-    return Runner(API_VERSION, REWARD_MODEL_KIND, sync, lambda obj: obj, metrics), metrics, registry
+    return Runner(API_VERSION, REWARD_MODEL_KIND, sync, lambda obj: obj, metrics, cluster), metrics, registry
 
 
 def sample(registry: CollectorRegistry, metric: str, **labels: str) -> float | None:
@@ -68,25 +51,25 @@ def sample(registry: CollectorRegistry, metric: str, **labels: str) -> float | N
 
 
 def test_status_written_once_and_event_only_on_transition(fake_cluster):
-    runner, _, registry = make_runner(lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
+    runner, _, registry = make_runner(fake_cluster, lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
     assert runner.reconcile("ns", "rm", LOG) == "invalid"
-    assert len(fake_cluster.writes) == 1 and fake_cluster.events == [("Warning", "InvalidSpec")]
+    assert len(fake_cluster.status_patches) == 1 and fake_cluster.event_reasons == [("Warning", "InvalidSpec")]
     assert runner.reconcile("ns", "rm", LOG) == "invalid"
-    assert len(fake_cluster.writes) == 1, "an unchanged status is not written again"
-    assert len(fake_cluster.events) == 1, "no second event without a transition"
+    assert len(fake_cluster.status_patches) == 1, "an unchanged status is not written again"
+    assert len(fake_cluster.event_reasons) == 1, "no second event without a transition"
     assert sample(registry, "reward_operator_reconcile_total", kind=REWARD_MODEL_KIND, result="invalid") == 2
 
 
 def test_stale_status_fields_are_cleared(fake_cluster):
-    fake_cluster.obj["status"] = {"url": "http://old", "observedGeneration": 1, "conditions": []}
-    runner, _, _ = make_runner(lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
+    stored(fake_cluster)["status"] = {"url": "http://old", "observedGeneration": 1, "conditions": []}
+    runner, _, _ = make_runner(fake_cluster, lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
     runner.reconcile("ns", "rm", LOG)
-    assert fake_cluster.writes[0]["url"] is None
+    assert fake_cluster.status_patches[0]["url"] is None
 
 
 def test_a_gone_object_is_not_synced(fake_cluster):
-    fake_cluster.obj = None
-    runner, _, _ = make_runner(lambda obj, logger, child: pytest.fail("synced a deleted object"))
+    fake_cluster.delete(REWARD_MODEL_KIND, "rm", "ns")
+    runner, _, _ = make_runner(fake_cluster, lambda obj, logger, child: pytest.fail("synced a deleted object"))
     assert runner.reconcile("ns", "rm", LOG) == "deleted"
 
 
@@ -94,19 +77,19 @@ def test_api_errors_become_a_calm_retry(fake_cluster):
     def sync(obj, logger, child):
         raise ClusterError(503, "Service Unavailable", "etcd leader changed")
 
-    runner, _, registry = make_runner(sync)
+    runner, _, registry = make_runner(fake_cluster, sync)
     with pytest.raises(kopf.TemporaryError) as raised:
         runner.reconcile("ns", "rm", LOG)
     assert raised.value.delay == runner_module.RETRY_DELAY
     assert sample(registry, "reward_operator_reconcile_errors_total", kind=REWARD_MODEL_KIND) == 1
-    assert fake_cluster.writes == [], "no status written from a failed reconcile"
+    assert fake_cluster.status_patches == [], "no status written from a failed reconcile"
 
 
 def test_metrics_follow_the_object_and_leave_with_it(fake_cluster):
     ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "ok")
-    runner, _, registry = make_runner(lambda obj, logger, child: Outcome(ready, {}, "ready"))
+    runner, _, registry = make_runner(fake_cluster, lambda obj, logger, child: Outcome(ready, {}, "ready"))
     object_labels = {"kind": REWARD_MODEL_KIND, "namespace": "ns", "name": "rm"}
-    runner.observe("ns", "rm", {**fake_cluster.obj, "metadata": {"name": "rm", "namespace": "ns", "generation": 3},
+    runner.observe("ns", "rm", {**stored(fake_cluster), "metadata": {"name": "rm", "namespace": "ns", "generation": 3},
                                 "status": {"observedGeneration": 2}})  # fmt: skip
     assert sample(registry, "reward_operator_object_generation_lag", **object_labels) == 1
     assert sample(registry, "reward_operator_object_ready", **object_labels) is None, "not decided yet"
@@ -137,7 +120,7 @@ def test_forget_waits_for_a_reconcile_in_flight(fake_cluster):
         release.wait(10)
         return Outcome(ready, {}, "ready")
 
-    runner, _, registry = make_runner(slow_sync)
+    runner, _, registry = make_runner(fake_cluster, slow_sync)
     reconcile = threading.Thread(target=runner.reconcile, args=("ns", "rm", LOG))
     reconcile.start()
     assert entered.wait(10)
@@ -150,21 +133,23 @@ def test_forget_waits_for_a_reconcile_in_flight(fake_cluster):
     assert sample(registry, "reward_operator_object_ready", **labels) is None
 
 
-def test_a_reconcile_reads_the_watchs_copy_not_the_api_server(fake_cluster, monkeypatch):
-    runner, _, _ = make_runner(lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
-    runner.observe("ns", "rm", dict(fake_cluster.obj))
-    monkeypatch.setattr(objects, "get", lambda *args: pytest.fail("read from the API server"))
+def test_a_reconcile_reads_the_watchs_copy_not_the_api_server(fake_cluster):
+    runner, _, _ = make_runner(fake_cluster, lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
+    runner.observe("ns", "rm", dict(stored(fake_cluster)))
     assert runner.reconcile("ns", "rm", LOG) == "invalid"
+    assert fake_cluster.count("get") == 0, "read from the API server"
 
 
-def test_the_watchs_copy_is_kept_without_the_field_managers_bookkeeping(fake_cluster, monkeypatch):
+def test_the_watchs_copy_is_kept_without_the_field_managers_bookkeeping(fake_cluster):
     seen = []
-    runner, _, _ = make_runner(lambda obj, logger, child: seen.append(obj) or Outcome(INVALID, {}, "invalid"))
+    runner, _, _ = make_runner(
+        fake_cluster, lambda obj, logger, child: seen.append(obj) or Outcome(INVALID, {}, "invalid")
+    )
     managed = [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
-    body = {**fake_cluster.obj, "metadata": {**fake_cluster.obj["metadata"], "managedFields": managed}}
+    body = {**stored(fake_cluster), "metadata": {**stored(fake_cluster)["metadata"], "managedFields": managed}}
     runner.observe("ns", "rm", body)
-    monkeypatch.setattr(objects, "get", lambda *args: pytest.fail("read from the API server"))
     runner.reconcile("ns", "rm", LOG)
+    assert fake_cluster.count("get") == 0, "read from the API server"
     assert "managedFields" not in seen[0]["metadata"]
     assert seen[0]["metadata"]["name"] == "rm" and body["metadata"]["managedFields"] == managed, "kopf's body untouched"
 
@@ -172,16 +157,16 @@ def test_the_watchs_copy_is_kept_without_the_field_managers_bookkeeping(fake_clu
 def test_the_status_written_stands_until_the_watch_brings_it_back(fake_cluster):
     """A reconcile between our status write and its watch event neither writes it twice nor
     posts its event twice."""
-    before = copy.deepcopy(fake_cluster.obj)  # the watch's copy, without the status about to be written
-    runner, _, _ = make_runner(lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
+    before = copy.deepcopy(stored(fake_cluster))  # the watch's copy, without the status about to be written
+    runner, _, _ = make_runner(fake_cluster, lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
     runner.observe("ns", "rm", before)
     runner.reconcile("ns", "rm", LOG)
     runner.reconcile("ns", "rm", LOG)  # the watch has not delivered the write yet
-    assert len(fake_cluster.writes) == 1 and len(fake_cluster.events) == 1
+    assert len(fake_cluster.status_patches) == 1 and len(fake_cluster.event_reasons) == 1
 
-    runner.observe("ns", "rm", copy.deepcopy(fake_cluster.obj))  # the write comes back
-    someone_else = copy.deepcopy(fake_cluster.obj)
+    runner.observe("ns", "rm", copy.deepcopy(stored(fake_cluster)))  # the write comes back
+    someone_else = copy.deepcopy(stored(fake_cluster))
     someone_else["status"] = {}  # then the status is cleared by hand
     runner.observe("ns", "rm", someone_else)
     runner.reconcile("ns", "rm", LOG)
-    assert len(fake_cluster.writes) == 2, "the watch's newer copy counts once it has caught up"
+    assert len(fake_cluster.status_patches) == 2, "the watch's newer copy counts once it has caught up"

@@ -6,5 +6,7 @@ or :class:`Refused` (the API server refused what we sent: a user-facing problem)
 """
 
 from .client import ClusterError, Refused
+from .kubernetes_cluster import KubernetesCluster
+from .protocol import Cluster, Logger
 
-__all__ = ["ClusterError", "Refused"]
+__all__ = ["Cluster", "ClusterError", "KubernetesCluster", "Logger", "Refused"]

@@ -162,7 +162,7 @@ def sweep_quietly(kind: str, name: str, namespace: str | None, logger: logging.L
     return result
 
 
-def opt_out(isvc_name: str, namespace: str, out: bool) -> None:
+def set_cache_opt_out(isvc_name: str, namespace: str, out: bool) -> None:
     """Set (or clear) KServe's opt-out annotation on an InferenceService by merge patch: an admission
     of its own, at which KServe's webhook unbinds (or binds) the cache. Not part of the operator's
     server-side apply, so a later apply that no longer renders it does not take it away again."""

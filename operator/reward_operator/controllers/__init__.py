@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from .. import metrics
 from ..api import REWARD_MODEL_KIND, RLHF_PIPELINE_KIND
 from ..api.names import FINALIZER, KOPF_ANNOTATION_PREFIX
+from ..cluster import Cluster, KubernetesCluster
 from ..settings import Settings
 from . import rewardmodel, rlhfpipeline
 
@@ -32,8 +33,10 @@ def _bounded_session(info: kopf.ConnectionInfo) -> aiohttp.ClientSession:
     )
 
 
-def build_registry(settings: Settings, metrics_registry: CollectorRegistry = REGISTRY) -> kopf.OperatorRegistry:
-    """Every handler of the operator, configured by ``settings``."""
+def build_registry(
+    settings: Settings, metrics_registry: CollectorRegistry = REGISTRY, cluster: Cluster | None = None
+) -> kopf.OperatorRegistry:
+    """Every handler of the operator, configured by ``settings``, on ``cluster`` (the API server's by default)."""
     registry = kopf.OperatorRegistry()
     operator_metrics = metrics.OperatorMetrics(kinds=(REWARD_MODEL_KIND, RLHF_PIPELINE_KIND), registry=metrics_registry)
     metrics_port = settings.metrics_port
@@ -81,6 +84,7 @@ def build_registry(settings: Settings, metrics_registry: CollectorRegistry = REG
     def ready(**_: Any) -> bool:
         return True
 
-    rewardmodel.register(registry, settings, operator_metrics)
-    rlhfpipeline.register(registry, settings, operator_metrics)
+    cluster = cluster or KubernetesCluster()
+    rewardmodel.register(registry, settings, operator_metrics, cluster)
+    rlhfpipeline.register(registry, settings, operator_metrics, cluster)
     return registry

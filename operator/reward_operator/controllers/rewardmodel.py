@@ -1,15 +1,24 @@
-"""The RewardModel controller: gather, decide, render, apply, summarise.
+"""The RewardModel controller: one reconcile in five stages.
 
-Every trigger (create, update, resume, a change to its InferenceService, the
-re-check and drift timers) runs the same idempotent reconcile, so a child deleted
-or edited by hand is restored by the code path that created it.
+1. **observe**: one read of everything the decision needs: what the spec references,
+   the InferenceService as stored (only when a decision reads it), Knative mode's
+   candidate InferenceService, the shared model cache (made or brought to the spec
+   here: KServe binds it at the InferenceService's admission, so it exists before
+   anything is decided), the predictor's replicas, the gateways' rollout figures;
+2. **decide**: pure policy on that observation (the cache binding, the rollout's
+   next share);
+3. **render**: every child, once, with the decided share;
+4. **apply**: one pass over the children in order, then prune;
+5. **report**: one :class:`Outcome` (Ready, the status fields, the conditions and
+   events), which the runner writes.
 
-A reconcile for a change of the InferenceService alone (KServe writing its
-status, most often) does only what that change can need while the spec is the one
-last reconciled: it re-applies the InferenceService only if the stored one lost a
-field of ours, and leaves the other children and the pruning to the reconciles of
-the RewardModel's own changes and timers. Those are most of the operator's API
-calls saved at a thousand objects (make bench-operator).
+Every trigger (create, update, resume, a change to its InferenceService or its
+predictor's replicas, the re-check, drift and rollout timers) runs the same
+idempotent reconcile, so a child deleted or edited by hand is restored by the code
+path that created it. A reconcile for a change of the InferenceService alone (KServe
+writing its status, most often) while the spec is the one last reconciled re-applies
+only the InferenceService, and only if it lost a field of ours: most of the
+operator's API calls saved at a thousand objects (make bench-operator).
 """
 
 from __future__ import annotations
@@ -17,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import kopf
@@ -27,34 +37,243 @@ from ..api.cache import cache_identity
 from ..api.defaults import apply_defaults
 from ..api.keda import scales_through_keda
 from ..api.names import MANAGED_BY, owner_label
-from ..cluster import Refused, caches, gateways, gather, objects
+from ..cluster import Cluster, KubernetesCluster, Logger, Refused
+from ..cluster.objects import plural_of
 from ..metrics import OperatorMetrics
 from ..policy import cache as cache_policy
 from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness, scaling
-from ..policy.conditions import not_ready, recheck, settled
+from ..policy.conditions import Condition, not_ready, recheck, settled
+from ..policy.scaling import PredictorReplicas
 from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_reward_model
 from ..render.cache import local_model_cache
 from ..render.canary import candidate_isvc_name, interval_seconds
 from ..render.rewardmodel import candidate_runtime, model_runtime
 from ..settings import Settings
-from .runner import Logger, Outcome, Runner, register_reconcile_triggers
+from .runner import Outcome, Runner, register_reconcile_triggers
 from .seen import SeenChildren
 
 KIND = REWARD_MODEL_KIND
 DEPLOYMENT_KIND = "Deployment"
 CACHE_KINDS = (kserve.LOCAL_MODEL_CACHE_KIND, kserve.LOCAL_MODEL_NAMESPACE_CACHE_KIND)
+ISVC = (kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND)
 
 
-def _inference_service(children: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
-    """The InferenceService ``name`` among ``children`` (Knative mode's rollout has a second one)."""
-    return next(
-        (c for c in children if c["kind"] == kserve.INFERENCE_SERVICE_KIND and c["metadata"]["name"] == name), None
+# ---- 1. observe ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the cluster holds that this reconcile decides from, read once."""
+
+    stored: dict[str, Any] | None = None  # the InferenceService, where a decision reads it
+    candidate: dict[str, Any] | None = None  # Knative mode's candidate InferenceService
+    cache: dict[str, Any] | None = None  # the shared cache, made or brought to the spec
+    cache_conflict: str | None = None
+    replicas: PredictorReplicas | None = None
+    figures: list[dict[str, Any]] | None = None  # the gateways' GET /canary, while the candidate is Ready
+
+
+def first_gap(reward_model: dict[str, Any], cluster: Cluster) -> str | None:
+    """What the schema cannot see: a host name KServe cannot derive, or the first thing the spec names
+    that the cluster lacks (runtime, Secret key, ServiceAccount, KEDA, a node group)."""
+    metadata, spec = reward_model["metadata"], reward_model["spec"]
+    namespace = metadata["namespace"]
+    problem = names.host_label_problem(metadata["name"], namespace, spec["serving"]["mode"], spec["gateway"]["enabled"])
+    if problem is not None:
+        return problem
+    wanted = dependencies.references(
+        reward_model,  # type: ignore[arg-type]
+        model_runtime(reward_model),  # type: ignore[arg-type]
+        candidate_runtime(reward_model),  # type: ignore[arg-type]
+    )
+    return dependencies.missing(namespace, wanted, cluster.observe(namespace, wanted))
+
+
+def _changed(changed_child: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """The InferenceService ``name`` when it is the changed child (the watch's copy saves a read)."""
+    return changed_child if changed_child is not None and changed_child["metadata"]["name"] == name else None
+
+
+def observe(reward_model: dict[str, Any], changed_child: dict[str, Any] | None, cluster: Cluster) -> Observation:
+    """Everything the decision reads. Raises :class:`Rejected` when KServe refuses the shared cache."""
+    metadata, spec = reward_model["metadata"], reward_model["spec"]
+    namespace, name = metadata["namespace"], metadata["name"]
+    cache, conflict = None, None
+    if "cache" in spec:
+        manifest = local_model_cache(reward_model)  # type: ignore[arg-type]
+        try:
+            cache, conflict = cluster.ensure_cache(manifest, reward_model)
+        except Refused as error:  # e.g. a node group KServe's webhook does not find
+            raise Rejected(manifest, error) from error
+    stored = _changed(changed_child, name)
+    # the stored InferenceService is read only for what decides from it: the cache it is bound to, and
+    # KServe's word on a Standard-mode candidate (its status.canaryStatuses)
+    knative = spec["serving"]["mode"] == "Knative"
+    needs_stored = cache is not None or cache_policy.released(reward_model) is not None
+    needs_stored = needs_stored or ("canary" in spec and not knative)
+    if stored is None and needs_stored:
+        stored = cluster.get(*ISVC, name, namespace)
+    candidate = None
+    if "canary" in spec and knative:
+        candidate_name = candidate_isvc_name(name)
+        candidate = _changed(changed_child, candidate_name) or cluster.get(*ISVC, candidate_name, namespace)
+    figures = None
+    if "canary" in spec and _candidate_ready(reward_model, stored, candidate):
+        figures = cluster.rollout_figures(namespace, name)
+    return Observation(stored, candidate, cache, conflict, cluster.predictor_replicas(namespace, name), figures)
+
+
+def _candidate_ready(
+    reward_model: dict[str, Any], stored: dict[str, Any] | None, candidate: dict[str, Any] | None
+) -> bool | None:
+    """KServe's word on the candidate: Knative mode's own InferenceService, or Standard mode's canary entry."""
+    if reward_model["spec"]["serving"]["mode"] == "Knative":
+        return canary_policy.candidate_isvc_ready(candidate)
+    return canary_policy.candidate_ready(stored)
+
+
+# ---- 2. decide -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """What the shared model cache asks of this reconcile."""
+
+    cached: Condition | None = None  # ModelCached, with spec.cache
+    bound: bool = True  # the InferenceService reads from the cache (rendered with it)
+    hold: bool = False  # the InferenceService is not created before the cache is filled
+    release: tuple[str, str, str | None] | None = None  # a cache this RewardModel left: swept
+    unbind: bool = False  # KServe's opt-out set first: the left cache is still bound
+    rebind: bool = False  # an opt-out of an earlier release cleared: bound at that admission
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    percent: int  # the candidate's share the gateways run from now (0 without a rollout)
+    cache: CachePlan
+    rollout: canary_policy.Rollout | None  # None without spec.canary, or while the cache holds it back
+    child_only: bool  # only the InferenceService changed and the spec is as last reconciled
+
+
+def running_share(reward_model: dict[str, Any]) -> int:
+    """The share the gateways run now: the rollout's status, if it is this rollout's."""
+    identity = canary_identity(reward_model)
+    previous = (reward_model.get("status") or {}).get("canary") or {}
+    if identity is None or previous.get("revision") != identity.revision:
+        return 0
+    return int(previous.get("percent") or 0)
+
+
+def plan_cache(reward_model: dict[str, Any], seen: Observation) -> CachePlan:
+    """ModelCached, and whether the InferenceService reads from the cache yet (see policy.cache)."""
+    release = cache_policy.released(reward_model)
+    unbind = release is not None and cache_policy.bound_to(seen.stored) == release[1]
+    if "cache" not in reward_model["spec"]:
+        return CachePlan(release=release, unbind=unbind)
+    cached = cache_policy.model_cached(seen.cache, seen.cache_conflict)
+    bound = cache_policy.bound(cached, seen.stored, seen.cache["metadata"]["name"])  # type: ignore[index]
+    return CachePlan(
+        cached=cached,
+        bound=bound,
+        hold=not bound and seen.stored is None,  # never started on a partly filled cache
+        release=release,
+        unbind=unbind,
+        rebind=bound and cache_policy.opted_out(seen.stored),
+        fields={"modelCache": cache_policy.identity_status(cache_identity(reward_model))},  # type: ignore[arg-type]
     )
 
 
-def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], logger: Logger) -> None:
+def decide(
+    reward_model: dict[str, Any], seen: Observation, changed_child: dict[str, Any] | None, now: datetime
+) -> Decision:
+    cache = plan_cache(reward_model, seen)
+    percent, rollout = running_share(reward_model), None
+    identity = canary_identity(reward_model)
+    if identity is not None and not cache.hold:
+        metadata, canary = reward_model["metadata"], reward_model["spec"]["canary"]
+        knative = reward_model["spec"]["serving"]["mode"] == "Knative"
+        ready = _candidate_ready(reward_model, seen.stored, seen.candidate)
+        status = reward_model.get("status") or {}
+        rollout = canary_policy.decide(
+            canary_policy.RolloutInput(
+                canary=canary,
+                candidate=identity.candidate,
+                revision=identity.revision,
+                previous=status.get("canary"),
+                previous_conditions=tuple(status.get("conditions") or ()),
+                ready=ready,
+                figures=None
+                if seen.figures is None
+                else canary_policy.pool(seen.figures, identity.candidate, canary["mode"], percent),
+                interval_s=interval_seconds(canary["interval"]),
+                now=now,
+                deployment=f"InferenceService {candidate_isvc_name(metadata['name'])}"
+                if knative
+                else kserve.canary_predictor_name(metadata["name"]),
+            )
+        )
+        percent = rollout.percent
+    return Decision(percent, cache, rollout, changed_child is not None and settled(reward_model))
+
+
+# ---- 4. apply ----------------------------------------------------------------------------------------
+
+
+class Rejected(Exception):
+    """The API server or a webhook refused an object this reconcile applies: ApplyFailed, with its message."""
+
+    def __init__(self, manifest: dict[str, Any], error: Refused):
+        super().__init__(f"{manifest['kind']} {manifest['metadata']['name']} rejected: {error.message}")
+
+
+def apply_children(
+    reward_model: dict[str, Any],
+    children: list[dict[str, Any]],
+    decision: Decision,
+    changed_child: dict[str, Any] | None,
+    cluster: Cluster,
+    logger: Logger,
+) -> list[dict[str, Any]]:
+    """The cache's bookkeeping, then each child in order, as stored after its apply (one skipped: the
+    InferenceService held back for the cache; with ``child_only``, the other children, and an
+    InferenceService that still holds our fields); then the pruning. Raises :class:`Rejected`."""
+    metadata = reward_model["metadata"]
+    namespace, name = metadata["namespace"], metadata["name"]
+    cache = decision.cache
+    if cache.unbind:
+        cluster.opt_out_of_cache(name, namespace)  # KServe unbinds it at this admission
+    if cache.release is not None:
+        cluster.sweep_cache(*cache.release, logger)  # out of the old cache, which goes with its last user
+    if cache.rebind:
+        cluster.opt_into_cache(name, namespace)
+    applied = []
+    for child in children:
+        kind = child["kind"]
+        if kind in CACHE_KINDS or (cache.hold and kind == kserve.INFERENCE_SERVICE_KIND):
+            continue  # the cache: made while observing; the InferenceService: waits for it
+        if decision.child_only:
+            if kind != kserve.INFERENCE_SERVICE_KIND:
+                continue
+            # Knative mode's rollout has two InferenceServices: the other one as stored
+            stored = _changed(changed_child, child["metadata"]["name"]) or cluster.get(
+                *ISVC, child["metadata"]["name"], namespace
+            )
+            if stored is not None and child_policy.holds(stored, child):
+                applied.append(stored)
+                continue
+        try:
+            applied.append(cluster.apply(child))
+        except Refused as error:
+            raise Rejected(child, error) from error
+    if not decision.child_only:
+        _prune(reward_model, children, cluster, logger)
+    return applied
+
+
+def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], cluster: Cluster, logger: Logger) -> None:
     """Delete the children of the kinds that come and go with the spec which it no longer renders
     (the NetworkPolicies once gateway.allowedClients is removed; in Knative mode, the candidate's
     InferenceService once spec.canary is, listed only while a rollout is or was just on; the scaler Service
@@ -62,180 +281,61 @@ def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], logger:
     metadata = reward_model["metadata"]
     labels = {**MANAGED_BY, owner_label(KIND): metadata["name"]}
     kinds = PRUNED_KINDS
-    if scales_through_keda(reward_model["spec"]["serving"]) or gather.keda_served():
+    if scales_through_keda(reward_model["spec"]["serving"]) or cluster.keda_served():
         kinds += SCALER_PRUNED_KINDS
     rollout = "canary" in reward_model["spec"] or "canary" in (reward_model.get("status") or {})
     if reward_model["spec"]["serving"]["mode"] == "Knative" and rollout:
-        kinds += ((kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND),)
+        kinds += (ISVC,)
     for api_version, kind in kinds:
         keep = {c["metadata"]["name"] for c in children if (c["apiVersion"], c["kind"]) == (api_version, kind)}
-        for name in objects.prune(api_version, kind, metadata["namespace"], labels, metadata["uid"], keep):
-            logger.info("%s %s is no longer rendered; deleted", kind, name)
+        for pruned in cluster.prune(api_version, kind, metadata["namespace"], labels, metadata["uid"], keep):
+            logger.info("%s %s is no longer rendered; deleted", kind, pruned)
 
 
-def sync(
+# ---- 5. report -----------------------------------------------------------------------------------------
+
+
+def report(
     reward_model: dict[str, Any],
-    settings: Settings,
-    logger: Logger,
-    changed_child: dict[str, Any] | None = None,
-    seen: SeenChildren | None = None,
+    applied: list[dict[str, Any]],
+    seen: Observation,
+    decision: Decision,
+    cluster: Cluster,
 ) -> Outcome:
-    """``seen``: where the InferenceService this reconcile applies is recorded as acted on, so the
-    watch's echo of that apply costs no reconcile of its own."""
-    metadata = reward_model["metadata"]
+    """Ready from KServe's report on the InferenceService as applied (and, when KServe says not Ready
+    without a reason, Kubernetes' reason from its pods: one list, only then), and every other condition."""
+    metadata, spec = reward_model["metadata"], reward_model["spec"]
     namespace, name = metadata["namespace"], metadata["name"]
-    if changed_child is not None and changed_child.get("kind") == DEPLOYMENT_KIND:
-        # the predictor's replicas moved (KEDA, an HPA, Knative): with the spec as last reconciled only the
-        # status can follow, so this is the InferenceService's path with the InferenceService as stored
-        changed_child = (
-            objects.get(kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace)
-            if settled(reward_model)
-            else None
-        )
-
-    spec = reward_model["spec"]
-    gateway_enabled = spec["gateway"]["enabled"]
-    problem = names.host_label_problem(name, namespace, spec["serving"]["mode"], gateway_enabled)
-    if problem is None:
-        wanted = dependencies.references(
-            reward_model,  # type: ignore[arg-type]
-            model_runtime(reward_model),  # type: ignore[arg-type]
-            candidate_runtime(reward_model),  # type: ignore[arg-type]
-        )
-        problem = dependencies.missing(namespace, wanted, gather.observe(namespace, wanted))
-    if problem:
-        # the children stay as they were: nothing already serving is lost
-        existing = changed_child or objects.get(
-            kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace
-        )
-        fields = {**readiness.inference_service_fields(existing), **_kept_rollout(reward_model)}
-        return Outcome(not_ready(conditions.INVALID_SPEC, problem), fields, "invalid")
-
-    identity = canary_identity(reward_model)  # type: ignore[arg-type]
-    previous_rollout = (reward_model.get("status") or {}).get("canary")
-    percent = 0
-    if identity is not None and previous_rollout and previous_rollout.get("revision") == identity[1]:
-        percent = int(previous_rollout.get("percent") or 0)  # the share the gateways run now
-    applied = []
-    cached, cache_bound, hold, cache_fields = None, True, False, {}
-    stored_isvc = changed_child
-    if stored_isvc is None or stored_isvc["metadata"]["name"] != name:
-        stored_isvc = None
-    if (released := cache_policy.released(reward_model)) is not None:
-        # spec.cache gone (or its model changed): out of the old cache, which goes if this was its last user
-        stored_isvc = stored_isvc or objects.get(
-            kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace
-        )
-        if cache_policy.bound_to(stored_isvc) == released[1]:
-            caches.opt_out(name, namespace, True)  # KServe unbinds it at this admission
-        caches.sweep_quietly(*released, logger)
-    if "cache" in spec:
-        # the shared cache first: KServe binds it to the InferenceService only when that is admitted
-        manifest = local_model_cache(reward_model)  # type: ignore[arg-type]
-        try:
-            stored_cache, conflict = caches.ensure(manifest, reward_model)
-        except Refused as error:
-            message = f"{manifest['kind']} {manifest['metadata']['name']} rejected: {error.message}"
-            return Outcome(not_ready(conditions.APPLY_FAILED, message), _kept_rollout(reward_model), "apply_failed")
-        cached = cache_policy.model_cached(stored_cache, conflict)
-        cache_fields = {"modelCache": cache_policy.identity_status(cache_identity(reward_model))}  # type: ignore[arg-type]
-        stored_isvc = stored_isvc or objects.get(
-            kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, name, namespace
-        )
-        cache_bound = cache_policy.bound(cached, stored_isvc, manifest["metadata"]["name"])
-        hold = not cache_bound and stored_isvc is None  # see policy.cache: never started on a partial cache
-        if cache_bound and cache_policy.opted_out(stored_isvc):
-            caches.opt_out(name, namespace, False)  # an opt-out of an earlier release: bound at this admission
-    children = render_reward_model(
-        reward_model,
-        settings.gateway_image,
-        percent,
-        settings.operator_namespace,
-        settings.keda_namespace,
-        cache_bound,
-    )
-    # only the InferenceService changed, and the spec is as last reconciled: see the module's docstring
-    child_only = changed_child is not None and settled(reward_model)
-    for child in children:
-        if child["kind"] in CACHE_KINDS:
-            continue  # applied above
-        if hold and child["kind"] == kserve.INFERENCE_SERVICE_KIND:
-            continue
-        if child_only and child["kind"] != kserve.INFERENCE_SERVICE_KIND:
-            continue
-        stored = changed_child
-        if child_only and child["metadata"]["name"] != changed_child["metadata"]["name"]:  # type: ignore[index]
-            # Knative mode's rollout has two InferenceServices: the other one, as stored
-            stored = objects.get(kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND,
-                                 child["metadata"]["name"], namespace)  # fmt: skip
-        if child_only and stored is not None and child_policy.holds(stored, child):
-            applied.append(stored)
-            continue
-        try:
-            applied.append(objects.apply(child))
-        except Refused as error:
-            message = f"{child['kind']} {child['metadata']['name']} rejected: {error.message}"
-            return Outcome(not_ready(conditions.APPLY_FAILED, message), _kept_rollout(reward_model), "apply_failed")
-    if not child_only:
-        _prune(reward_model, children, logger)
-
-    cache_conditions = (cached,) if cached is not None else ()
-    removed = () if cached is not None else (conditions.MODEL_CACHED,)
-    if hold:
-        assert cached is not None
-        return Outcome(
-            cache_policy.held(cached),
-            {**_kept_rollout(reward_model), **cache_fields},
-            "progressing",
-            conditions=cache_conditions,
-            removed_conditions=conditions.CANARY_CONDITIONS if identity is None else (),
-        )
+    cache, rollout = decision.cache, decision.rollout
+    cache_conditions = (cache.cached,) if cache.cached is not None else ()
+    removed = () if cache.cached is not None else (conditions.MODEL_CACHED,)
+    no_rollout = conditions.CANARY_CONDITIONS if "canary" not in spec else ()
+    if cache.hold:
+        assert cache.cached is not None
+        fields = {**_kept_rollout(reward_model), **cache.fields}
+        held = cache_policy.held(cache.cached)
+        return Outcome(held, fields, "progressing", conditions=cache_conditions, removed_conditions=no_rollout)
     isvc = _inference_service(applied, name)
-    if seen is not None and isvc is not None and not child_only:
-        seen.record(isvc)  # what follows decides from it; the handler records a changed_child itself
-    fields = {**readiness.inference_service_fields(isvc), **cache_fields}
-    replicas = gather.predictor_replicas(namespace, name)
-    if replicas is not None:
-        fields["replicas"] = replicas.ready
-    asleep = scaling.scaled_to_zero(spec["serving"], replicas)
+    fields = {**readiness.inference_service_fields(isvc), **cache.fields}
+    if seen.replicas is not None:
+        fields["replicas"] = seen.replicas.ready
+    asleep = scaling.scaled_to_zero(spec["serving"], seen.replicas)
     scale_conditions = (asleep,) if asleep is not None else ()
     unscaled = () if asleep is not None else (conditions.SCALED_TO_ZERO,)
+    gateway_enabled = spec["gateway"]["enabled"]
     ready = readiness.ready_from_inference_service(isvc, gateway_enabled)
     if isvc is not None and (components := readiness.pod_components(isvc, ready, gateway_enabled)):
-        # KServe says not Ready and not why: Kubernetes' reason from the pods (one list, only now)
-        ready = readiness.ready_with_pods(
-            ready, isvc, gather.inference_service_pods(namespace, name), components, _ready_reason(reward_model)
-        )
+        pods = cluster.inference_service_pods(namespace, name)
+        ready = readiness.ready_with_pods(ready, isvc, pods, components, _ready_reason(reward_model))
     result = "ready" if ready.status == "True" else "progressing"
-    if identity is None:
+    if rollout is None:
         return Outcome(
             ready,
             fields,
             result,
             conditions=scale_conditions + cache_conditions,
-            removed_conditions=conditions.CANARY_CONDITIONS + unscaled + removed,
+            removed_conditions=no_rollout + unscaled + removed,
         )
-    candidate_isvc = _inference_service(applied, candidate_isvc_name(name))
-    rollout = _rollout(reward_model, identity, isvc if candidate_isvc is None else candidate_isvc, percent)
-    if rollout.percent != percent:
-        # the gateways are told the new share (a rolling update of the transformer)
-        (isvc_manifest,) = [
-            child
-            for child in render_reward_model(
-                reward_model,
-                settings.gateway_image,
-                rollout.percent,
-                settings.operator_namespace,
-                settings.keda_namespace,
-                cache_bound,
-            )
-            if child["kind"] == kserve.INFERENCE_SERVICE_KIND and child["metadata"]["name"] == name
-        ]
-        try:
-            objects.apply(isvc_manifest)
-        except Refused as error:
-            message = f"InferenceService {name} rejected: {error.message}"
-            return Outcome(not_ready(conditions.APPLY_FAILED, message), _kept_rollout(reward_model), "apply_failed")
     fields["canary"] = rollout.status
     return Outcome(
         ready,
@@ -247,8 +347,59 @@ def sync(
     )
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
+# ---- the reconcile ----------------------------------------------------------------------------------------
+
+
+def sync(
+    reward_model: dict[str, Any],
+    settings: Settings,
+    logger: Logger,
+    changed_child: dict[str, Any] | None = None,
+    seen: SeenChildren | None = None,
+    cluster: Cluster | None = None,
+) -> Outcome:
+    """``changed_child``: the InferenceService (or the predictor's Deployment) whose change triggered
+    this reconcile, as the watch delivered it. ``seen``: where the InferenceService this reconcile
+    applies is recorded as acted on, so the watch's echo of that apply costs no reconcile of its own."""
+    cluster = cluster or KubernetesCluster()
+    metadata = reward_model["metadata"]
+    namespace, name = metadata["namespace"], metadata["name"]
+    if changed_child is not None and changed_child.get("kind") == DEPLOYMENT_KIND:
+        # the predictor's replicas moved (KEDA, an HPA, Knative): with the spec as last reconciled only the
+        # status can follow, so this is the InferenceService's path with the InferenceService as stored
+        changed_child = cluster.get(*ISVC, name, namespace) if settled(reward_model) else None
+
+    problem = first_gap(reward_model, cluster)
+    if problem is not None:
+        # the children stay as they were: nothing already serving is lost
+        existing = _changed(changed_child, name) or cluster.get(*ISVC, name, namespace)
+        fields = {**readiness.inference_service_fields(existing), **_kept_rollout(reward_model)}
+        return Outcome(not_ready(conditions.INVALID_SPEC, problem), fields, "invalid")
+    try:
+        observed = observe(reward_model, changed_child, cluster)
+        decision = decide(reward_model, observed, changed_child, cluster.now())
+        children = render_reward_model(
+            reward_model,
+            settings.gateway_image,
+            decision.percent,
+            settings.operator_namespace,
+            settings.keda_namespace,
+            decision.cache.bound,
+        )
+        applied = apply_children(reward_model, children, decision, changed_child, cluster, logger)
+    except Rejected as rejected:
+        return Outcome(not_ready(conditions.APPLY_FAILED, str(rejected)), _kept_rollout(reward_model), "apply_failed")
+    isvc = _inference_service(applied, name)
+    if seen is not None and isvc is not None and not decision.child_only:
+        seen.record(isvc)  # the handler records a changed_child itself
+    return report(reward_model, applied, observed, decision, cluster)
+
+
+def _inference_service(applied: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The InferenceService ``name`` among the applied children (Knative mode's rollout has a second one)."""
+    return next(
+        (c for c in applied if c["kind"] == kserve.INFERENCE_SERVICE_KIND and c["metadata"]["name"] == name), None
+    )
 
 
 def _ready_reason(reward_model: dict[str, Any]) -> str | None:
@@ -266,45 +417,18 @@ def _kept_rollout(reward_model: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _rollout(
-    reward_model: dict[str, Any], identity: tuple[str, str], isvc: dict[str, Any] | None, percent: int
-) -> canary_policy.Rollout:
-    """The rollout's next state: KServe's word on the candidate (``isvc``: the InferenceService that
-    holds it, Knative mode's second one), and the gateways' figures for the share they run now."""
-    metadata, canary = reward_model["metadata"], reward_model["spec"]["canary"]
-    candidate, revision = identity
-    knative = reward_model["spec"]["serving"]["mode"] == "Knative"
-    ready = canary_policy.candidate_isvc_ready(isvc) if knative else canary_policy.candidate_ready(isvc)
-    figures = None
-    if ready:
-        summaries = gateways.rollout_figures(metadata["namespace"], metadata["name"])
-        figures = canary_policy.pool(summaries, candidate, canary["mode"], percent)
-    status = reward_model.get("status") or {}
-    return canary_policy.decide(
-        canary,
-        candidate,
-        revision,
-        status.get("canary"),
-        status.get("conditions") or [],
-        ready,
-        figures,
-        interval_seconds(canary["interval"]),
-        now(),
-        f"InferenceService {candidate_isvc_name(metadata['name'])}"
-        if knative
-        else kserve.canary_predictor_name(metadata["name"]),
-    )
-
-
-def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics) -> Runner:
+def register(
+    registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics, cluster: Cluster
+) -> Runner:
     """Wire the RewardModel handlers into ``registry``; returns the runner they share."""
     seen = SeenChildren()
     runner = Runner(
         API_VERSION,
         KIND,
-        lambda obj, logger, child: sync(obj, settings, logger, child, seen),
+        lambda obj, logger, child: sync(obj, settings, logger, child, seen, cluster),
         apply_defaults,
         runner_metrics,
+        cluster,
     )
     resource = (GROUP, VERSION, REWARD_MODEL_PLURAL)
 
@@ -339,7 +463,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
             await asyncio.to_thread(runner.forget, namespace, name)  # waits for the object's reconcile
             if (used := cache_identity(body)) is not None:
                 # its last user gone, the cache goes (or waits for KServe to see its InferenceService go)
-                await asyncio.to_thread(caches.sweep_quietly, *used, logging.getLogger(__name__))
+                await asyncio.to_thread(cluster.sweep_cache, *used, logging.getLogger(__name__))
         else:
             runner.observe(namespace, name, dict(body))  # a dict store under a lock held only briefly
 
@@ -404,7 +528,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics
             await asyncio.to_thread(runner.reconcile, namespace, owner, logger, {**body, "kind": DEPLOYMENT_KIND})
 
     for cache_kind in CACHE_KINDS:
-        _register_cache_watch(registry, runner, cache_kind)
+        _register_cache_watch(registry, runner, cache_kind, cluster)
 
     return runner
 
@@ -421,7 +545,7 @@ class _ObjectLogger(logging.LoggerAdapter):
         return f"[{self.key}] {msg}", kwargs
 
 
-def _register_cache_watch(registry: kopf.OperatorRegistry, runner: Runner, cache_kind: str) -> None:
+def _register_cache_watch(registry: kopf.OperatorRegistry, runner: Runner, cache_kind: str, cluster: Cluster) -> None:
     """A shared cache we made changed (KServe's report on its copies, most often), or the watch starts
     (the first list: users deleted while the operator was stopped): tell its users (ModelCached, and the
     InferenceService bound once it is filled), then drop the users that are gone, and the cache with the last."""
@@ -429,7 +553,7 @@ def _register_cache_watch(registry: kopf.OperatorRegistry, runner: Runner, cache
     @kopf.on.event(
         kserve.GROUP,
         kserve.LOCAL_MODEL_API_VERSION.rpartition("/")[2],
-        objects.plural_of(cache_kind),
+        plural_of(cache_kind),
         labels=MANAGED_BY,
         registry=registry,
     )
@@ -443,4 +567,4 @@ def _register_cache_watch(registry: kopf.OperatorRegistry, runner: Runner, cache
                 runner.reconcile(user_namespace, user_name, _ObjectLogger(user))
             except kopf.TemporaryError as error:
                 logger.info("RewardModel %s not reconciled after a change of its cache: %s", user, error)
-        caches.sweep_quietly(cache_kind, metadata["name"], metadata.get("namespace"), logger)
+        cluster.sweep_cache(cache_kind, metadata["name"], metadata.get("namespace"), logger)

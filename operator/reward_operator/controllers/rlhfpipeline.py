@@ -32,7 +32,7 @@ from ..api import (
 from ..api.defaults import apply_defaults
 from ..api.names import MANAGED_BY, owner_label
 from ..api.schema import RLHF_PIPELINE
-from ..cluster import Refused, gather, objects
+from ..cluster import Cluster, KubernetesCluster, Refused
 from ..metrics import OperatorMetrics
 from ..policy import dependencies, names, pipeline
 from ..policy.conditions import not_ready
@@ -56,7 +56,7 @@ def _roles(spec: dict[str, Any]) -> list[str]:
     return [ACTOR, REFERENCE, *([CRITIC] if "critic" in spec else [])]
 
 
-def invalid_spec(rlhf_pipeline: dict[str, Any]) -> str | None:
+def invalid_spec(rlhf_pipeline: dict[str, Any], cluster: Cluster) -> str | None:
     """What the schema cannot see and KServe would trip on later: a host name over a DNS label (the
     namespace is not the schema's), or a runtime, Secret key or ServiceAccount a role names that the
     cluster lacks (the first gap, role by role)."""
@@ -77,7 +77,7 @@ def invalid_spec(rlhf_pipeline: dict[str, Any]) -> str | None:
         wanted = dependencies.role_references(f"spec.{role}", role_spec, role_runtime(role, role_spec))
         key = (wanted.runtime, frozenset(wanted.secret_names), wanted.service_account)
         if key not in observed:
-            observed[key] = gather.observe(metadata["namespace"], wanted)
+            observed[key] = cluster.observe(metadata["namespace"], wanted)
         problem = dependencies.missing(metadata["namespace"], wanted, observed[key])
         if problem is not None:
             return problem
@@ -90,12 +90,12 @@ def _kept_fields(rlhf_pipeline: dict[str, Any]) -> dict[str, Any]:
     return {key: status[key] for key in ("url", "inferenceGraph", "inferenceServices") if key in status}
 
 
-def _prune(rlhf_pipeline: dict[str, Any], children: list[dict[str, Any]], logger: Logger) -> None:
+def _prune(rlhf_pipeline: dict[str, Any], children: list[dict[str, Any]], cluster: Cluster, logger: Logger) -> None:
     """Delete the InferenceServices of this pipeline it no longer renders (the critic's, once spec.critic goes)."""
     metadata = rlhf_pipeline["metadata"]
     labels = {**MANAGED_BY, owner_label(KIND): metadata["name"]}
     keep = {c["metadata"]["name"] for c in children if c["kind"] == kserve.INFERENCE_SERVICE_KIND}
-    for name in objects.prune(
+    for name in cluster.prune(
         kserve.INFERENCE_SERVICE_API_VERSION,
         kserve.INFERENCE_SERVICE_KIND,
         metadata["namespace"],
@@ -107,28 +107,33 @@ def _prune(rlhf_pipeline: dict[str, Any], children: list[dict[str, Any]], logger
 
 
 def sync(
-    rlhf_pipeline: dict[str, Any], settings: Settings, logger: Logger, seen: SeenChildren | None = None
+    rlhf_pipeline: dict[str, Any],
+    settings: Settings,
+    logger: Logger,
+    seen: SeenChildren | None = None,
+    cluster: Cluster | None = None,
 ) -> Outcome:
     """``seen``: where each child this reconcile applies is recorded as acted on, so the watch's echo of
     that apply costs no reconcile of its own."""
+    cluster = cluster or KubernetesCluster()
     metadata, spec = rlhf_pipeline["metadata"], rlhf_pipeline["spec"]
     namespace, name = metadata["namespace"], metadata["name"]
-    problem = invalid_spec(rlhf_pipeline)
+    problem = invalid_spec(rlhf_pipeline, cluster)
     if problem is not None:
         # the children stay as they were: nothing already serving is lost
         return Outcome(not_ready(conditions.INVALID_SPEC, problem), _kept_fields(rlhf_pipeline), "invalid")
 
-    found = gather.reward_models(namespace, [reward["name"] for reward in spec["rewards"]])
+    found = cluster.reward_models(namespace, [reward["name"] for reward in spec["rewards"]])
     held = pipeline.unusable_rewards(namespace, found) is not None
     children = render_rlhf_pipeline(rlhf_pipeline, settings.gateway_image, with_graph=not held)
     applied: dict[str, dict[str, Any]] = {}
     for child in children:
         try:
-            applied[child["metadata"]["name"]] = objects.apply(child)
+            applied[child["metadata"]["name"]] = cluster.apply(child)
         except Refused as error:
             message = f"{child['kind']} {child['metadata']['name']} rejected: {error.message}"
             return Outcome(not_ready(conditions.APPLY_FAILED, message), _kept_fields(rlhf_pipeline), "apply_failed")
-    _prune(rlhf_pipeline, children, logger)
+    _prune(rlhf_pipeline, children, cluster, logger)
     if seen is not None:
         for stored in applied.values():
             seen.record(stored)
@@ -156,15 +161,18 @@ def names_reward_model(rlhf_pipeline: dict[str, Any], reward_model: str) -> bool
     return any(reward.get("name") == reward_model for reward in (rlhf_pipeline.get("spec") or {}).get("rewards", []))
 
 
-def register(registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics) -> Runner:
+def register(
+    registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics, cluster: Cluster
+) -> Runner:
     """Wire the RLHFPipeline handlers into ``registry``; returns the runner they share."""
     seen = SeenChildren()
     runner = Runner(
         API_VERSION,
         KIND,
-        lambda obj, logger, child: sync(obj, settings, logger, seen),
+        lambda obj, logger, child: sync(obj, settings, logger, seen, cluster),
         lambda obj: apply_defaults(obj, RLHF_PIPELINE),
         runner_metrics,
+        cluster,
     )
     resource = (GROUP, VERSION, RLHF_PIPELINE_PLURAL)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import kopf
 
-from ..cluster import ClusterError, events, objects
+from ..cluster import Cluster, ClusterError
 from ..metrics import OperatorMetrics
 from ..policy import conditions
 
@@ -64,8 +64,10 @@ class Runner:
         sync: Sync,
         prepare: Callable[[dict[str, Any]], dict[str, Any]],
         metrics: OperatorMetrics,
+        cluster: Cluster,
     ):
         self.api_version = api_version
+        self.cluster = cluster
         self.kind = kind
         self.sync = sync
         # Fills schema defaults: the API server does it too, but not for objects
@@ -90,7 +92,7 @@ class Runner:
         with self._guard:
             found, written = self._latest.get(key), self._written.get(key)
         if found is None:
-            found = objects.get(self.api_version, self.kind, name, namespace)
+            found = self.cluster.get(self.api_version, self.kind, name, namespace)
         if found is not None and written is not None:
             found = {**found, "status": written}
         return found
@@ -128,7 +130,7 @@ class Runner:
             key = (metadata["namespace"], metadata["name"])
             with self._guard:
                 self._written.pop(key, None)  # if the write fails, the stored status is unknown
-            stored = objects.patch_status(
+            stored = self.cluster.patch_status(
                 self.api_version, self.kind, metadata["namespace"], metadata["name"],
                 conditions.status_patch(current, desired),
             )  # fmt: skip
@@ -138,10 +140,10 @@ class Runner:
         ready = outcome.ready
         if conditions.ready_transition(current, ready):
             logger.info("Ready=%s (%s): %s", ready.status, ready.reason, ready.message)
-            events.post_event(obj, conditions.event_type(ready), ready.reason, ready.message)
+            self.cluster.post_event(obj, conditions.event_type(ready), ready.reason, ready.message)
         for event_type, reason, message in outcome.events:
             logger.info("%s: %s", reason, message)
-            events.post_event(obj, event_type, reason, message)
+            self.cluster.post_event(obj, event_type, reason, message)
         self.metrics.objects.record_ready(self.kind, metadata["namespace"], metadata["name"], ready.status)
 
     def observe(self, namespace: str, name: str, body: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ rollout changes (a new candidate, mode or steps in the spec).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -247,132 +247,165 @@ def _previous_progressing(current_conditions: Iterable[Mapping[str, Any]]) -> Ma
     return next((c for c in current_conditions if c.get("type") == conditions.CANARY_PROGRESSING), None)
 
 
-def decide(
-    canary: CanarySpec,
-    candidate: str,
-    revision: str,
-    previous: Mapping[str, Any] | None,
-    previous_conditions: Iterable[Mapping[str, Any]],
-    ready: bool | None,
-    figures: Figures | None,
-    interval_s: float,
-    now: datetime,
-    deployment: str,
-) -> Rollout:
-    """The rollout's next state from its last (status.canary), KServe's word and the gateways' figures."""
-    steps = shares(canary)
-    mode = canary["mode"]
-    state: dict[str, Any]
-    if previous is None or previous.get("revision") != revision:
-        state = {"phase": AWAITING_CANDIDATE, "step": 0, "percent": 0, "stepStartedAt": format_time(now)}
-    else:
-        state = {key: previous[key] for key in ("phase", "step", "percent", "stepStartedAt") if key in previous}
-        state.setdefault("phase", AWAITING_CANDIDATE)
-        state.setdefault("step", 0)
-        state.setdefault("percent", 0)
-        state.setdefault("stepStartedAt", format_time(now))
-    state["step"] = min(int(state["step"]), len(steps) - 1)
-    events: list[Event] = []
+@dataclass(frozen=True)
+class RolloutInput:
+    """Everything one look at a rollout decides from, observed before anything is rendered."""
 
-    def progressing(status: str, reason: str, message: str) -> Condition:
+    canary: CanarySpec  # spec.canary, defaults applied
+    candidate: str  # the candidate's name in the gateways' figures
+    revision: str  # the rollout's identity: a new one starts over
+    previous: Mapping[str, Any] | None  # status.canary as stored
+    previous_conditions: tuple[Mapping[str, Any], ...]  # status.conditions as stored
+    ready: bool | None  # KServe's word on the candidate's predictor (None: no word yet)
+    figures: Figures | None  # the current step's figures, pooled (None: not read)
+    interval_s: float  # spec.canary.interval
+    now: datetime
+    deployment: str  # the candidate's predictor, as messages name it
+
+
+class _Look:
+    """One decision in the making: the state it moves, the events it posts."""
+
+    def __init__(self, given: RolloutInput):
+        self.given = given
+        self.steps = shares(given.canary)
+        previous = given.previous or {}
+        fresh = previous.get("revision") != given.revision
+        kept = {} if fresh else {k: previous[k] for k in ("phase", "step", "percent", "stepStartedAt") if k in previous}
+        self.state: dict[str, Any] = {
+            "phase": AWAITING_CANDIDATE,
+            "step": 0,
+            "percent": 0,
+            "stepStartedAt": format_time(given.now),
+            **kept,
+        }
+        self.state["step"] = min(int(self.state["step"]), len(self.steps) - 1)
+        self.events: list[Event] = []
+
+    def progressing(self, status: str, reason: str, message: str) -> Condition:
         return Condition(conditions.CANARY_PROGRESSING, status, reason, message)
 
-    def roll_back(why: str) -> Condition:
-        state.update(phase=ROLLED_BACK, percent=0, stepStartedAt=format_time(now))
+    def announce(self, event_type: str, condition: Condition) -> Condition:
+        self.events.append(Event(event_type, condition.reason, condition.message))
+        return condition
+
+    def roll_back(self, why: str) -> Condition:
+        step_share = self.steps[self.state["step"]]
+        self.state.update(phase=ROLLED_BACK, percent=0, stepStartedAt=format_time(self.given.now))
         message = (
-            f"rolled back to 0% from {steps[state['step']]}%: {why}; raise spec.canary.attempt (or change the "
+            f"rolled back to 0% from {step_share}%: {why}; raise spec.canary.attempt (or change the "
             "candidate) to start over"
         )
-        events.append(Event("Warning", conditions.ROLLED_BACK, message))
-        return progressing("False", conditions.ROLLED_BACK, message)
+        return self.announce("Warning", self.progressing("False", conditions.ROLLED_BACK, message))
 
-    phase = state["phase"]
-    verdict = judge(figures, canary) if figures is not None and ready else Verdict(None, False)
+    def step_message(self, step: int) -> str:
+        return f"step {step + 1} of {len(self.steps)}: the candidate answers {self.steps[step]}% of the requests"
+
+    def promote_message(self) -> str:
+        return (
+            f"the candidate answers {self.steps[self.state['step']]}% and the gates hold: promote it in Git "
+            "(spec.canary.model into spec.model, spec.canary removed)"
+        )
+
+
+def _stays_rolled_back(look: _Look, verdict: Verdict) -> Condition:
+    """Rolled back: until the rollout changes (a new revision starts over), nothing moves."""
+    before = _previous_progressing(look.given.previous_conditions) or {}
+    message = before.get("message") or "rolled back; raise spec.canary.attempt to start over"
+    return look.progressing("False", conditions.ROLLED_BACK, message)
+
+
+def _candidate_not_serving(look: _Look, verdict: Verdict) -> Condition:
+    """KServe has no word (the share is held, neither raised nor taken away on no news), or says the
+    candidate is not Ready (a share it had is rolled back)."""
+    deployment = look.given.deployment
+    if look.given.ready is None and look.state["percent"] > 0:
+        message = f"waiting for KServe to report on {deployment}; share held"
+        return look.progressing("Unknown", conditions.AWAITING_CANDIDATE, message)
+    if look.state["percent"] > 0:
+        return look.roll_back(f"the candidate's predictor {deployment} is not Ready")
+    look.state.update(phase=AWAITING_CANDIDATE, percent=0)
+    return look.progressing(
+        "Unknown", conditions.AWAITING_CANDIDATE, f"waiting for the candidate's predictor {deployment}"
+    )
+
+
+def _start(look: _Look, verdict: Verdict) -> Condition:
+    """The candidate just became Ready: shadowing, or the first step."""
+    shadow = look.given.canary["mode"] == "shadow"
+    look.state.update(
+        phase=SHADOWING if shadow else PROGRESSING,
+        step=0,
+        percent=look.steps[0],
+        stepStartedAt=format_time(look.given.now),
+    )
+    if shadow:
+        message = "both models score every request; the trainer gets the stable model's scores"
+        return look.progressing("True", conditions.SHADOWING, message)
+    return look.announce("Normal", look.progressing("True", conditions.STEP_RUNNING, look.step_message(0)))
+
+
+def _shadow(look: _Look, verdict: Verdict) -> Condition:
+    """Shadowing goes on; a failing gate is reported (one Warning when it starts failing), nothing moves."""
+    look.state.update(phase=SHADOWING, percent=0)
+    if verdict.failure:
+        condition = look.progressing("False", conditions.GATE_FAILED, f"in shadow, {verdict.failure}")
+        if (_previous_progressing(look.given.previous_conditions) or {}).get("reason") != conditions.GATE_FAILED:
+            look.announce("Warning", condition)
+        return condition
+    verdict_text = "the gates hold" if verdict.enough else "too few figures to judge yet"
+    return look.progressing("True", conditions.SHADOWING, f"both models score every request; {verdict_text}")
+
+
+def _split(look: _Look, verdict: Verdict) -> Condition:
+    """A split step: rolled back on a failing gate; held until its interval has run and the figures are
+    enough to judge; then the next step, or complete at the last."""
+    if verdict.failure:
+        return look.roll_back(verdict.failure)
+    given, state = look.given, look.state
+    step = state["step"]
+    if state["phase"] == COMPLETE:
+        return look.progressing("False", conditions.ROLLOUT_COMPLETE, look.promote_message())
+    elapsed = (given.now - (parse_time(state["stepStartedAt"]) or given.now)).total_seconds()
+    if elapsed < given.interval_s:
+        return look.progressing("True", conditions.STEP_RUNNING, look.step_message(step))
+    if not verdict.enough:
+        message = (
+            f"step {step + 1} of {len(look.steps)} ({look.steps[step]}%) has run its interval; waiting for "
+            f"{given.canary['minPairs']} pairs and {given.canary['minRequests']} candidate calls to judge it"
+        )
+        return look.progressing("True", conditions.AWAITING_EVIDENCE, message)
+    if step + 1 < len(look.steps):
+        state.update(step=step + 1, percent=look.steps[step + 1], stepStartedAt=format_time(given.now))
+        return look.announce("Normal", look.progressing("True", conditions.STEP_RUNNING, look.step_message(step + 1)))
+    state["phase"] = COMPLETE
+    return look.announce("Normal", look.progressing("False", conditions.ROLLOUT_COMPLETE, look.promote_message()))
+
+
+def _phase(look: _Look) -> Callable[[_Look, Verdict], Condition]:
+    """Which part of the rollout this look is in: the first that applies, in this order."""
+    phase, ready = look.state["phase"], look.given.ready
     if phase == ROLLED_BACK:
-        previous_condition = _previous_progressing(previous_conditions) or {}
-        condition = progressing(
-            "False",
-            conditions.ROLLED_BACK,
-            previous_condition.get("message") or "rolled back; raise spec.canary.attempt to start over",
-        )
-    elif ready is None and state["percent"] > 0:
-        # KServe has not reported on the candidate (yet, or its report is gone for a moment): the share is
-        # held, neither raised nor taken away on no news
-        condition = progressing(
-            "Unknown", conditions.AWAITING_CANDIDATE, f"waiting for KServe to report on {deployment}; share held"
-        )
-    elif not ready:
-        if state["percent"] > 0:
-            condition = roll_back(f"the candidate's predictor {deployment} is not Ready")
-        else:
-            state.update(phase=AWAITING_CANDIDATE, percent=0)
-            condition = progressing(
-                "Unknown", conditions.AWAITING_CANDIDATE, f"waiting for the candidate's predictor {deployment}"
-            )
-    elif phase == AWAITING_CANDIDATE:
-        state.update(phase=SHADOWING if mode == "shadow" else PROGRESSING, step=0, stepStartedAt=format_time(now))
-        state["percent"] = steps[0]
-        if mode == "shadow":
-            condition = progressing("True", conditions.SHADOWING, "both models score every request; the trainer gets "
-                                    "the stable model's scores")  # fmt: skip
-        else:
-            message = f"step 1 of {len(steps)}: the candidate answers {steps[0]}% of the requests"
-            events.append(Event("Normal", conditions.STEP_RUNNING, message))
-            condition = progressing("True", conditions.STEP_RUNNING, message)
-    elif mode == "shadow":
-        state.update(phase=SHADOWING, percent=0)
-        if verdict.failure:
-            condition = progressing("False", conditions.GATE_FAILED, f"in shadow, {verdict.failure}")
-            if (_previous_progressing(previous_conditions) or {}).get("reason") != conditions.GATE_FAILED:
-                events.append(Event("Warning", conditions.GATE_FAILED, condition.message))
-        else:
-            verdict_text = "the gates hold" if verdict.enough else "too few figures to judge yet"
-            condition = progressing("True", conditions.SHADOWING, f"both models score every request; {verdict_text}")
-    elif verdict.failure:
-        condition = roll_back(verdict.failure)
-    else:
-        step = state["step"]
-        started = parse_time(state["stepStartedAt"]) or now
-        elapsed = (now - started).total_seconds()
-        if phase == COMPLETE:
-            condition = progressing(
-                "False",
-                conditions.ROLLOUT_COMPLETE,
-                f"the candidate answers {steps[step]}% and the gates hold: promote it in Git (spec.canary.model "
-                "into spec.model, spec.canary removed)",
-            )
-        elif elapsed < interval_s:
-            condition = progressing(
-                "True",
-                conditions.STEP_RUNNING,
-                f"step {step + 1} of {len(steps)}: the candidate answers {steps[step]}% of the requests",
-            )
-        elif not verdict.enough:
-            condition = progressing(
-                "True",
-                conditions.AWAITING_EVIDENCE,
-                f"step {step + 1} of {len(steps)} ({steps[step]}%) has run its interval; waiting for "
-                f"{canary['minPairs']} pairs and {canary['minRequests']} candidate calls to judge it",
-            )
-        elif step + 1 < len(steps):
-            state.update(step=step + 1, percent=steps[step + 1], stepStartedAt=format_time(now))
-            message = f"step {step + 2} of {len(steps)}: the candidate answers {steps[step + 1]}% of the requests"
-            events.append(Event("Normal", conditions.STEP_RUNNING, message))
-            condition = progressing("True", conditions.STEP_RUNNING, message)
-        else:
-            state["phase"] = COMPLETE
-            message = (
-                f"the candidate answers {steps[step]}% and the gates hold: promote it in Git (spec.canary.model "
-                "into spec.model, spec.canary removed)"
-            )
-            events.append(Event("Normal", conditions.ROLLOUT_COMPLETE, message))
-            condition = progressing("False", conditions.ROLLOUT_COMPLETE, message)
+        return _stays_rolled_back
+    if not ready:
+        return _candidate_not_serving
+    if phase == AWAITING_CANDIDATE:
+        return _start
+    return _shadow if look.given.canary["mode"] == "shadow" else _split
+
+
+def decide(given: RolloutInput) -> Rollout:
+    """The rollout's next state from its last (status.canary), KServe's word and the gateways' figures."""
+    look = _Look(given)
+    figures = given.figures if given.ready else None
+    verdict = judge(figures, given.canary) if figures is not None else Verdict(None, False)
+    condition = _phase(look)(look, verdict)
     status = {
-        "candidate": candidate,
-        "revision": revision,
-        "mode": mode,
-        **state,
-        **_figures_fields(figures if ready else None),
+        "candidate": given.candidate,
+        "revision": given.revision,
+        "mode": given.canary["mode"],
+        **look.state,
+        **_figures_fields(figures),
         "message": condition.message,
     }
-    return Rollout(status, canary_ready_condition(ready, deployment), condition, tuple(events))
+    return Rollout(status, canary_ready_condition(given.ready, given.deployment), condition, tuple(look.events))

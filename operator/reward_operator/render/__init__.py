@@ -39,8 +39,8 @@ def render_reward_model(
     )
 
 
-def canary_identity(reward_model: dict[str, Any]) -> tuple[str, str] | None:
-    """(the candidate's name in the gateways' figures, the rollout's revision), or None without spec.canary."""
+def canary_identity(reward_model: dict[str, Any]) -> rewardmodel.CanaryIdentity | None:
+    """The rollout's candidate and revision (a NamedTuple), or None without spec.canary."""
     return rewardmodel.canary_identity(apply_defaults(reward_model))
 
 

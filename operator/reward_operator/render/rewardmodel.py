@@ -6,7 +6,7 @@ gateway's scaler Service and KEDA's ScaledObject."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND, scales_through_keda
 from ..api.kserve import DISABLE_LOCAL_MODEL, NODE_GROUP, STORAGE_SECRET_NAME
@@ -153,8 +153,15 @@ def candidate_inference_service(reward_model: RewardModel) -> dict[str, Any]:
     return inference_service(metadata, rendered_predictor)
 
 
-def canary_identity(reward_model: RewardModel) -> tuple[str, str] | None:
-    """(the candidate's name in the gateway's figures, the rollout's revision), or None without spec.canary."""
+class CanaryIdentity(NamedTuple):
+    """Who a rollout's candidate is, as the gateways and the rollout's status name it."""
+
+    candidate: str  # the candidate's name in the gateways' figures
+    revision: str  # the rollout's revision: a new one starts the rollout over
+
+
+def canary_identity(reward_model: RewardModel) -> CanaryIdentity | None:
+    """The rollout's candidate and revision, or None without spec.canary."""
     spec = reward_model["spec"]
     canary = spec.get("canary")
     if canary is None:
@@ -163,7 +170,7 @@ def canary_identity(reward_model: RewardModel) -> tuple[str, str] | None:
     name = canary_render.candidate_name(
         candidate_served_name(reward_model), canary_render.candidate_digest(entry, canary)
     )
-    return name, canary_render.rollout_revision(name, canary)
+    return CanaryIdentity(name, canary_render.rollout_revision(name, canary))
 
 
 def _canary_entry(reward_model: RewardModel) -> dict[str, Any]:
