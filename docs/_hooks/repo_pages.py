@@ -11,6 +11,7 @@ sample manifest, a Dockerfile) to its repository path in plain text, so that
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import re
 from pathlib import Path
@@ -18,6 +19,8 @@ from pathlib import Path
 from mkdocs.structure.files import File, Files
 
 REPOSITORY = Path(__file__).resolve().parents[2]
+# MkDocs counts warnings of its plugins' loggers: under --strict one fails the build.
+log = logging.getLogger(f"mkdocs.plugins.{__name__}")
 
 # Repository file -> its page in the site.
 PAGES_ELSEWHERE = {
@@ -65,6 +68,8 @@ def _rewrite(match: re.Match, source: str, page: str) -> str:
     if site_page is None and in_repository.startswith("docs/"):
         site_page = in_repository.removeprefix("docs/")
     if site_page is None:
+        if not (REPOSITORY / in_repository).exists():
+            log.warning(f"{source} links {target}, which is not in the repository")
         text = match.group("text")
         return text if text.strip("`") == in_repository else f"{text} (`{in_repository}`)"
     relative = posixpath.relpath(site_page, posixpath.dirname(page) or ".")

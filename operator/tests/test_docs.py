@@ -38,9 +38,7 @@ def _samples() -> list[tuple[str, str, str, str]]:
         for number, line in enumerate(lines[:-1]):
             match = _GET.match(line)
             if match and match["resource"] in _CRDS:
-                samples.append(
-                    (str(page.relative_to(REPO)), match["resource"], match["args"], lines[number + 1])
-                )
+                samples.append((str(page.relative_to(REPO)), match["resource"], match["args"], lines[number + 1]))
     return samples
 
 
