@@ -6,6 +6,7 @@ to what the CRDs print, so a new printer column cannot leave a stale sample behi
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -90,3 +91,25 @@ def test_every_operator_metric_is_on_the_monitoring_page():
     assert operator_metrics
     for metric in operator_metrics:
         assert f"`{metric}`" in monitoring, f"docs/monitoring.md does not list {metric}"
+
+
+def _repo_pages_hook():
+    pytest.importorskip("mkdocs")
+    spec = importlib.util.spec_from_file_location("repo_pages", DOCS / "_hooks" / "repo_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sites_links_follow_the_repositorys():
+    hook = _repo_pages_hook()
+    readme = "[Trainers](docs/trainers.md) [design](ARCHITECTURE.md#conditions) see `manifests/samples/x.yaml`"
+    assert hook.rewrite_links(readme, "index.md") == (
+        "[Trainers](trainers.md) [design](architecture.md#conditions) see `manifests/samples/x.yaml`"
+    )
+    page = "[gateway](../../runtimes/gateway/README.md#metrics) [sample](../../manifests/samples/rlhfpipeline-ppo.yaml)"
+    assert hook.rewrite_links(page, "reference/rewardmodel.md") == (
+        "[gateway](../gateway.md#metrics) sample (`manifests/samples/rlhfpipeline-ppo.yaml`)"
+    )
+    fenced = "```\n[not a link](docs/trainers.md)\n```"
+    assert hook.rewrite_links(fenced, "index.md") == fenced
