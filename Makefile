@@ -20,7 +20,7 @@ venv: $(VENV)/.installed ## Python virtual environment with the package and its 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test,gateway]'
+	$(VENV)/bin/pip install --quiet -e '.[test,gateway,docs]'
 	touch $@
 
 lint: venv ## ruff, and the import contracts between layers (pyproject.toml, [tool.importlinter])
@@ -64,7 +64,7 @@ scale-to-zero: venv testenv-build keda-build ## a RewardModel at zero with KServ
 
 # chaos and scale-to-zero mostly wait (kopf's and KEDA's timeouts, peer lifetimes, cooldowns), each on a
 # control plane of its own: they run side by side, each one's output printed whole when it ends.
-test: lint unit node-host integration fuzz ## everything CI runs
+test: docs lint unit node-host integration fuzz ## everything CI runs (the docs site first: it takes seconds)
 	$(MAKE) --no-print-directory -j2 --output-sync=target chaos scale-to-zero
 
 .PHONY: node-host host-packages
