@@ -277,7 +277,7 @@ def _exported_by_the_operator() -> dict[str, tuple[str, set[str]]]:
     registry = CollectorRegistry()
     metrics = OperatorMetrics(["RewardModel"], registry)
     # counters, the histogram and the per-object series exist once used
-    metrics.reconciles.labels(kind="RewardModel", result="ready").inc()
+    metrics.reconciles.labels(kind="RewardModel", result="ready", scope="full").inc()
     metrics.errors.labels(kind="RewardModel").inc()
     metrics.duration.labels(kind="RewardModel").observe(0.1)
     metrics.objects.record_ready("RewardModel", "ns", "rm", "True")

@@ -89,8 +89,10 @@ class OperatorMetrics:
         counter = partial(Counter, registry=registry)
         self.reconciles = counter(
             "reward_operator_reconcile_total",
-            "Reconciles, by kind and result (ready, progressing, invalid, apply_failed, error).",
-            ["kind", "result"],
+            "Reconciles, by kind, result (ready, progressing, invalid, apply_failed, error) and scope (full: every "
+            "child rendered and applied; child: only a changed InferenceService checked; held: all but the "
+            "InferenceService, held for its model cache; none: nothing applied).",
+            ["kind", "result", "scope"],
         )
         self.errors = counter(
             "reward_operator_reconcile_errors_total",

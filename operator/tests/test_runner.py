@@ -57,7 +57,9 @@ def test_status_written_once_and_event_only_on_transition(fake_cluster):
     assert runner.reconcile("ns", "rm", LOG) == "invalid"
     assert len(fake_cluster.status_patches) == 1, "an unchanged status is not written again"
     assert len(fake_cluster.event_reasons) == 1, "no second event without a transition"
-    assert sample(registry, "reward_operator_reconcile_total", kind=REWARD_MODEL_KIND, result="invalid") == 2
+    assert (
+        sample(registry, "reward_operator_reconcile_total", kind=REWARD_MODEL_KIND, result="invalid", scope="full") == 2
+    )
 
 
 def test_stale_status_fields_are_cleared(fake_cluster):

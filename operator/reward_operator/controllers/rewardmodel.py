@@ -314,7 +314,9 @@ def report(
         assert cache.cached is not None
         fields = {**_kept_rollout(reward_model), **cache.fields}
         held = cache_policy.held(cache.cached)
-        return Outcome(held, fields, "progressing", conditions=cache_conditions, removed_conditions=no_rollout)
+        return Outcome(
+            held, fields, "progressing", conditions=cache_conditions, removed_conditions=no_rollout, scope="held"
+        )
     isvc = _inference_service(applied, name)
     fields = {**readiness.inference_service_fields(isvc), **cache.fields}
     if seen.replicas is not None:
@@ -328,6 +330,7 @@ def report(
         pods = cluster.inference_service_pods(namespace, name)
         ready = readiness.ready_with_pods(ready, isvc, pods, components, _ready_reason(reward_model))
     result = "ready" if ready.status == "True" else "progressing"
+    scope = "child" if decision.child_only else "full"
     if rollout is None:
         return Outcome(
             ready,
@@ -335,6 +338,7 @@ def report(
             result,
             conditions=scale_conditions + cache_conditions,
             removed_conditions=no_rollout + unscaled + removed,
+            scope=scope,
         )
     fields["canary"] = rollout.status
     return Outcome(
@@ -344,6 +348,7 @@ def report(
         conditions=(rollout.ready, rollout.progressing, *scale_conditions, *cache_conditions),
         removed_conditions=unscaled + removed,
         events=tuple((event.type, event.reason, event.message) for event in rollout.events),
+        scope=scope,
     )
 
 
@@ -374,7 +379,7 @@ def sync(
         # the children stay as they were: nothing already serving is lost
         existing = _changed(changed_child, name) or cluster.get(*ISVC, name, namespace)
         fields = {**readiness.inference_service_fields(existing), **_kept_rollout(reward_model)}
-        return Outcome(not_ready(conditions.INVALID_SPEC, problem), fields, "invalid")
+        return Outcome(not_ready(conditions.INVALID_SPEC, problem), fields, "invalid", scope="none")
     try:
         observed = observe(reward_model, changed_child, cluster)
         decision = decide(reward_model, observed, changed_child, cluster.now())

@@ -121,7 +121,9 @@ def sync(
     problem = invalid_spec(rlhf_pipeline, cluster)
     if problem is not None:
         # the children stay as they were: nothing already serving is lost
-        return Outcome(not_ready(conditions.INVALID_SPEC, problem), _kept_fields(rlhf_pipeline), "invalid")
+        return Outcome(
+            not_ready(conditions.INVALID_SPEC, problem), _kept_fields(rlhf_pipeline), "invalid", scope="none"
+        )
 
     found = cluster.reward_models(namespace, [reward["name"] for reward in spec["rewards"]])
     held = pipeline.unusable_rewards(namespace, found) is not None

@@ -46,6 +46,10 @@ class Outcome:
     # Conditions besides Ready (a rollout's), set as given; types in removed_conditions are dropped.
     conditions: tuple[conditions.Condition, ...] = ()
     removed_conditions: tuple[str, ...] = ()
+    # For reward_operator_reconcile_total: full (every child rendered and applied) | child (only the
+    # changed InferenceService checked, the spec as last reconciled) | held (all but the InferenceService,
+    # held for its model cache) | none (nothing applied).
+    scope: str = "full"
     # Events the sync decided on (type, reason, message): posted once the status is written, so a
     # reconcile that fails to write posts none, and the next one, deciding from the same status, does.
     events: tuple[tuple[str, str, str], ...] = ()
@@ -113,9 +117,9 @@ class Runner:
                 self._write_status(found, outcome, logger)
             except ClusterError as error:
                 self.metrics.errors.labels(kind=kind).inc()
-                self.metrics.reconciles.labels(kind=kind, result="error").inc()
+                self.metrics.reconciles.labels(kind=kind, result="error", scope="none").inc()
                 raise kopf.TemporaryError(str(error), delay=RETRY_DELAY) from error
-        self.metrics.reconciles.labels(kind=kind, result=outcome.result).inc()
+        self.metrics.reconciles.labels(kind=kind, result=outcome.result, scope=outcome.scope).inc()
         return outcome.result
 
     def _write_status(self, obj: dict[str, Any], outcome: Outcome, logger: Logger) -> None:
