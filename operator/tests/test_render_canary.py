@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
+from reward_operator.api.duration import interval_seconds
 from reward_operator.render import canary_identity, render_reward_model
-from reward_operator.render.canary import interval_seconds
 from reward_testing.paths import golden_input
 
 SHADOW = golden_input("sequence-canary-shadow")
@@ -72,6 +72,8 @@ def test_the_candidates_own_template_reaches_its_vllm_and_the_gateway():
 def test_the_candidates_name_and_the_rollouts_revision():
     name, revision = canary_identity(SHADOW)
     assert name.startswith("skywork-rm-candidate-")
+    assert (canary_identity(SHADOW).candidate, canary_identity(SHADOW).revision) == (name, revision)
+    assert canary_identity(golden_input("sequence-standard")) is None, "no spec.canary, no rollout"
     other = copy.deepcopy(SHADOW)
     other["spec"]["canary"]["model"]["uri"] = "hf://Skywork/another"
     assert canary_identity(other)[0] != name, "a new candidate is a new name: its figures are never pooled"
@@ -157,6 +159,18 @@ def test_knatives_candidate_is_a_second_inference_service_the_gateway_calls():
     env = gateway_env(KNATIVE)
     assert env["CANARY_URL"] == "http://internlm2-rm-canary-predictor.rlhf.svc.cluster.local"
     assert (env["CANARY_MODE"], env["CANARY_PERCENT"]) == ("split", "20")
+
+
+@pytest.mark.parametrize(
+    ("uri", "token_secret"),
+    [("hf://internlm/internlm2-v2", "hf-token"), ("pvc://models/internlm2-v2", None)],
+)
+def test_knatives_candidate_hands_the_hugging_face_token_to_kserve_for_an_hf_model_only(uri, token_secret):
+    candidate_on = copy.deepcopy(KNATIVE)
+    candidate_on["spec"]["credentials"] = {"huggingFaceToken": {"name": "hf-token", "key": "HF_TOKEN"}}
+    candidate_on["spec"]["canary"]["model"]["uri"] = uri
+    _, candidate = [c for c in render_reward_model(candidate_on) if c["kind"] == "InferenceService"]
+    assert candidate["metadata"]["annotations"].get("serving.kserve.io/storageSecretName") == token_secret
 
 
 def test_knatives_candidate_admits_only_the_gateway_when_policies_guard_the_pods():

@@ -12,11 +12,19 @@ from ..api.defaults import apply_defaults
 from ..api.names import DEFAULT_GATEWAY_IMAGE
 from ..api.schema import RLHF_PIPELINE
 from . import rewardmodel
+from .canary import CanaryIdentity
 from .rewardmodel import PRUNED_KINDS, SCALER_PRUNED_KINDS, reward_model_children
 from .rlhfpipeline import pipeline_children
 from .scaler import DEFAULT_KEDA_NAMESPACE
 
-__all__ = ["PRUNED_KINDS", "SCALER_PRUNED_KINDS", "canary_identity", "render_reward_model", "render_rlhf_pipeline"]
+__all__ = [
+    "PRUNED_KINDS",
+    "SCALER_PRUNED_KINDS",
+    "CanaryIdentity",
+    "canary_identity",
+    "render_reward_model",
+    "render_rlhf_pipeline",
+]
 
 
 def render_reward_model(
@@ -39,8 +47,8 @@ def render_reward_model(
     )
 
 
-def canary_identity(reward_model: dict[str, Any]) -> tuple[str, str] | None:
-    """(the candidate's name in the gateways' figures, the rollout's revision), or None without spec.canary."""
+def canary_identity(reward_model: dict[str, Any]) -> CanaryIdentity | None:
+    """(candidate: its name in the gateways' figures, revision: the rollout's), or None without spec.canary."""
     return rewardmodel.canary_identity(apply_defaults(reward_model))
 
 
