@@ -11,10 +11,23 @@ no traffic to a canary (weighted routes came after the release), our transformer
 calls the stable predictor's Service directly, and a per-request split between
 two predictors would let one GRPO group, or one batch, be scored by two models
 with two scales. So ``trafficPercent`` stays 0 (KServe's "dark launch") and
-the gateway is told the candidate's Service, the mode and the current share
+the gateway is told the candidate's Service and the mode
 (``REWARD_GATEWAY_CANARY_*``, runtimes/gateway/README.md). Its share comes from
 the operator's rollout (status.canary), never from the spec alone: the
 operator moves it step by step and back to 0.
+
+The share is not in the gateway's environment but in a ConfigMap
+``<owner>-rollout`` (key ``percent``) that the gateway's pods mount and follow
+(``REWARD_GATEWAY_CANARY_PERCENT_FILE``): a step rewrites the ConfigMap, the
+kubelet projects it into the running pods (within its sync period, about a
+minute) and the gateways take it up without a restart, so a step changes no pod
+template, rolls no gateway and keeps their figures; a gateway started
+mid-rollout reads the current share at start. Not an admin endpoint the
+operator calls, nor the gateway reading the RewardModel: neither credentials nor
+a write endpoint in the data path, a new or restarted pod needs nothing from the
+operator, and it works alike in both modes. The lag costs nothing: the
+operator's gates pool only the replicas whose GET /canary reports the decided
+share (policy/canary.py).
 
 Knative mode: the candidate is a second InferenceService ``<isvc>-canary``, a
 predictor without a transformer, whose predictor Service the gateway calls, for
@@ -36,7 +49,7 @@ from typing import Any, NamedTuple
 
 from ..api.duration import interval_seconds
 from ..api.kserve import CANARY_PREDICTOR, cluster_local_url
-from ..api.naming import candidate_isvc_name, candidate_service
+from ..api.naming import candidate_isvc_name, candidate_service, rollout_config_map_name
 from ..api.naming import candidate_template_config_map_name as template_config_map_name
 from ..api.types import CanarySpec, ModelSpec, ResourcesSpec, RewardModelSpec
 from . import chat_template
@@ -68,6 +81,14 @@ GATEWAY_TEMPLATE_PATH = f"{GATEWAY_TEMPLATE_DIR}/{chat_template.FILE_NAME}"
 
 # Knative mode's candidate InferenceService, and its component label.
 CANDIDATE_COMPONENT = "candidate-model"
+
+# The rollout's ConfigMap: the candidate's current share, which the gateway mounts and follows. Its
+# component label is what sets it apart from the chat templates' ConfigMaps when it is pruned.
+ROLLOUT_COMPONENT = "rollout"
+ROLLOUT_KEY = "percent"
+ROLLOUT_VOLUME = "rollout"
+ROLLOUT_DIR = "/etc/reward-rollout"
+ROLLOUT_PATH = f"{ROLLOUT_DIR}/{ROLLOUT_KEY}"
 
 
 class CanaryIdentity(NamedTuple):
@@ -156,6 +177,16 @@ def candidate_predictor(owner_name: str, spec: RewardModelSpec, served_name: str
     return entry
 
 
+def rollout_config_map(owner: dict[str, Any], percent: int) -> dict[str, Any]:
+    """The candidate's current share (0 in shadow mode) as the file the gateway follows."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child_metadata(owner, rollout_config_map_name(owner["metadata"]["name"]), ROLLOUT_COMPONENT),
+        "data": {ROLLOUT_KEY: str(percent)},
+    }
+
+
 def canary_entry(owner_name: str, spec: RewardModelSpec, served_name: str) -> dict[str, Any]:
     """The InferenceService's ``spec.canary[]`` entry for the candidate (Standard mode)."""
     # 0: KServe routes nothing to it; the gateway splits (see the module's docstring).
@@ -193,18 +224,17 @@ def gateway_rollout(
     stable_served_name: str,
     candidate_served_name: str,
     name: str,
-    percent: int,
     gateway_templated: bool,
 ) -> GatewayRollout:
-    """The gateway's REWARD_GATEWAY_CANARY_* settings for the current share, and the candidate's own
-    template where the gateway applies templates."""
+    """The gateway's REWARD_GATEWAY_CANARY_* settings, the rollout's ConfigMap it reads the share from, and
+    the candidate's own template where the gateway applies templates. Nothing here moves with the share."""
     env = {"CANARY_URL": cluster_local_url(candidate_service(isvc, mode), namespace)}
     if candidate_served_name != stable_served_name:
         env["CANARY_MODEL_NAME"] = candidate_served_name
     env["CANARY_NAME"] = name
     env["CANARY_MODE"] = canary["mode"]
+    env["CANARY_PERCENT_FILE"] = ROLLOUT_PATH
     if canary["mode"] == "split":
-        env["CANARY_PERCENT"] = str(percent)
         env["CANARY_STICKY"] = canary["sticky"]
         if "clientHeader" in canary:
             env["CANARY_CLIENT_HEADER"] = canary["clientHeader"]
@@ -217,4 +247,9 @@ def gateway_rollout(
             {"name": GATEWAY_TEMPLATE_VOLUME, "configMap": {"name": template_config_map_name(isvc)}},
             {"name": GATEWAY_TEMPLATE_VOLUME, "mountPath": GATEWAY_TEMPLATE_DIR, "readOnly": True},
         )
+    # A directory, not a subPath: the kubelet re-projects a changed ConfigMap only into directory mounts.
+    mounts.add(
+        {"name": ROLLOUT_VOLUME, "configMap": {"name": rollout_config_map_name(isvc)}},
+        {"name": ROLLOUT_VOLUME, "mountPath": ROLLOUT_DIR, "readOnly": True},
+    )
     return GatewayRollout(env, mounts)

@@ -1,4 +1,5 @@
-"""RewardModel -> its children: a ConfigMap with its chat template (when it has
+"""RewardModel -> its children: during a rollout (spec.canary) a ConfigMap with the
+candidate's share, a ConfigMap with its chat template (when it has
 one), NetworkPolicies for the gateway's allowed clients (when it names them), the
 InferenceService (vLLM pooling predictor, reward gateway transformer) and, where
 KEDA scales a Standard-mode predictor (to zero, or on a concurrency target), the
@@ -10,6 +11,7 @@ from typing import Any
 
 from ..api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND, scales_through_keda
 from ..api.kserve import DISABLE_LOCAL_MODEL, NODE_GROUP
+from ..api.names import COMPONENT_LABEL
 from ..api.naming import candidate_isvc_name
 from ..api.types import RewardModel
 from . import cache as cache_render
@@ -32,6 +34,11 @@ SCALER_PRUNED_KINDS = (
     (scaler.SERVICE_API_VERSION, scaler.SERVICE_KIND),
     (SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND),
 )
+# The same, for the rollout's ConfigMap once spec.canary is gone. The chat templates' are ConfigMaps of
+# the same owner too, so these kinds are pruned by ROLLOUT_PRUNE_LABELS added to the owner's labels,
+# never by kind alone: the selector reaches the rollout's ConfigMap only.
+ROLLOUT_PRUNED_KINDS = (("v1", "ConfigMap"),)
+ROLLOUT_PRUNE_LABELS = {COMPONENT_LABEL: canary_render.ROLLOUT_COMPONENT}
 
 
 def served_name(reward_model: RewardModel) -> str:
@@ -52,19 +59,23 @@ def reward_model_children(
 ) -> list[dict[str, Any]]:
     """Every child of a (defaulted) RewardModel, in apply order.
 
-    ``canary_percent``: the candidate's share the gateway runs now (the rollout's
-    current step, status.canary.percent); ``operator_namespace``: where the
+    ``canary_percent``: the candidate's share the gateways are to run (the rollout's
+    current step, status.canary.percent), in the rollout's ConfigMap; ``operator_namespace``: where the
     operator runs, admitted to the gateway's pods for its rollout figures when
     NetworkPolicies guard them; ``keda_namespace``: where KEDA's operator runs,
     admitted to the gateway's scaler port likewise; ``cache_bound``: with spec.cache, whether the
     InferenceService reads from the cache yet (:mod:`reward_operator.policy.cache`)."""
     children = []
+    canary = reward_model["spec"].get("canary")
+    if canary:
+        # first: the gateway's pods mount it, so a new pod never waits on a missing ConfigMap
+        share = canary_percent if canary["mode"] == "split" else 0  # a shadow answers with the stable model only
+        children.append(canary_render.rollout_config_map(reward_model, share))
     if "cache" in reward_model["spec"]:
         # before the InferenceService: KServe binds a cache to it only when it is admitted
         children.append(cache_render.local_model_cache(reward_model))
     if template := reward_model["spec"]["model"].get("chatTemplate"):
         children.append(chat_template.config_map(reward_model, template))  # mounted: applied first
-    canary = reward_model["spec"].get("canary")
     if canary and (candidate_template := canary_render.template_config_map(reward_model, canary)):
         children.append(candidate_template)
     # before the InferenceService, so its pods never run unprotected
@@ -83,7 +94,7 @@ def reward_model_children(
     name = reward_model["metadata"]["name"]
     if keda:
         children.append(scaler.scaler_service(reward_model, name))  # the gateway's peers resolve it at start
-    children.append(reward_model_inference_service(reward_model, gateway_image, canary_percent, cache_bound))
+    children.append(reward_model_inference_service(reward_model, gateway_image, cache_bound))
     if keda:
         children.append(scaler.scaled_object(reward_model, name, reward_model["spec"]["serving"]))
     if canary and reward_model["spec"]["serving"]["mode"] == "Knative":
@@ -143,7 +154,7 @@ def _canary_entry(reward_model: RewardModel) -> dict[str, Any]:
 
 
 def reward_model_inference_service(
-    reward_model: RewardModel, gateway_image: str, canary_percent: int = 0, cache_bound: bool = True
+    reward_model: RewardModel, gateway_image: str, cache_bound: bool = True
 ) -> dict[str, Any]:
     """The InferenceService for a (defaulted) RewardModel; ``gateway_image`` runs its transformer."""
     name, spec = reward_model["metadata"]["name"], reward_model["spec"]
@@ -180,7 +191,6 @@ def reward_model_inference_service(
                 served_name(reward_model),
                 candidate_served_name(reward_model),
                 identity.candidate,
-                canary_percent,
                 spec["gateway"]["chatTemplateMode"] == "gateway",
             )
         rendered_transformer = transformer(
