@@ -14,11 +14,11 @@ Modes (REWARD_GATEWAY_CANARY_MODE):
 - **split**: a share of the requests (REWARD_GATEWAY_CANARY_PERCENT, or the file
   REWARD_GATEWAY_CANARY_PERCENT_FILE followed while the gateway runs:
   reward_gateway.share) are answered by the candidate, chosen by a hash of the
-  request's sticky key (below). A request the
-  candidate answers is also scored by the stable model in shadow, so agreement is
-  still measured at every step of a progressive rollout: the stable model is
-  sized for all of the traffic anyway, so this asks of it no more than before
-  the rollout, while the candidate serves only its share. A request that stays
+  request's sticky key (below). A request the candidate answers is also scored
+  by the stable model in shadow, so agreement is still measured at every step of
+  a progressive rollout: the stable model is sized for all of the traffic
+  anyway, so this asks of it no more than before the rollout, while the
+  candidate serves only its share. A request that stays
   on the stable model is scored by it alone.
 
 The shadow call never holds the trainer's answer for long: once the answering
