@@ -33,11 +33,9 @@ def kserve_reports(cluster: FakeCluster, candidate_ready: bool | None) -> None:
 
 
 def gateway_share(cluster: FakeCluster) -> str | None:
-    """REWARD_GATEWAY_CANARY_PERCENT of the InferenceService as stored."""
-    isvc = cluster.stored("InferenceService", "rm", "ns")
-    (container,) = isvc["spec"]["transformer"]["containers"]
-    found = {e["name"]: e.get("value") for e in container["env"]}
-    return found.get("REWARD_GATEWAY_CANARY_PERCENT")
+    """The share in the rollout's ConfigMap, as stored (the kubelet projects it into the gateways' pods)."""
+    found = cluster.stored("ConfigMap", "rm-rollout", "ns")
+    return None if found is None else found["data"]["percent"]
 
 
 @pytest.fixture
@@ -192,3 +190,33 @@ def test_knatives_candidate_is_judged_by_its_own_inference_service_and_pruned_af
     runner.reconcile("ns", "rm", LOG)
     pruned = [kind for method, kind, _ in cluster.calls if method == "prune"]
     assert "InferenceService" not in pruned, "no InferenceService list once the rollout is over"
+
+
+def test_kserves_word_on_the_candidate_moves_the_share_through_the_configmap_alone(cluster):
+    """A reconcile for the InferenceService's change (KServe reports the candidate Ready) with the spec as
+    last reconciled: the share moves in the rollout's ConfigMap, and the InferenceService, which holds
+    our fields, is not applied: no pod template changes, no gateway restarts."""
+    runner = rewardmodel_runner(cluster)
+    runner.reconcile("ns", "rm", LOG)
+    assert gateway_share(cluster) == "0"
+    runner.observe("ns", "rm", stored_reward_model(cluster))  # the watch brings our status write back
+    kserve_reports(cluster, candidate_ready=True)
+    before = len(cluster.calls)
+    runner.reconcile("ns", "rm", LOG, changed_child=cluster.stored("InferenceService", "rm", "ns"))
+    assert cluster.applied_names[-1:] == [("ConfigMap", "rm-rollout")]
+    assert [call for call in cluster.calls[before:] if call[0] == "apply"] == [("apply", "ConfigMap", "rm-rollout")]
+    assert gateway_share(cluster) == "10" and status(cluster)["canary"]["percent"] == 10
+
+
+def test_the_rollouts_configmap_goes_with_spec_canary_and_the_chat_templates_stays(cluster):
+    body = stored_reward_model(cluster)
+    body["spec"]["model"]["chatTemplate"] = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    runner = rewardmodel_runner(cluster)
+    runner.reconcile("ns", "rm", LOG)
+    configmaps = {name for (_, kind, _, name) in cluster.objects if kind == "ConfigMap"}
+    assert "rm-rollout" in configmaps and len(configmaps) >= 2, configmaps
+    del body["spec"]["canary"]
+    body["metadata"]["generation"] = 2
+    runner.reconcile("ns", "rm", LOG)
+    left = {name for (_, kind, _, name) in cluster.objects if kind == "ConfigMap"}
+    assert left == configmaps - {"rm-rollout"}

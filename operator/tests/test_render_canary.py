@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from reward_operator.render import canary_identity, render_reward_model
-from reward_operator.render.canary import interval_seconds
+from reward_operator.api.duration import interval_seconds
+from reward_operator.render import ROLLOUT_PRUNE_LABELS, ROLLOUT_PRUNED_KINDS, canary_identity, render_reward_model
 from reward_testing.paths import golden_input
 
 SHADOW = golden_input("sequence-canary-shadow")
@@ -46,22 +46,90 @@ def test_the_candidate_takes_the_stable_models_fields_it_does_not_set():
     assert model["runtime"] == "vllm-reward"
 
 
-def test_shadow_sends_no_share_and_split_sends_the_current_step():
+def rollout_config_map(reward_model: dict, **kwargs) -> dict:
+    (found,) = [c for c in render_reward_model(reward_model, **kwargs) if c["metadata"]["name"].endswith("-rollout")]
+    return found
+
+
+def test_the_share_is_in_the_rollout_config_map_never_in_the_gateways_environment():
     shadow = gateway_env(SHADOW)
     assert shadow["CANARY_MODE"] == "shadow" and "CANARY_PERCENT" not in shadow
+    assert rollout_config_map(SHADOW)["data"] == {"percent": "0"}
     assert "CANARY_MODEL_NAME" not in shadow
-    assert gateway_env(SPLIT, canary_percent=50)["CANARY_PERCENT"] == "50"
-    assert gateway_env(SPLIT)["CANARY_PERCENT"] == "25", "offline, the share in status.canary"
+    assert rollout_config_map(SPLIT, canary_percent=50)["data"] == {"percent": "50"}
+    assert rollout_config_map(SPLIT)["data"] == {"percent": "25"}, "offline, the share in status.canary"
     split = gateway_env(SPLIT)
+    assert "CANARY_PERCENT" not in split and split["CANARY_PERCENT_FILE"] == "/etc/reward-rollout/percent"
     assert (split["CANARY_STICKY"], split["CANARY_CLIENT_HEADER"]) == ("client", "X-Training-Job")
     assert split["CANARY_MODEL_NAME"] == "internlm2-rm-v2"
     assert split["CANARY_HALF_LIFE_SECONDS"] == "900"
 
 
+@pytest.mark.parametrize(
+    "case", ["sequence-canary-shadow", "sequence-canary-split-allowed-clients", "token-knative-canary"]
+)
+def test_a_share_step_changes_only_the_rollout_config_map_so_no_gateway_restarts(case):
+    reward_model = golden_input(case)
+    before, after = (
+        render_reward_model(reward_model, canary_percent=25),
+        render_reward_model(reward_model, canary_percent=50),
+    )
+    changed = [b["metadata"]["name"] for b, a in zip(before, after, strict=True) if b != a]
+    split = reward_model["spec"]["canary"].get("mode", "shadow") == "split"
+    assert changed == ([f"{reward_model['metadata']['name']}-rollout"] if split else []), "no pod template moves"
+
+
+def test_the_gateway_mounts_the_rollout_config_map_which_is_applied_first():
+    children = render_reward_model(SPLIT)
+    config_map = children[0]
+    assert (config_map["kind"], config_map["metadata"]["name"]) == ("ConfigMap", "internlm2-rm-rollout")
+    assert config_map["metadata"]["ownerReferences"] == isvc(SPLIT)["metadata"]["ownerReferences"]
+    transformer = isvc(SPLIT)["spec"]["transformer"]
+    (container,) = transformer["containers"]
+    assert {"name": "rollout", "configMap": {"name": "internlm2-rm-rollout"}} in transformer["volumes"]
+    # a directory, not a subPath: only a directory mount is re-projected when the ConfigMap changes
+    assert {"name": "rollout", "mountPath": "/etc/reward-rollout", "readOnly": True} in container["volumeMounts"]
+    assert "subPath" not in str(container["volumeMounts"])
+    assert gateway_env(SPLIT)["CANARY_PERCENT_FILE"] == "/etc/reward-rollout/" + next(iter(config_map["data"]))
+    assert not any(
+        c["metadata"]["name"].endswith("-rollout") for c in render_reward_model(golden_input("sequence-standard"))
+    )
+
+
+def test_pruning_the_rollouts_config_maps_selects_it_and_never_a_chat_template():
+    """The controller prunes ROLLOUT_PRUNED_KINDS by the owner's labels plus ROLLOUT_PRUNE_LABELS."""
+    owner_labels = {"app.kubernetes.io/managed-by": "reward-operator", "serving.rlhf.dev/rewardmodel": "internlm2-rm"}
+    selector = {**owner_labels, **ROLLOUT_PRUNE_LABELS}
+    children = render_reward_model(SPLIT)
+    config_maps = [c for c in children if (c["apiVersion"], c["kind"]) in ROLLOUT_PRUNED_KINDS]
+    assert len(config_maps) == 3, "the two chat templates' and the rollout's"
+    selected = [c["metadata"]["name"] for c in config_maps if selector.items() <= c["metadata"]["labels"].items()]
+    assert selected == ["internlm2-rm-rollout"]
+
+
+def test_the_gateway_takes_the_rendered_share_from_the_mounted_config_map(tmp_path):
+    """The operator's half of the share's contract, read by the gateway's own loader and share reader."""
+    from reward_gateway.config import load_config
+    from reward_gateway.share import followed
+    from reward_testing.projected_volume import project
+
+    env = {f"REWARD_GATEWAY_{key}": value for key, value in gateway_env(SPLIT, canary_percent=50).items() if value}
+    ((key, percent),) = rollout_config_map(SPLIT, canary_percent=50)["data"].items()
+    (tmp_path / "rollout").mkdir()
+    (tmp_path / "template").mkdir()
+    path = project(tmp_path / "rollout", percent, key)
+    env["REWARD_GATEWAY_CANARY_PERCENT_FILE"] = str(path)  # where the pod sees it, here
+    template = project(tmp_path / "template", "{{ messages }}", "chat_template.jinja")
+    env["REWARD_GATEWAY_CHAT_TEMPLATE_FILE"] = env["REWARD_GATEWAY_CANARY_CHAT_TEMPLATE_FILE"] = str(template)
+    canary = load_config(env).canary
+    assert canary.percent_file == path
+    assert followed(str(canary.percent_file), canary.mode).percent == 50
+
+
 def test_the_candidates_own_template_reaches_its_vllm_and_the_gateway():
     children = render_reward_model(SPLIT)
     names = [c["metadata"]["name"] for c in children if c["kind"] == "ConfigMap"]
-    assert names == ["internlm2-rm-chat-template", "internlm2-rm-candidate-chat-template"]
+    assert names == ["internlm2-rm-rollout", "internlm2-rm-chat-template", "internlm2-rm-candidate-chat-template"]
     predictor = isvc(SPLIT)["spec"]["canary"][0]["predictor"]
     assert predictor["volumes"] == [
         {"name": "chat-template", "configMap": {"name": "internlm2-rm-candidate-chat-template"}}
@@ -72,6 +140,8 @@ def test_the_candidates_own_template_reaches_its_vllm_and_the_gateway():
 def test_the_candidates_name_and_the_rollouts_revision():
     name, revision = canary_identity(SHADOW)
     assert name.startswith("skywork-rm-candidate-")
+    assert (canary_identity(SHADOW).candidate, canary_identity(SHADOW).revision) == (name, revision)
+    assert canary_identity(golden_input("sequence-standard")) is None, "no spec.canary, no rollout"
     other = copy.deepcopy(SHADOW)
     other["spec"]["canary"]["model"]["uri"] = "hf://Skywork/another"
     assert canary_identity(other)[0] != name, "a new candidate is a new name: its figures are never pooled"
@@ -156,7 +226,19 @@ def test_knatives_candidate_is_a_second_inference_service_the_gateway_calls():
     # KServe names a Knative predictor's Service <isvc>-predictor: the same name as Standard mode's canary
     env = gateway_env(KNATIVE)
     assert env["CANARY_URL"] == "http://internlm2-rm-canary-predictor.rlhf.svc.cluster.local"
-    assert (env["CANARY_MODE"], env["CANARY_PERCENT"]) == ("split", "20")
+    assert env["CANARY_MODE"] == "split" and rollout_config_map(KNATIVE)["data"] == {"percent": "20"}
+
+
+@pytest.mark.parametrize(
+    ("uri", "token_secret"),
+    [("hf://internlm/internlm2-v2", "hf-token"), ("pvc://models/internlm2-v2", None)],
+)
+def test_knatives_candidate_hands_the_hugging_face_token_to_kserve_for_an_hf_model_only(uri, token_secret):
+    candidate_on = copy.deepcopy(KNATIVE)
+    candidate_on["spec"]["credentials"] = {"huggingFaceToken": {"name": "hf-token", "key": "HF_TOKEN"}}
+    candidate_on["spec"]["canary"]["model"]["uri"] = uri
+    _, candidate = [c for c in render_reward_model(candidate_on) if c["kind"] == "InferenceService"]
+    assert candidate["metadata"]["annotations"].get("serving.kserve.io/storageSecretName") == token_secret
 
 
 def test_knatives_candidate_admits_only_the_gateway_when_policies_guard_the_pods():

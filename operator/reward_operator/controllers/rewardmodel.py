@@ -35,8 +35,10 @@ import kopf
 from ..api import API_VERSION, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION, conditions, kserve
 from ..api.cache import cache_identity
 from ..api.defaults import apply_defaults
+from ..api.duration import interval_seconds
 from ..api.keda import scales_through_keda
 from ..api.names import MANAGED_BY, owner_label
+from ..api.naming import candidate_isvc_name
 from ..cluster import Cluster, KubernetesCluster, Logger, Refused
 from ..cluster.objects import plural_of
 from ..metrics import OperatorMetrics
@@ -46,9 +48,15 @@ from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness, scaling
 from ..policy.conditions import Condition, not_ready, recheck, settled
 from ..policy.scaling import PredictorReplicas
-from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_reward_model
+from ..render import (
+    PRUNED_KINDS,
+    ROLLOUT_PRUNE_LABELS,
+    ROLLOUT_PRUNED_KINDS,
+    SCALER_PRUNED_KINDS,
+    canary_identity,
+    render_reward_model,
+)
 from ..render.cache import local_model_cache
-from ..render.canary import candidate_isvc_name, interval_seconds
 from ..render.rewardmodel import candidate_runtime, model_runtime
 from ..settings import Settings
 from .runner import Outcome, Runner, register_reconcile_triggers
@@ -156,6 +164,7 @@ class Decision:
     cache: CachePlan
     rollout: canary_policy.Rollout | None  # None without spec.canary, or while the cache holds it back
     child_only: bool  # only the InferenceService changed and the spec is as last reconciled
+    share_moved: bool = False  # the rollout's ConfigMap tells the gateways a new share
 
 
 def running_share(reward_model: dict[str, Any]) -> int:
@@ -190,7 +199,8 @@ def decide(
     reward_model: dict[str, Any], seen: Observation, changed_child: dict[str, Any] | None, now: datetime
 ) -> Decision:
     cache = plan_cache(reward_model, seen)
-    percent, rollout = running_share(reward_model), None
+    running = percent = running_share(reward_model)
+    rollout = None
     identity = canary_identity(reward_model)
     if identity is not None and not cache.hold:
         metadata, canary = reward_model["metadata"], reward_model["spec"]["canary"]
@@ -216,7 +226,8 @@ def decide(
             )
         )
         percent = rollout.percent
-    return Decision(percent, cache, rollout, changed_child is not None and settled(reward_model))
+    child_only = changed_child is not None and settled(reward_model)
+    return Decision(percent, cache, rollout, child_only, share_moved=percent != running)
 
 
 # ---- 4. apply ----------------------------------------------------------------------------------------
@@ -256,6 +267,8 @@ def apply_children(
             continue  # the cache: made while observing; the InferenceService: waits for it
         if decision.child_only:
             if kind != kserve.INFERENCE_SERVICE_KIND:
+                if decision.share_moved and _is_rollout_share(child):
+                    applied.append(cluster.apply(child))  # KServe's word on the candidate moved the share
                 continue
             # Knative mode's rollout has two InferenceServices: the other one as stored
             stored = _changed(changed_child, child["metadata"]["name"]) or cluster.get(
@@ -273,22 +286,31 @@ def apply_children(
     return applied
 
 
+def _is_rollout_share(child: dict[str, Any]) -> bool:
+    """The ConfigMap the gateways read the rollout's share from (the kubelet projects it into their pods)."""
+    labels = child["metadata"].get("labels") or {}
+    return all(labels.get(key) == value for key, value in ROLLOUT_PRUNE_LABELS.items())
+
+
 def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], cluster: Cluster, logger: Logger) -> None:
     """Delete the children of the kinds that come and go with the spec which it no longer renders
-    (the NetworkPolicies once gateway.allowedClients is removed; in Knative mode, the candidate's
-    InferenceService once spec.canary is, listed only while a rollout is or was just on; the scaler Service
-    and ScaledObject once serving.minReplicas is above 0, listed only where KEDA is installed)."""
+    (the NetworkPolicies once gateway.allowedClients is removed; the rollout's share ConfigMap, and in
+    Knative mode the candidate's InferenceService, once spec.canary is, listed only while a rollout is or
+    was just on; the scaler Service and ScaledObject once serving.minReplicas is above 0, listed only where
+    KEDA is installed)."""
     metadata = reward_model["metadata"]
     labels = {**MANAGED_BY, owner_label(KIND): metadata["name"]}
-    kinds = PRUNED_KINDS
+    kinds = [(kind, labels) for kind in PRUNED_KINDS]
     if scales_through_keda(reward_model["spec"]["serving"]) or cluster.keda_served():
-        kinds += SCALER_PRUNED_KINDS
-    rollout = "canary" in reward_model["spec"] or "canary" in (reward_model.get("status") or {})
-    if reward_model["spec"]["serving"]["mode"] == "Knative" and rollout:
-        kinds += (ISVC,)
-    for api_version, kind in kinds:
+        kinds += [(kind, labels) for kind in SCALER_PRUNED_KINDS]
+    if "canary" in reward_model["spec"] or "canary" in (reward_model.get("status") or {}):
+        # by the rollout's component label too: the chat template's ConfigMaps are never listed
+        kinds += [(kind, {**labels, **ROLLOUT_PRUNE_LABELS}) for kind in ROLLOUT_PRUNED_KINDS]
+        if reward_model["spec"]["serving"]["mode"] == "Knative":
+            kinds.append((ISVC, labels))
+    for (api_version, kind), selector in kinds:
         keep = {c["metadata"]["name"] for c in children if (c["apiVersion"], c["kind"]) == (api_version, kind)}
-        for pruned in cluster.prune(api_version, kind, metadata["namespace"], labels, metadata["uid"], keep):
+        for pruned in cluster.prune(api_version, kind, metadata["namespace"], selector, metadata["uid"], keep):
             logger.info("%s %s is no longer rendered; deleted", kind, pruned)
 
 

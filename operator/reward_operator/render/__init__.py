@@ -12,11 +12,27 @@ from ..api.defaults import apply_defaults
 from ..api.names import DEFAULT_GATEWAY_IMAGE
 from ..api.schema import RLHF_PIPELINE
 from . import rewardmodel
-from .rewardmodel import PRUNED_KINDS, SCALER_PRUNED_KINDS, reward_model_children
+from .canary import CanaryIdentity
+from .rewardmodel import (
+    PRUNED_KINDS,
+    ROLLOUT_PRUNE_LABELS,
+    ROLLOUT_PRUNED_KINDS,
+    SCALER_PRUNED_KINDS,
+    reward_model_children,
+)
 from .rlhfpipeline import pipeline_children
 from .scaler import DEFAULT_KEDA_NAMESPACE
 
-__all__ = ["PRUNED_KINDS", "SCALER_PRUNED_KINDS", "canary_identity", "render_reward_model", "render_rlhf_pipeline"]
+__all__ = [
+    "PRUNED_KINDS",
+    "ROLLOUT_PRUNED_KINDS",
+    "ROLLOUT_PRUNE_LABELS",
+    "SCALER_PRUNED_KINDS",
+    "CanaryIdentity",
+    "canary_identity",
+    "render_reward_model",
+    "render_rlhf_pipeline",
+]
 
 
 def render_reward_model(
@@ -29,7 +45,7 @@ def render_reward_model(
 ) -> list[dict[str, Any]]:
     """Every child of a RewardModel, in apply order (defaults applied first, as the API server would).
 
-    ``canary_percent``: the candidate's current share; None takes the one in the object's
+    ``canary_percent``: the candidate's current share (the rollout's ConfigMap); None takes the one in the object's
     status.canary (what the operator last rolled out), else 0. ``cache_bound``: with spec.cache, whether
     the InferenceService reads from the cache yet (offline: as it will once the cache is filled)."""
     if canary_percent is None:
@@ -39,8 +55,8 @@ def render_reward_model(
     )
 
 
-def canary_identity(reward_model: dict[str, Any]) -> rewardmodel.CanaryIdentity | None:
-    """The rollout's candidate and revision (a NamedTuple), or None without spec.canary."""
+def canary_identity(reward_model: dict[str, Any]) -> CanaryIdentity | None:
+    """(candidate: its name in the gateways' figures, revision: the rollout's), or None without spec.canary."""
     return rewardmodel.canary_identity(apply_defaults(reward_model))
 
 

@@ -1,4 +1,4 @@
-"""A candidate reward model beside the stable one (spec.canary, issue #13).
+"""A candidate reward model beside the stable one (spec.canary): its predictor and what its gateway is told.
 
 Standard mode: the candidate is KServe v0.20's ``spec.canary[]`` entry named
 ``canary``, for which KServe makes its own Deployment and Service
@@ -11,10 +11,23 @@ no traffic to a canary (weighted routes came after the release), our transformer
 calls the stable predictor's Service directly, and a per-request split between
 two predictors would let one GRPO group, or one batch, be scored by two models
 with two scales. So ``trafficPercent`` stays 0 (KServe's "dark launch") and
-the gateway is told the candidate's Service, the mode and the current share
+the gateway is told the candidate's Service and the mode
 (``REWARD_GATEWAY_CANARY_*``, runtimes/gateway/README.md). Its share comes from
 the operator's rollout (status.canary), never from the spec alone: the
 operator moves it step by step and back to 0.
+
+The share is not in the gateway's environment but in a ConfigMap
+``<owner>-rollout`` (key ``percent``) that the gateway's pods mount and follow
+(``REWARD_GATEWAY_CANARY_PERCENT_FILE``): a step rewrites the ConfigMap, the
+kubelet projects it into the running pods (within its sync period, about a
+minute) and the gateways take it up without a restart, so a step changes no pod
+template, rolls no gateway and keeps their figures; a gateway started
+mid-rollout reads the current share at start. Not an admin endpoint the
+operator calls, nor the gateway reading the RewardModel: neither credentials nor
+a write endpoint in the data path, a new or restarted pod needs nothing from the
+operator, and it works alike in both modes. The lag costs nothing: the
+operator's gates pool only the replicas whose GET /canary reports the decided
+share (policy/canary.py).
 
 Knative mode: the candidate is a second InferenceService ``<isvc>-canary``, a
 predictor without a transformer, whose predictor Service the gateway calls, for
@@ -31,16 +44,33 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-from ..api.kserve import CANARY_PREDICTOR, canary_predictor_name, cluster_local_url, predictor_name
-from ..api.types import CanarySpec, ModelSpec, ResourcesSpec
+from ..api.duration import interval_seconds
+from ..api.kserve import CANARY_PREDICTOR, cluster_local_url
+from ..api.naming import candidate_isvc_name, candidate_service, rollout_config_map_name
+from ..api.naming import candidate_template_config_map_name as template_config_map_name
+from ..api.types import CanarySpec, ModelSpec, ResourcesSpec, RewardModelSpec
 from . import chat_template
+from .gateway_container import Mounts
 from .metadata import child_metadata
-from .predictor import model, resources
-from .runtime import engine_args, runtime
-from .vllm_args import vllm_args
+from .pooling_model import pooling_model
+from .predictor import model_env, predictor
+
+# Names that lived here first: the controllers and the tests import them from here.
+__all__ = [
+    "CanaryIdentity",
+    "GatewayRollout",
+    "canary_entry",
+    "candidate_isvc_name",
+    "candidate_predictor",
+    "candidate_service",
+    "gateway_rollout",
+    "interval_seconds",
+    "template_config_map",
+    "template_config_map_name",
+]
 
 # The candidate's own chat template: its ConfigMap, and where the gateway reads it
 # (vLLM's candidate container mounts it where the stable one mounts its own).
@@ -52,34 +82,28 @@ GATEWAY_TEMPLATE_PATH = f"{GATEWAY_TEMPLATE_DIR}/{chat_template.FILE_NAME}"
 # Knative mode's candidate InferenceService, and its component label.
 CANDIDATE_COMPONENT = "candidate-model"
 
-
-def candidate_isvc_name(owner_name: str) -> str:
-    """Knative mode: the candidate's InferenceService (its predictor Service is <owner>-canary-predictor, the
-    name KServe gives the canary predictor in Standard mode)."""
-    return f"{owner_name}-{CANARY_PREDICTOR}"
-
-
-def candidate_service(owner_name: str, mode: str) -> str:
-    """The Service of the candidate's vLLM, in either mode (the same name)."""
-    if mode == "Knative":
-        return predictor_name(candidate_isvc_name(owner_name))
-    return canary_predictor_name(owner_name)
+# The rollout's ConfigMap: the candidate's current share, which the gateway mounts and follows. Its
+# component label is what sets it apart from the chat templates' ConfigMaps when it is pruned.
+ROLLOUT_COMPONENT = "rollout"
+ROLLOUT_KEY = "percent"
+ROLLOUT_VOLUME = "rollout"
+ROLLOUT_DIR = "/etc/reward-rollout"
+ROLLOUT_PATH = f"{ROLLOUT_DIR}/{ROLLOUT_KEY}"
 
 
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+class CanaryIdentity(NamedTuple):
+    """Who is rolled out, and which rollout of it."""
+
+    candidate: str  # the candidate's name in the gateways' metrics and GET /canary
+    revision: str  # the rollout's revision (status.canary.revision): a change starts the rollout over
 
 
-def interval_seconds(duration: str) -> float:
-    """A Go duration as the schema admits it (90s, 10m, 1h30m) in seconds."""
-    parts = _DURATION_PART.findall(duration)
-    if not parts or "".join(number + unit for number, unit in parts) != duration:
-        raise ValueError(f"not a duration: {duration!r}")
-    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+@dataclass
+class GatewayRollout:
+    """What the stable model's gateway adds for a rollout: its settings (without the prefix) and mounts."""
 
-
-def template_config_map_name(owner_name: str) -> str:
-    return f"{owner_name}-candidate-chat-template"
+    settings: dict[str, str]
+    mounts: Mounts
 
 
 def candidate_model(stable: ModelSpec, canary: CanarySpec) -> dict[str, Any]:
@@ -111,41 +135,62 @@ def template_config_map(owner: dict[str, Any], canary: CanarySpec) -> dict[str, 
     }
 
 
-def canary_entry(
-    owner_name: str,
-    stable_model: ModelSpec,
-    stable_resources: ResourcesSpec,
-    canary: CanarySpec,
-    named_runtime: str | None,
-    served_name: str,
-    env: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """The InferenceService's ``spec.canary[]`` entry for the candidate (Standard mode), on
-    ``named_runtime`` (spec.runtime) or else the default for its own GPUs.
-
-    Every field of its model is rendered whole, as KServe's merge replaces lists
-    rather than merging them; the stable predictor's pod settings carry over."""
-    merged = candidate_model(stable_model, canary)
-    templated = "chatTemplate" in merged
-    compute = candidate_resources(stable_resources, canary)
-    model_spec = model(
-        merged["uri"],
-        runtime(named_runtime, compute["gpus"]),
-        vllm_args(merged, served_name, chat_template.PATH if templated else None, engine_args(merged, compute, env)),
-        env,
-        resources(compute),  # type: ignore[arg-type]
-        [chat_template.volume_mount()] if templated else None,
-    )
-    predictor: dict[str, Any] = {"name": CANARY_PREDICTOR, "minReplicas": canary["replicas"]}
+def _template_volume(owner_name: str, canary: CanarySpec, standalone: bool, templated: bool) -> dict[str, Any] | None:
+    """The candidate's own template under the stable one's volume name and path (so vLLM reads it where the
+    stable model reads its own); else, in an InferenceService of its own, the stable model's template."""
     if has_own_template(canary):
-        # KServe's merge replaces the stable predictor's volumes with these: the
-        # candidate's template under the stable one's volume name and path.
-        predictor["volumes"] = [
-            {"name": chat_template.VOLUME, "configMap": {"name": template_config_map_name(owner_name)}}
-        ]
-    predictor["model"] = model_spec
+        return {"name": chat_template.VOLUME, "configMap": {"name": template_config_map_name(owner_name)}}
+    if standalone and templated:
+        return chat_template.volume(owner_name)
+    return None
+
+
+def candidate_predictor(owner_name: str, spec: RewardModelSpec, served_name: str, standalone: bool) -> dict[str, Any]:
+    """The candidate's predictor, on spec.runtime or else the default for its own GPUs.
+
+    ``standalone`` False: Standard mode's ``spec.canary[]`` entry, which KServe merges over the stable
+    predictor, so the stable one's pod settings carry over; every field of its model is rendered whole, as
+    KServe's merge replaces lists rather than merging them. ``standalone`` True: the whole predictor of
+    Knative mode's candidate InferenceService, with the stable one's pod settings spelled out."""
+    canary = spec["canary"]
+    credentials = spec.get("credentials", {})
+    merged = candidate_model(spec["model"], canary)
+    env = model_env(spec.get("env", []), credentials)
+    model_spec = pooling_model(
+        merged, candidate_resources(spec["resources"], canary), spec.get("runtime"), served_name, env
+    )
+    volume = _template_volume(owner_name, canary, standalone, "chatTemplate" in merged)
+    if standalone:
+        return predictor(
+            model_spec,
+            {**spec["serving"], "minReplicas": canary["replicas"]},
+            credentials,
+            spec.get("nodeSelector", {}),
+            spec.get("tolerations", []),
+            [volume] if volume else None,
+        )
+    entry: dict[str, Any] = {"name": CANARY_PREDICTOR, "minReplicas": canary["replicas"]}
+    if volume:
+        # KServe's merge replaces the stable predictor's volumes with these
+        entry["volumes"] = [volume]
+    entry["model"] = model_spec
+    return entry
+
+
+def rollout_config_map(owner: dict[str, Any], percent: int) -> dict[str, Any]:
+    """The candidate's current share (0 in shadow mode) as the file the gateway follows."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child_metadata(owner, rollout_config_map_name(owner["metadata"]["name"]), ROLLOUT_COMPONENT),
+        "data": {ROLLOUT_KEY: str(percent)},
+    }
+
+
+def canary_entry(owner_name: str, spec: RewardModelSpec, served_name: str) -> dict[str, Any]:
+    """The InferenceService's ``spec.canary[]`` entry for the candidate (Standard mode)."""
     # 0: KServe routes nothing to it; the gateway splits (see the module's docstring).
-    return {"predictor": predictor, "trafficPercent": 0}
+    return {"predictor": candidate_predictor(owner_name, spec, served_name, standalone=False), "trafficPercent": 0}
 
 
 def _digest(value: Any) -> str:
@@ -171,7 +216,7 @@ def candidate_name(served_name: str, digest: str) -> str:
     return f"{served_name}-candidate-{digest[:8]}"
 
 
-def gateway_env(
+def gateway_rollout(
     isvc: str,
     mode: str,
     namespace: str,
@@ -179,29 +224,32 @@ def gateway_env(
     stable_served_name: str,
     candidate_served_name: str,
     name: str,
-    percent: int,
     gateway_templated: bool,
-) -> dict[str, str]:
-    """The gateway's REWARD_GATEWAY_CANARY_* settings (without the prefix) for the current share."""
+) -> GatewayRollout:
+    """The gateway's REWARD_GATEWAY_CANARY_* settings, the rollout's ConfigMap it reads the share from, and
+    the candidate's own template where the gateway applies templates. Nothing here moves with the share."""
     env = {"CANARY_URL": cluster_local_url(candidate_service(isvc, mode), namespace)}
     if candidate_served_name != stable_served_name:
         env["CANARY_MODEL_NAME"] = candidate_served_name
     env["CANARY_NAME"] = name
     env["CANARY_MODE"] = canary["mode"]
+    env["CANARY_PERCENT_FILE"] = ROLLOUT_PATH
     if canary["mode"] == "split":
-        env["CANARY_PERCENT"] = str(percent)
         env["CANARY_STICKY"] = canary["sticky"]
         if "clientHeader" in canary:
             env["CANARY_CLIENT_HEADER"] = canary["clientHeader"]
     # the gateways' window covers about one step
     env["CANARY_HALF_LIFE_SECONDS"] = str(int(interval_seconds(canary["interval"])))
+    mounts = Mounts()
     if gateway_templated and has_own_template(canary):
         env["CANARY_CHAT_TEMPLATE_FILE"] = GATEWAY_TEMPLATE_PATH
-    return env
-
-
-def gateway_template_volume(owner_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The volume and mount that give the gateway the candidate's own template."""
-    volume = {"name": GATEWAY_TEMPLATE_VOLUME, "configMap": {"name": template_config_map_name(owner_name)}}
-    mount = {"name": GATEWAY_TEMPLATE_VOLUME, "mountPath": GATEWAY_TEMPLATE_DIR, "readOnly": True}
-    return volume, mount
+        mounts.add(
+            {"name": GATEWAY_TEMPLATE_VOLUME, "configMap": {"name": template_config_map_name(isvc)}},
+            {"name": GATEWAY_TEMPLATE_VOLUME, "mountPath": GATEWAY_TEMPLATE_DIR, "readOnly": True},
+        )
+    # A directory, not a subPath: the kubelet re-projects a changed ConfigMap only into directory mounts.
+    mounts.add(
+        {"name": ROLLOUT_VOLUME, "configMap": {"name": rollout_config_map_name(isvc)}},
+        {"name": ROLLOUT_VOLUME, "mountPath": ROLLOUT_DIR, "readOnly": True},
+    )
+    return GatewayRollout(env, mounts)

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..api.naming import chat_template_config_map_name as config_map_name
 from .metadata import child_metadata
+
+__all__ = ["config_map", "config_map_name", "volume", "volume_mount"]
 
 VOLUME = "chat-template"
 MOUNT_DIR = "/etc/reward-model"
 FILE_NAME = "chat_template.jinja"
 PATH = f"{MOUNT_DIR}/{FILE_NAME}"
 COMPONENT = "chat-template"
-
-
-def config_map_name(owner_name: str) -> str:
-    return f"{owner_name}-chat-template"
 
 
 def config_map(owner: dict[str, Any], template: str) -> dict[str, Any]:

@@ -10,19 +10,31 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.keda import scales_through_keda
-from ..api.kserve import CONTAINER_NAME, cluster_local_url, predictor_name
+from ..api.kserve import cluster_local_url, predictor_name
 from ..api.schema.rewardmodel import GATEWAY_REQUEST_TIMEOUT_SECONDS, GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS
 from ..api.types import GatewaySpec, ModelSpec, ServingSpec
 from . import chat_template, scaler
+from .canary import GatewayRollout
+from .gateway_container import (
+    DEFAULT_GATEWAY_RESOURCES,
+    GATEWAY_PORT,
+    RESTRICTED_CONTAINER_SECURITY,
+    Mounts,
+    gateway_container,
+    gateway_env,
+    gateway_volumes,
+    memory_limit_env,
+)
 
-GATEWAY_PORT = 8080
+# Where they were first defined: the cluster layer and the tests import them from here.
+__all__ = ["DEFAULT_GATEWAY_RESOURCES", "GATEWAY_PORT", "RESTRICTED_CONTAINER_SECURITY", "transformer"]
+
 AUTH_MOUNT = "/var/run/secrets/reward-gateway"
 # The gateway's memory budget for the requests it holds is its container's
 # limit less what the process takes (runtimes/gateway/README.md, "Memory"); it
 # reads the limit through the downward API, so a limit set in the spec moves the
 # budget with it. A token model's answers carry a value per token, and its
 # requests cost that much more: twice the memory keeps the same request sizes.
-DEFAULT_GATEWAY_RESOURCES = {"cpu": "1", "memory": "1Gi"}
 DEFAULT_GATEWAY_MEMORY_BY_KIND = {"token": "2Gi"}
 # During a rollout the gateway charges each request twice (both models may score it at
 # once, runtimes/gateway/README.md): the default memory doubles with it, so the same
@@ -43,17 +55,9 @@ _OPTIONAL_ENV = (
     ("truncatePromptTokens", "TRUNCATE_PROMPT_TOKENS"),
 )
 
-RESTRICTED_CONTAINER_SECURITY = {
-    "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]},
-    "readOnlyRootFilesystem": True,
-    "runAsNonRoot": True,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
 
-
-def _env(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_name: str) -> list[dict[str, Any]]:
-    env = {
+def _settings(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_name: str) -> dict[str, str]:
+    settings = {
         "UPSTREAM_URL": upstream_url,
         "MODEL_NAME": served_name,
         "MODEL_KIND": model["kind"],
@@ -61,17 +65,21 @@ def _env(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_name:
         "PORT": str(GATEWAY_PORT),
     }
     if gateway["chatTemplateMode"] == "gateway":
-        env["CHAT_TEMPLATE_FILE"] = chat_template.PATH
+        settings["CHAT_TEMPLATE_FILE"] = chat_template.PATH
     for field, variable in _OPTIONAL_ENV:
         if field in gateway:
-            env[variable] = str(gateway[field])
+            settings[variable] = str(gateway[field])
     if "authSecretRef" in gateway:
-        env["AUTH_TOKEN_FILE"] = f"{AUTH_MOUNT}/token"
-    rendered: list[dict[str, Any]] = [{"name": f"REWARD_GATEWAY_{key}", "value": value} for key, value in env.items()]
-    rendered.append(
-        {"name": "REWARD_GATEWAY_MEMORY_LIMIT_BYTES", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}}
-    )
-    return rendered
+        settings["AUTH_TOKEN_FILE"] = f"{AUTH_MOUNT}/token"
+    return settings
+
+
+def _memory(model: ModelSpec, rollout: bool) -> str:
+    memory = DEFAULT_GATEWAY_MEMORY_BY_KIND.get(model["kind"], DEFAULT_GATEWAY_RESOURCES["memory"])
+    if rollout:
+        number, unit = memory[:-2], memory[-2:]
+        memory = f"{int(number) * ROLLOUT_MEMORY_FACTOR}{unit}"
+    return memory
 
 
 def transformer(
@@ -82,47 +90,34 @@ def transformer(
     serving: ServingSpec,
     served_name: str,
     image: str,
-    rollout: bool = False,
+    rollout: GatewayRollout | None = None,
 ) -> dict[str, Any]:
-    """The gateway in front of the predictor KServe creates for InferenceService ``isvc``; ``rollout``: a
-    candidate model is rolled out beside the stable one (spec.canary)."""
-    upstream_url = cluster_local_url(predictor_name(isvc), namespace)
-    memory = DEFAULT_GATEWAY_MEMORY_BY_KIND.get(model["kind"], "1Gi")
-    if rollout:
-        number, unit = memory[:-2], memory[-2:]
-        memory = f"{int(number) * ROLLOUT_MEMORY_FACTOR}{unit}"
-    defaults = {**DEFAULT_GATEWAY_RESOURCES, "memory": memory}
+    """The gateway in front of the predictor KServe creates for InferenceService ``isvc``; ``rollout``: the
+    settings and mounts of a candidate model rolled out beside the stable one (spec.canary)."""
+    settings = _settings(cluster_local_url(predictor_name(isvc), namespace), model, gateway, served_name)
+    defaults = {**DEFAULT_GATEWAY_RESOURCES, "memory": _memory(model, rollout is not None)}
     wanted = {**defaults, **{k: str(v) for k, v in gateway.get("resources", {}).items()}}
-    container: dict[str, Any] = {
-        "name": CONTAINER_NAME,
-        "image": image,
-        "command": ["python", "-m", "reward_gateway"],
-        # KServe appends --model_name <isvc> unless one is given; with ours, the
-        # gateway and KServe's InferenceGraph agree on the v1 model name.
-        "args": [f"--model_name={served_name}"],
-        "env": _env(upstream_url, model, gateway, served_name),
-        "ports": [{"containerPort": GATEWAY_PORT, "protocol": "TCP"}],
-        "resources": {"requests": dict(wanted), "limits": dict(wanted)},
-        "securityContext": RESTRICTED_CONTAINER_SECURITY,
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
-    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}]
+    mounts = Mounts()
     if auth := gateway.get("authSecretRef"):
-        container["volumeMounts"].append({"name": "gateway-auth", "mountPath": AUTH_MOUNT, "readOnly": True})
-        volumes.append(
+        mounts.add(
             {
                 "name": "gateway-auth",
                 "secret": {"secretName": auth["name"], "items": [{"key": auth["key"], "path": "token"}]},
-            }
+            },
+            {"name": "gateway-auth", "mountPath": AUTH_MOUNT, "readOnly": True},
         )
     if gateway["chatTemplateMode"] == "gateway":
-        container["volumeMounts"].append(chat_template.volume_mount())
-        volumes.append(chat_template.volume(isvc))
-    if scales_through_keda(serving):
-        container["env"][-1:-1] = [
-            {"name": f"REWARD_GATEWAY_{key}", "value": value}
-            for key, value in scaler.gateway_env(isvc, namespace, serving).items()
-        ]
+        mounts.add(chat_template.volume(isvc), chat_template.volume_mount())
+    keda = scales_through_keda(serving)
+    if keda:
+        settings.update(scaler.gateway_env(isvc, namespace, serving))
+    env = [*gateway_env(settings), memory_limit_env()]
+    if rollout is not None:
+        env += gateway_env(rollout.settings)
+        mounts.volumes += rollout.mounts.volumes
+        mounts.mounts += rollout.mounts.mounts
+    container = gateway_container(image, served_name, env, wanted, mounts)
+    if keda:
         # KServe's transformer Service takes every container port, so each needs a name (the first's must
         # not say grpc or h2c: KServe would mark the HTTP port h2c)
         container["ports"][0]["name"] = "http"
@@ -139,7 +134,7 @@ def transformer(
         # gateway may hold one through a scale from zero and then one vLLM call.
         spec["timeout"] = worst_case_seconds(gateway)
     spec["containers"] = [container]
-    spec["volumes"] = volumes
+    spec["volumes"] = gateway_volumes(mounts)
     return spec
 
 

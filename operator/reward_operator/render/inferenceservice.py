@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..api.duration import interval_seconds
 from ..api.keda import scales_through_keda
 from ..api.kserve import (
     AUTOSCALER_CLASS,
@@ -18,9 +19,9 @@ from ..api.kserve import (
     KNATIVE_INITIAL_SCALE,
     KNATIVE_SCALE_DOWN_DELAY,
     KNATIVE_WINDOW,
+    STORAGE_SECRET_NAME,
 )
-from ..api.types import ServingSpec
-from .canary import interval_seconds
+from ..api.types import CredentialsSpec, ServingSpec
 
 
 def annotations(serving: ServingSpec) -> dict[str, str]:
@@ -40,6 +41,16 @@ def annotations(serving: ServingSpec) -> dict[str, str]:
     if "scalingWindow" in serving:
         rendered[KNATIVE_WINDOW] = go_seconds(serving["scalingWindow"])
     return rendered
+
+
+def storage_secret(uri: str, credentials: CredentialsSpec) -> dict[str, str]:
+    """The annotation that hands spec.credentials.huggingFaceToken to KServe's storage initializer, which
+    downloads hf:// models with the token of this Secret (key HF_TOKEN), not from the vLLM container's env;
+    none for any other URI or without a token."""
+    token = credentials.get("huggingFaceToken")
+    if token and uri.startswith("hf://"):
+        return {STORAGE_SECRET_NAME: token["name"]}
+    return {}
 
 
 def go_seconds(duration: str) -> str:

@@ -40,8 +40,9 @@ from ..api.kserve import (
     PREDICTOR_COMPONENT,
     TRANSFORMER_COMPONENT,
 )
+from ..api.naming import candidate_predictor_policy_name, gateway_policy_name, predictor_policy_name
 from ..api.types import GatewaySpec, LabelSelector, NetworkPeer, ServingSpec
-from .gateway import GATEWAY_PORT
+from .gateway_container import GATEWAY_PORT
 from .metadata import child_metadata
 from .scaler import DEFAULT_KEDA_NAMESPACE, SCALER_PORT
 
@@ -55,14 +56,6 @@ GATEWAY_POLICY_COMPONENT = "gateway-network-policy"
 # The operator's pods, as the chart labels them (charts/reward-operator: selectorLabels and component).
 OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "reward-operator", "app.kubernetes.io/component": "operator"}
 PREDICTOR_POLICY_COMPONENT = "predictor-network-policy"
-
-
-def gateway_policy_name(owner_name: str) -> str:
-    return f"{owner_name}-gateway"
-
-
-def predictor_policy_name(owner_name: str) -> str:
-    return f"{owner_name}-predictor"
 
 
 def kserve_pods(isvc: str, component: str) -> LabelSelector:
@@ -161,7 +154,7 @@ def network_policies(
         policies.append(
             _policy(
                 owner,
-                f"{owner_name}-candidate-predictor",
+                candidate_predictor_policy_name(owner_name),
                 PREDICTOR_POLICY_COMPONENT,
                 kserve_pods(candidate_isvc, PREDICTOR_COMPONENT),
                 _ingress([{"podSelector": copy.deepcopy(gateway_pods)}], VLLM_PORT, mode, monitoring),

@@ -6,7 +6,7 @@ nor combine answers, and vLLM's generate and pooling servers answer neither
 KServe's v1 predict path nor one another's shapes, so every step of the graph
 (render/inferencegraph.py) calls a gateway route under ``/v1/pipeline/``. The
 environment below is the contract between the operator and those roles; the
-routes themselves are the gateway's (issue #14, part 2).
+routes themselves are the gateway's (reward_gateway.pipeline).
 """
 
 from __future__ import annotations
@@ -14,9 +14,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..api.kserve import CONTAINER_NAME, cluster_local_url, predictor_name
+from ..api.kserve import cluster_local_url, predictor_name
 from ..api.types import RewardRef, RoleGateway, RoleServing
-from .gateway import DEFAULT_GATEWAY_RESOURCES, GATEWAY_PORT, RESTRICTED_CONTAINER_SECURITY
+from .gateway_container import (
+    DEFAULT_GATEWAY_RESOURCES,
+    GATEWAY_PORT,
+    Mounts,
+    gateway_container,
+    gateway_env,
+    gateway_volumes,
+    memory_limit_env,
+)
 
 ACTOR, REFERENCE, CRITIC = "actor", "reference", "critic"
 ROLES = (ACTOR, REFERENCE, CRITIC)
@@ -50,11 +58,7 @@ def role_env(
         )
     if best_of_n is not None:
         env["PIPELINE_BEST_OF_N"] = str(best_of_n)
-    rendered: list[dict[str, Any]] = [{"name": f"REWARD_GATEWAY_{key}", "value": value} for key, value in env.items()]
-    rendered.append(
-        {"name": "REWARD_GATEWAY_MEMORY_LIMIT_BYTES", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}}
-    )
-    return rendered
+    return [*gateway_env(env), memory_limit_env()]
 
 
 def reward_step(reward_model: str) -> str:
@@ -76,22 +80,10 @@ def role_transformer(
     """The gateway in front of the predictor KServe creates for InferenceService ``isvc``; it scales with
     the predictor (the pipeline's roles never go to zero)."""
     wanted = {**DEFAULT_GATEWAY_RESOURCES, **{k: str(v) for k, v in gateway.get("resources", {}).items()}}
-    container: dict[str, Any] = {
-        "name": CONTAINER_NAME,
-        "image": image,
-        "command": ["python", "-m", "reward_gateway"],
-        "args": [f"--model_name={served_name}"],  # else KServe appends the InferenceService's name
-        "env": role_env(
-            role, cluster_local_url(predictor_name(isvc), namespace), served_name, gateway, rewards, best_of_n
-        ),
-        "ports": [{"containerPort": GATEWAY_PORT, "protocol": "TCP"}],
-        "resources": {"requests": dict(wanted), "limits": dict(wanted)},
-        "securityContext": RESTRICTED_CONTAINER_SECURITY,
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
+    env = role_env(role, cluster_local_url(predictor_name(isvc), namespace), served_name, gateway, rewards, best_of_n)
     return {
         "minReplicas": serving["minReplicas"],
         "maxReplicas": serving["maxReplicas"],
-        "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
+        "containers": [gateway_container(image, served_name, env, wanted, Mounts())],
+        "volumes": gateway_volumes(Mounts()),
     }

@@ -1,4 +1,5 @@
-"""RewardModel -> its children: a ConfigMap with its chat template (when it has
+"""RewardModel -> its children: during a rollout (spec.canary) a ConfigMap with the
+candidate's share, a ConfigMap with its chat template (when it has
 one), NetworkPolicies for the gateway's allowed clients (when it names them), the
 InferenceService (vLLM pooling predictor, reward gateway transformer) and, where
 KEDA scales a Standard-mode predictor (to zero, or on a concurrency target), the
@@ -6,20 +7,23 @@ gateway's scaler Service and KEDA's ScaledObject."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND, scales_through_keda
-from ..api.kserve import DISABLE_LOCAL_MODEL, NODE_GROUP, STORAGE_SECRET_NAME
+from ..api.kserve import DISABLE_LOCAL_MODEL, NODE_GROUP
+from ..api.names import COMPONENT_LABEL
+from ..api.naming import candidate_isvc_name
 from ..api.types import RewardModel
 from . import cache as cache_render
 from . import canary as canary_render
 from . import chat_template, networkpolicy, scaler
+from .canary import CanaryIdentity
 from .gateway import transformer
-from .inferenceservice import annotations, inference_service
+from .inferenceservice import annotations, inference_service, storage_secret
 from .metadata import child_metadata
-from .predictor import model, model_env, predictor, resources
-from .runtime import engine_args, runtime
-from .vllm_args import vllm_args
+from .pooling_model import pooling_model
+from .predictor import model_env, predictor
+from .runtime import runtime
 
 COMPONENT = "reward-model"
 # Children that come and go with the spec: the controller deletes the ones of
@@ -30,6 +34,11 @@ SCALER_PRUNED_KINDS = (
     (scaler.SERVICE_API_VERSION, scaler.SERVICE_KIND),
     (SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND),
 )
+# The same, for the rollout's ConfigMap once spec.canary is gone. The chat templates' are ConfigMaps of
+# the same owner too, so these kinds are pruned by ROLLOUT_PRUNE_LABELS added to the owner's labels,
+# never by kind alone: the selector reaches the rollout's ConfigMap only.
+ROLLOUT_PRUNED_KINDS = (("v1", "ConfigMap"),)
+ROLLOUT_PRUNE_LABELS = {COMPONENT_LABEL: canary_render.ROLLOUT_COMPONENT}
 
 
 def served_name(reward_model: RewardModel) -> str:
@@ -50,19 +59,23 @@ def reward_model_children(
 ) -> list[dict[str, Any]]:
     """Every child of a (defaulted) RewardModel, in apply order.
 
-    ``canary_percent``: the candidate's share the gateway runs now (the rollout's
-    current step, status.canary.percent); ``operator_namespace``: where the
+    ``canary_percent``: the candidate's share the gateways are to run (the rollout's
+    current step, status.canary.percent), in the rollout's ConfigMap; ``operator_namespace``: where the
     operator runs, admitted to the gateway's pods for its rollout figures when
     NetworkPolicies guard them; ``keda_namespace``: where KEDA's operator runs,
     admitted to the gateway's scaler port likewise; ``cache_bound``: with spec.cache, whether the
     InferenceService reads from the cache yet (:mod:`reward_operator.policy.cache`)."""
     children = []
+    canary = reward_model["spec"].get("canary")
+    if canary:
+        # first: the gateway's pods mount it, so a new pod never waits on a missing ConfigMap
+        share = canary_percent if canary["mode"] == "split" else 0  # a shadow answers with the stable model only
+        children.append(canary_render.rollout_config_map(reward_model, share))
     if "cache" in reward_model["spec"]:
         # before the InferenceService: KServe binds a cache to it only when it is admitted
         children.append(cache_render.local_model_cache(reward_model))
     if template := reward_model["spec"]["model"].get("chatTemplate"):
         children.append(chat_template.config_map(reward_model, template))  # mounted: applied first
-    canary = reward_model["spec"].get("canary")
     if canary and (candidate_template := canary_render.template_config_map(reward_model, canary)):
         children.append(candidate_template)
     # before the InferenceService, so its pods never run unprotected
@@ -72,7 +85,7 @@ def reward_model_children(
         reward_model["spec"]["gateway"],
         reward_model["spec"]["serving"],
         operator_namespace if canary else None,
-        canary_render.candidate_isvc_name(reward_model["metadata"]["name"])
+        candidate_isvc_name(reward_model["metadata"]["name"])
         if canary and reward_model["spec"]["serving"]["mode"] == "Knative"
         else None,
         keda_namespace,
@@ -81,7 +94,7 @@ def reward_model_children(
     name = reward_model["metadata"]["name"]
     if keda:
         children.append(scaler.scaler_service(reward_model, name))  # the gateway's peers resolve it at start
-    children.append(reward_model_inference_service(reward_model, gateway_image, canary_percent, cache_bound))
+    children.append(reward_model_inference_service(reward_model, gateway_image, cache_bound))
     if keda:
         children.append(scaler.scaled_object(reward_model, name, reward_model["spec"]["serving"]))
     if canary and reward_model["spec"]["serving"]["mode"] == "Knative":
@@ -108,105 +121,53 @@ def candidate_inference_service(reward_model: RewardModel) -> dict[str, Any]:
     """Knative mode's candidate: a second InferenceService, predictor only, that the gateway of the first
     calls (render/canary.py says why not canaryTrafficPercent)."""
     name, spec = reward_model["metadata"]["name"], reward_model["spec"]
-    canary = spec["canary"]
-    credentials = spec.get("credentials", {})
-    merged = canary_render.candidate_model(spec["model"], canary)
-    templated = "chatTemplate" in merged
-    env = model_env(spec.get("env", []), credentials)
-    compute = canary_render.candidate_resources(spec["resources"], canary)
-    model_spec = model(
-        merged["uri"],
-        runtime(spec.get("runtime"), compute["gpus"]),
-        vllm_args(
-            merged,
-            candidate_served_name(reward_model),
-            chat_template.PATH if templated else None,
-            engine_args(merged, compute, env),
-        ),
-        env,
-        resources(compute),  # type: ignore[arg-type]
-        [chat_template.volume_mount()] if templated else None,
+    rendered_predictor = canary_render.candidate_predictor(
+        name, spec, candidate_served_name(reward_model), standalone=True
     )
-    template_volume = None
-    if canary_render.has_own_template(canary):
-        template_volume = {
-            "name": chat_template.VOLUME,
-            "configMap": {"name": canary_render.template_config_map_name(name)},
-        }
-    elif templated:
-        template_volume = chat_template.volume(name)
-    rendered_predictor = predictor(
-        model_spec,
-        {**spec["serving"], "minReplicas": canary["replicas"]},
-        credentials,
-        spec.get("nodeSelector", {}),
-        spec.get("tolerations", []),
-        [template_volume] if template_volume else None,
-    )
-    isvc_annotations = annotations(spec["serving"])
-    token = credentials.get("huggingFaceToken")
-    if token and merged["uri"].startswith("hf://"):
-        isvc_annotations[STORAGE_SECRET_NAME] = token["name"]
+    merged = canary_render.candidate_model(spec["model"], spec["canary"])
+    isvc_annotations = {
+        **annotations(spec["serving"]),
+        **storage_secret(merged["uri"], spec.get("credentials", {})),
+    }
     metadata = child_metadata(
-        reward_model, canary_render.candidate_isvc_name(name), canary_render.CANDIDATE_COMPONENT, isvc_annotations
+        reward_model, candidate_isvc_name(name), canary_render.CANDIDATE_COMPONENT, isvc_annotations
     )
     return inference_service(metadata, rendered_predictor)
 
 
-class CanaryIdentity(NamedTuple):
-    """Who a rollout's candidate is, as the gateways and the rollout's status name it."""
-
-    candidate: str  # the candidate's name in the gateways' figures
-    revision: str  # the rollout's revision: a new one starts the rollout over
-
-
 def canary_identity(reward_model: RewardModel) -> CanaryIdentity | None:
-    """The rollout's candidate and revision, or None without spec.canary."""
-    spec = reward_model["spec"]
-    canary = spec.get("canary")
+    """Who is rolled out and which rollout of it, or None without spec.canary."""
+    canary = reward_model["spec"].get("canary")
     if canary is None:
         return None
     entry = _canary_entry(reward_model)
-    name = canary_render.candidate_name(
+    candidate = canary_render.candidate_name(
         candidate_served_name(reward_model), canary_render.candidate_digest(entry, canary)
     )
-    return CanaryIdentity(name, canary_render.rollout_revision(name, canary))
+    return CanaryIdentity(candidate, canary_render.rollout_revision(candidate, canary))
 
 
 def _canary_entry(reward_model: RewardModel) -> dict[str, Any]:
-    spec = reward_model["spec"]
     return canary_render.canary_entry(
-        reward_model["metadata"]["name"],
-        spec["model"],
-        spec["resources"],
-        spec["canary"],
-        spec.get("runtime"),
-        candidate_served_name(reward_model),
-        model_env(spec.get("env", []), spec.get("credentials", {})),
+        reward_model["metadata"]["name"], reward_model["spec"], candidate_served_name(reward_model)
     )
 
 
 def reward_model_inference_service(
-    reward_model: RewardModel, gateway_image: str, canary_percent: int = 0, cache_bound: bool = True
+    reward_model: RewardModel, gateway_image: str, cache_bound: bool = True
 ) -> dict[str, Any]:
     """The InferenceService for a (defaulted) RewardModel; ``gateway_image`` runs its transformer."""
     name, spec = reward_model["metadata"]["name"], reward_model["spec"]
     credentials = spec.get("credentials", {})
-    templated = "chatTemplate" in spec["model"]
     env = model_env(spec.get("env", []), credentials)
-    model_spec = model(
-        spec["model"]["uri"],
-        model_runtime(reward_model),
-        vllm_args(
-            spec["model"],
-            served_name(reward_model),
-            chat_template.PATH if templated else None,
-            engine_args(spec["model"], spec["resources"], env),  # type: ignore[arg-type]
-        ),
+    model_spec = pooling_model(
+        spec["model"],  # type: ignore[arg-type]
+        spec["resources"],  # type: ignore[arg-type]
+        spec.get("runtime"),
+        served_name(reward_model),
         env,
-        resources(spec["resources"]),
-        [chat_template.volume_mount()] if templated else None,
     )
+    templated = "chatTemplate" in spec["model"]
     rendered_predictor = predictor(
         model_spec,
         spec["serving"],
@@ -215,8 +176,23 @@ def reward_model_inference_service(
         spec.get("tolerations", []),
         [chat_template.volume(name)] if templated else None,
     )
+    canary = spec.get("canary")
     rendered_transformer = None
     if spec["gateway"]["enabled"]:
+        rollout = None
+        if canary is not None:
+            identity = canary_identity(reward_model)
+            assert identity is not None
+            rollout = canary_render.gateway_rollout(
+                name,
+                spec["serving"]["mode"],
+                reward_model["metadata"].get("namespace", "default"),
+                canary,
+                served_name(reward_model),
+                candidate_served_name(reward_model),
+                identity.candidate,
+                spec["gateway"]["chatTemplateMode"] == "gateway",
+            )
         rendered_transformer = transformer(
             name,
             reward_model["metadata"].get("namespace", "default"),
@@ -225,35 +201,9 @@ def reward_model_inference_service(
             spec["serving"],
             served_name(reward_model),
             gateway_image,
-            rollout="canary" in spec,
+            rollout,
         )
-    canary = spec.get("canary")
-    if canary is not None and rendered_transformer is not None:
-        identity = canary_identity(reward_model)
-        assert identity is not None
-        env = canary_render.gateway_env(
-            name,
-            spec["serving"]["mode"],
-            reward_model["metadata"].get("namespace", "default"),
-            canary,
-            served_name(reward_model),
-            candidate_served_name(reward_model),
-            identity[0],
-            canary_percent,
-            spec["gateway"]["chatTemplateMode"] == "gateway",
-        )
-        (container,) = rendered_transformer["containers"]
-        container["env"] += [{"name": f"REWARD_GATEWAY_{key}", "value": value} for key, value in env.items()]
-        if "CANARY_CHAT_TEMPLATE_FILE" in env:
-            volume, mount = canary_render.gateway_template_volume(name)
-            container["volumeMounts"].append(mount)
-            rendered_transformer["volumes"].append(volume)
-    isvc_annotations = annotations(spec["serving"])
-    token = credentials.get("huggingFaceToken")
-    if token and spec["model"]["uri"].startswith("hf://"):
-        # KServe's storage initializer downloads hf:// models; it takes the token
-        # from this Secret (key HF_TOKEN), not from the vLLM container's env.
-        isvc_annotations[STORAGE_SECRET_NAME] = token["name"]
+    isvc_annotations = {**annotations(spec["serving"]), **storage_secret(spec["model"]["uri"], credentials)}
     if cache := spec.get("cache"):
         # KServe reads the cache of this node group (its PV's node affinity places the pods)
         isvc_annotations[NODE_GROUP] = cache["nodeGroups"][0]

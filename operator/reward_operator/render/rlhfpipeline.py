@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.kserve import STORAGE_SECRET_NAME
+from ..api.naming import role_isvc_name
 from ..api.types import RLHFPipeline, RoleSpec
 from . import inferencegraph
-from .inferenceservice import annotations, inference_service
+from .inferenceservice import annotations, inference_service, storage_secret
 from .metadata import child_metadata
 from .pipeline_gateway import ACTOR, CRITIC, REFERENCE, role_transformer
 from .predictor import model, model_env, predictor, resources
@@ -27,10 +27,6 @@ GRAPH_COMPONENT = "inference-graph"
 CRITIC_MODEL_KIND = "token"
 # Fields of the reference that are the actor's when unset (its serving and gateway are its own).
 _INHERITED = ("runtime", "nodeSelector", "tolerations", "env", "credentials")
-
-
-def role_isvc_name(pipeline: str, role: str) -> str:
-    return f"{pipeline}-{role}"
 
 
 def reference_role(pipeline: RLHFPipeline) -> RoleSpec:
@@ -99,11 +95,7 @@ def role_inference_service(
     rendered_transformer = role_transformer(
         name, namespace, role, served, spec.get("gateway", {}), spec["serving"], gateway_image, **gateway_extra
     )
-    isvc_annotations = annotations(serving)  # type: ignore[arg-type]
-    token = credentials.get("huggingFaceToken")
-    if token and spec["model"]["uri"].startswith("hf://"):
-        # KServe's storage initializer downloads hf:// models with the token of this Secret (key HF_TOKEN)
-        isvc_annotations[STORAGE_SECRET_NAME] = token["name"]
+    isvc_annotations = {**annotations(serving), **storage_secret(spec["model"]["uri"], credentials)}  # type: ignore[arg-type]
     metadata = child_metadata(pipeline, name, role, isvc_annotations)
     return inference_service(metadata, rendered_predictor, rendered_transformer)
 

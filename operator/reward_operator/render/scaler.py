@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..api.duration import interval_seconds
 from ..api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND
 from ..api.kserve import (
     CLUSTER_DOMAIN,
@@ -36,9 +37,9 @@ from ..api.kserve import (
     TRANSFORMER_COMPONENT,
     predictor_name,
 )
+from ..api.naming import scaled_object_name, scaler_service_name
 from ..api.schema.rewardmodel import DEFAULT_SCALE_DOWN_DELAY
 from ..api.types import ServingSpec
-from .canary import interval_seconds
 from .metadata import child_metadata
 
 SERVICE_API_VERSION = "v1"
@@ -54,10 +55,6 @@ SCALER_SERVICE_COMPONENT = "gateway-scaler"
 SCALED_OBJECT_COMPONENT = "predictor-autoscaler"
 # Where KEDA's operator runs unless the operator is told otherwise (KEDA's chart and manifests).
 DEFAULT_KEDA_NAMESPACE = "keda"
-
-
-def scaler_service_name(owner_name: str) -> str:
-    return f"{owner_name}-gateway-scaler"
 
 
 def scaler_host(owner_name: str, namespace: str) -> str:
@@ -111,7 +108,7 @@ def scaled_object(owner: dict[str, Any], isvc: str, serving: ServingSpec) -> dic
     rendered: dict[str, Any] = {
         "apiVersion": SCALED_OBJECT_API_VERSION,
         "kind": SCALED_OBJECT_KIND,
-        "metadata": child_metadata(owner, predictor_name(isvc), SCALED_OBJECT_COMPONENT),
+        "metadata": child_metadata(owner, scaled_object_name(isvc), SCALED_OBJECT_COMPONENT),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": predictor_name(isvc)},
             "minReplicaCount": serving["minReplicas"],

@@ -33,6 +33,8 @@ def build_app(gateway: Gateway) -> ScoringFront:
 
             gateway.scaler = Scaler(gateway.config.scaler, gateway.load, gateway.config.listen_address)
             await gateway.scaler.start()
+        if gateway.canary is not None:
+            gateway.canary.start()  # follows the candidate's share where a file gives it (reward_gateway.share)
         try:
             yield
         finally:

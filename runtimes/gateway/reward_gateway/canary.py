@@ -1,4 +1,4 @@
-"""A candidate reward model beside the stable one: shadow scoring and sticky splits (issue #13).
+"""A candidate reward model beside the stable one: shadow scoring and sticky splits.
 
 Two rules of reward models decide everything here. A request is scored by one
 model: all of its items (every GRPO group of a batch) get one scale, never two,
@@ -11,12 +11,14 @@ Modes (REWARD_GATEWAY_CANARY_MODE):
 - **shadow**: both models score every request at once; the trainer gets the
   stable model's answer; the candidate's scores are compared
   (reward_gateway.agreement) and dropped.
-- **split**: REWARD_GATEWAY_CANARY_PERCENT of the requests are answered by the
-  candidate, chosen by a hash of the request's sticky key (below). A request the
-  candidate answers is also scored by the stable model in shadow, so agreement is
-  still measured at every step of a progressive rollout: the stable model is
-  sized for all of the traffic anyway, so this asks of it no more than before
-  the rollout, while the candidate serves only its share. A request that stays
+- **split**: a share of the requests (REWARD_GATEWAY_CANARY_PERCENT, or the file
+  REWARD_GATEWAY_CANARY_PERCENT_FILE followed while the gateway runs:
+  reward_gateway.share) are answered by the candidate, chosen by a hash of the
+  request's sticky key (below). A request the candidate answers is also scored
+  by the stable model in shadow, so agreement is still measured at every step of
+  a progressive rollout: the stable model is sized for all of the traffic
+  anyway, so this asks of it no more than before the rollout, while the
+  candidate serves only its share. A request that stays
   on the stable model is scored by it alone.
 
 The shadow call never holds the trainer's answer for long: once the answering
@@ -51,6 +53,11 @@ the candidate's name and the key into 0..9999, is below 100 x the percent. So:
   candidate, and a rollback to 0 moves them all back;
 - keyed by the candidate's name: each rollout draws its own keys, so the same
   clients are not always the first to meet a new model.
+
+A new share takes effect from the next request on, in the same process: the
+figures behind GET /canary (a window decayed with the configured half-life) keep
+counting across it, with no reset; GET /canary reports the share run now, so a
+reader that pools replicas by share (the operator) knows which have taken it up.
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ from reward_gateway.config import CanaryConfig, GatewayConfig
 from reward_gateway.errors import GatewayError, UpstreamError, forget
 from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.scorer import Scorer
+from reward_gateway.share import Share, followed
 from reward_gateway.upstream import VllmClient
 
 logger = logging.getLogger("reward_gateway")
@@ -162,6 +170,10 @@ class Canary:
         self.backends = {"stable": stable, "candidate": candidate}
         self.tracker = tracker
         self._salt = candidate.name.encode()
+        # The share run now: the environment's, or the file's, followed once start() is called.
+        self.share = (
+            Share(config.percent) if config.percent_file is None else followed(str(config.percent_file), config.mode)
+        )
 
     @classmethod
     def build(cls, config: GatewayConfig, metrics: GatewayMetrics, stable: Backend) -> Canary:
@@ -169,23 +181,33 @@ class Canary:
         assert canary is not None
         candidate = candidate_backend(config, canary, metrics)
         tracker = CanaryMetrics(metrics.registry, canary.half_life_s).tracker(stable.name, candidate.name)
-        share = f" ({canary.percent} % to the candidate, sticky by {canary.sticky})" if canary.mode == "split" else ""
+        rollout = cls(canary, stable, candidate, tracker)
+        share = ""
+        if canary.mode == "split":
+            source = f", following {canary.percent_file}" if canary.percent_file is not None else ""
+            share = f" ({rollout.share.percent} % to the candidate{source}, sticky by {canary.sticky})"
         # No URL in the log: it may carry credentials.
         logger.info("rolling out %s beside %s: %s%s", candidate.name, stable.name, canary.mode, share)
-        return cls(canary, stable, candidate, tracker)
+        return rollout
+
+    def start(self) -> None:
+        """Starts following the share's file, where there is one (from within the running event loop)."""
+        self.share.start()
 
     async def close(self) -> None:
+        await self.share.stop()
         await self.backends["candidate"].client.close()
 
     def answering(self, caller: Caller, groups: Sequence[str | None] | None) -> str:
         """The role whose scores the trainer gets for this request."""
         config = self.config
-        if config.mode == "shadow" or config.percent == 0:
+        percent = self.share.percent  # read once: the file may move it between two looks
+        if config.mode == "shadow" or percent == 0:
             return "stable"
-        if config.percent == 100:
+        if percent == 100:
             return "candidate"
         key = sticky_key(config.sticky, caller.client, caller.authorization, groups, caller.body)
-        return "candidate" if takes_candidate(self._salt, key, config.percent) else "stable"
+        return "candidate" if takes_candidate(self._salt, key, percent) else "stable"
 
     async def run(
         self,
@@ -287,7 +309,7 @@ class Canary:
             "model": self.backends["stable"].name,
             "candidate": self.backends["candidate"].name,
             "mode": self.config.mode,
-            "percent": self.config.percent,
+            "percent": self.share.percent,
             "sticky": self.config.sticky,
             "half_life_seconds": self.config.half_life_s,
             "answer_share": now.answers["candidate"] / answered if answered else None,

@@ -105,7 +105,9 @@ class CanaryConfig:
     model_name: str  # its --served-model-name, sent in each call
     name: str  # its name in metrics, /canary and the `model` label of its own series
     mode: str = "shadow"
-    percent: int = 0  # split: the share of requests the candidate answers
+    percent: int = 0  # split: the share of requests the candidate answers (fixed: REWARD_GATEWAY_CANARY_PERCENT)
+    # Where the share is followed from instead, while the gateway runs (reward_gateway.share); percent is then 0.
+    percent_file: Path | None = None
     sticky: str = "group"
     client_header: str = "x-reward-client"  # lower case, as ASGI hands headers over
     shadow_wait_s: float = 2.0
@@ -314,6 +316,12 @@ def _load_canary(reader: _Reader, model_name: str) -> CanaryConfig | None:
             raise ConfigError(f"{', '.join(stray)} set without {PREFIX}{c}URL (the candidate's vLLM)")
         return None
     mode = reader.choice(c + "MODE", CANARY_MODES, "shadow")
+    percent_file = reader.text(c + "PERCENT_FILE", "")
+    if percent_file and reader.text(c + "PERCENT", ""):
+        raise ConfigError(
+            f"{PREFIX}{c}PERCENT and {PREFIX}{c}PERCENT_FILE are both set: the candidate's share comes from one"
+        )
+    # The file's content is checked as it is read, at start and on every change (reward_gateway.share).
     percent = reader.integer(c + "PERCENT", 0, minimum=0, maximum=100)
     if mode == "shadow" and percent:
         raise ConfigError(
@@ -336,6 +344,7 @@ def _load_canary(reader: _Reader, model_name: str) -> CanaryConfig | None:
         name=name,
         mode=mode,
         percent=percent,
+        percent_file=Path(percent_file) if percent_file else None,
         sticky=reader.choice(c + "STICKY", CANARY_STICKY, "group"),
         client_header=header,
         shadow_wait_s=reader.seconds(c + "SHADOW_WAIT_SECONDS", 2.0, allow_zero=True),

@@ -14,6 +14,7 @@ from reward_gateway.canary import BUCKETS, bucket, sticky_key, takes_candidate
 from reward_gateway.gateway import MODEL_HEADER
 from reward_testing.fake_vllm import logit
 from reward_testing.ports import free_port
+from reward_testing.projected_volume import project
 from reward_testing.waiting import wait_until
 
 # The candidate's raw scores lie far from the stable model's (about -20..20), so an
@@ -293,6 +294,28 @@ def test_split_at_zero_and_at_one_hundred(rollout, backend, candidate_backend):
     gateway = rollout(mode="split", percent="100")
     rewards, model = score_rewards(gateway, [{"text": "y", "group": "g"}])
     assert model == "candidate" and rewards == pytest.approx([logit("y") + CANDIDATE_OFFSET])
+
+
+def test_a_running_gateway_follows_its_share_file_and_keeps_counting(rollout, backend, candidate_backend, tmp_path):
+    """The operator's rollout ConfigMap moves the share of a gateway that keeps running: no restart, the
+    same process and figures, and content that is no share never becomes one."""
+    gateway = rollout(mode="split", percent_file=str(project(tmp_path, "0")))
+    for text in ("a", "b", "c"):
+        assert score_rewards(gateway, [{"text": text, "group": text}])[1] == "stable"
+    before = gateway.get("/canary").json()
+    assert before["percent"] == 0 and before["models"]["stable"]["answers"] == 3
+    project(tmp_path, "100")
+    wait_until("the new share", lambda: gateway.get("/canary").json()["percent"] == 100, timeout=10, interval=0.05)
+    rewards, model = score_rewards(gateway, [{"text": "d", "group": "d"}])
+    assert model == "candidate" and rewards == pytest.approx([logit("d") + CANDIDATE_OFFSET])
+    after = gateway.get("/canary").json()
+    # one window across the step: the stable model's three answers are still there, and its shadow call
+    assert (after["models"]["stable"]["answers"], after["models"]["candidate"]["answers"]) == (3, 1)
+    assert after["models"]["stable"]["requests"] == before["models"]["stable"]["requests"] + 1
+    project(tmp_path, "250")
+    project(tmp_path, "100")  # the poll may or may not have seen 250 in between: never as a share
+    project(tmp_path, "40")
+    wait_until("the next share", lambda: gateway.get("/canary").json()["percent"] == 40, timeout=10, interval=0.05)
 
 
 def test_a_failing_candidate_in_a_split_is_replaced_by_the_stable_model_for_the_whole_request(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from reward_gateway.config import ConfigError, KServeArgs, load_config, parse_kserve_args
@@ -139,11 +141,26 @@ def test_canary_settings_are_read():
         ({"REWARD_GATEWAY_CANARY_URL": "ftp://x"}, "REWARD_GATEWAY_CANARY_URL='ftp://x': expected an http"),
         ({"REWARD_GATEWAY_CANARY_SHADOW_WAIT_SECONDS": "-1"}, "positive number of seconds"),
         ({"REWARD_GATEWAY_CANARY_CHAT_TEMPLATE_FILE": "/nonexistent/t.jinja"}, "CANARY_CHAT_TEMPLATE_FILE="),
+        (
+            {
+                "REWARD_GATEWAY_CANARY_PERCENT": "10",
+                "REWARD_GATEWAY_CANARY_PERCENT_FILE": "/etc/reward-rollout/percent",
+            },
+            "PERCENT and REWARD_GATEWAY_CANARY_PERCENT_FILE are both set",
+        ),
     ],
 )
 def test_bad_canary_values_are_refused_with_the_variable_named(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config({**CANARY, **override})
+
+
+def test_the_canary_share_may_come_from_a_file_followed_at_run_time():
+    env = {**CANARY, "REWARD_GATEWAY_CANARY_MODE": "split", "REWARD_GATEWAY_CANARY_PERCENT_FILE": "/etc/r/percent"}
+    canary = load_config(env).canary
+    # read by the running gateway (reward_gateway.share), not here: a bad file never stops it from starting
+    assert (canary.percent_file, canary.percent) == (Path("/etc/r/percent"), 0)
+    assert load_config(CANARY).canary.percent_file is None
 
 
 def test_canary_settings_without_its_url_are_refused():
