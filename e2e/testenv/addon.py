@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from reward_testing import pki
+from reward_testing.waiting import wait_until
 
 if TYPE_CHECKING:
     from .controlplane import State
@@ -23,6 +26,11 @@ if TYPE_CHECKING:
 
 def log(message: str) -> None:
     print(f"[testenv] {message}", file=sys.stderr, flush=True)
+
+
+def wait_by(deadline: float, what: str, predicate: Callable[[], Any], interval: float = 0.2) -> Any:
+    """``wait_until`` with what is left before ``deadline`` (5 s at least: a late step still gets a try)."""
+    return wait_until(what, predicate, timeout=max(5.0, deadline - time.monotonic()), interval=interval)
 
 
 class Plane(Protocol):

@@ -53,10 +53,9 @@ import yaml
 
 from reward_testing import pki
 from reward_testing.ports import free_port
-from reward_testing.waiting import wait_until
 
 from . import build
-from .addon import AddOn, Plane, log
+from .addon import AddOn, Plane, log, wait_by
 from .helpers import condition
 
 KEDA_MODULE = "github.com/kedacore/keda/v2"
@@ -355,12 +354,8 @@ class Keda(AddOn):
             api_service = json.loads(plane.kubectl("get", "apiservice", API_SERVICE, "-o", "json").stdout)
             return (condition(api_service, "Available") or {}).get("status") == "True"
 
-        wait_until(
-            f"APIService {API_SERVICE} Available (kube-apiserver reaches KEDA's metrics API server)",
-            available,
-            timeout=max(5.0, deadline - time.monotonic()),
-            interval=0.2,
-        )
+        wait_by(deadline, f"APIService {API_SERVICE} Available (kube-apiserver reaches KEDA's metrics API server)",
+                available)  # fmt: skip
         log(f"KEDA's external metrics API available {time.monotonic() - self.started:.1f}s after the start")
 
     @staticmethod

@@ -23,10 +23,9 @@ import yaml
 
 from reward_testing import pki
 from reward_testing.ports import free_port
-from reward_testing.waiting import wait_until
 
 from . import images, kserve
-from .addon import AddOn, Plane, log
+from .addon import AddOn, Plane, log, wait_by
 
 NAME = "kserve-manager"  # process name in the State, and binary name
 NAMESPACE = "kserve"  # POD_NAMESPACE: where the manager reads its ConfigMap
@@ -177,11 +176,8 @@ class KServeManager(AddOn):
             result = plane.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe, check=False)
             return result.returncode == 0 and defaulted_protocol(json.loads(result.stdout)) == "v2"
 
-        wait_until(
-            "KServe's defaulting webhook (a dry-run InferenceService given protocolVersion v2)",
-            defaulted,
-            timeout=max(5.0, deadline - time.monotonic()),
-            interval=0.2,
+        wait_by(
+            deadline, "KServe's defaulting webhook (a dry-run InferenceService given protocolVersion v2)", defaulted
         )
         log(f"KServe webhooks answering {time.monotonic() - self.started:.1f}s after the manager's start")
 

@@ -31,10 +31,9 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from reward_testing.ports import free_port
-from reward_testing.waiting import wait_until
 
 from . import kserve, kserve_manager
-from .addon import AddOn, Plane, log
+from .addon import AddOn, Plane, log, wait_by
 
 E2E = Path(__file__).resolve().parent.parent  # the folder holding the testenv package
 
@@ -248,8 +247,7 @@ class LocalModel(AddOn):
             plane.fail_if_exited(NAME)
             return plane.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False).returncode == 0
 
-        wait_until("KServe's LocalModelCache webhook (a dry-run cache admitted)", validated,
-                   timeout=max(5.0, deadline - time.monotonic()), interval=0.2)  # fmt: skip
+        wait_by(deadline, "KServe's LocalModelCache webhook (a dry-run cache admitted)", validated)
         log(f"LocalModel controller and webhook ready {time.monotonic() - self.started:.1f}s after its start")
         self._start_node_agents(plane, deadline)
 
@@ -278,8 +276,7 @@ class LocalModel(AddOn):
             plane.fail_if_exited(DOWNLOADS)
             return downloads_ready(plane.directory / "nodes").exists()
 
-        wait_until("the download stand-in watching the job namespace", downloader_listening,
-                   timeout=max(5.0, deadline - time.monotonic()), interval=0.1)  # fmt: skip
+        wait_by(deadline, "the download stand-in watching the job namespace", downloader_listening, interval=0.1)
 
     @staticmethod
     def health_checks(ports: dict[str, int]) -> dict[str, tuple[str, bool]]:

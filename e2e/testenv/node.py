@@ -647,7 +647,7 @@ class RealNode(addon.AddOn):
             plane.fail_if_exited(CONTAINERD)
             return CONTAINERD_SOCKET.is_socket()
 
-        wait_until("containerd listening", containerd_listening, timeout=max(5.0, deadline - time.monotonic()))
+        addon.wait_by(deadline, "containerd listening", containerd_listening, interval=0.3)
         plane.load_images(IMAGES)
         for name in (COREDNS, KUBE_PROXY, KUBELET):
             plane.spawn(name, commands[name], env=env)
