@@ -37,7 +37,6 @@ so the load average is printed beside each phase.
 from __future__ import annotations
 
 import base64
-import json
 import math
 import os
 import platform
@@ -45,21 +44,16 @@ import re
 import resource
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import urllib3
 import yaml
+from bench_api import Api, Watch  # beside this script
 
 from reward_operator.api import API_VERSION, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL
 from reward_operator.api.kserve import INFERENCE_SERVICE_API_VERSION, INFERENCE_SERVICE_KIND, INFERENCE_SERVICE_PLURAL
@@ -67,8 +61,8 @@ from reward_operator.render import render_reward_model
 from reward_operator.settings import Settings
 from reward_testing import pki
 from reward_testing.paths import REPO
-from reward_testing.ports import free_port
 from testenv import controlplane
+from testenv.operator_process import DRIFT_ENV, OperatorProcess
 
 SIZES = [int(n) for n in os.environ.get("BENCH_N", "100,1000").split(",") if n.strip()]
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "32"))
@@ -117,154 +111,6 @@ def machine() -> str:
         f"{os.cpu_count()} CPUs ({model}), {gib:.1f} GiB memory, "
         f"Linux {platform.release()}, Python {platform.python_version()}"
     )
-
-
-# ---- a small API client: urllib3 with the control plane's certificates -------------------------
-
-
-class Api:
-    """Plain HTTP to the API server; every request it makes is counted (verb, resource) for the breakdown."""
-
-    def __init__(self, server: str, ca: Path, cert: Path, key: Path):
-        self.server = server
-        self.http = urllib3.PoolManager(
-            num_pools=2,
-            maxsize=CONCURRENCY + 8,
-            ca_certs=str(ca),
-            cert_file=str(cert),
-            key_file=str(key),
-            retries=False,
-            timeout=urllib3.Timeout(connect=10, read=120),
-        )
-        self.own: Counter[tuple[str, str]] = Counter()
-        self._lock = threading.Lock()
-
-    def count(self, verb: str, resource: str) -> None:
-        with self._lock:
-            self.own[(verb, resource)] += 1
-
-    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            data = json.dumps(body).encode()
-        response = self.http.request(method, self.server + path, body=data, headers=headers)
-        if response.status >= 300:
-            raise RuntimeError(f"{method} {path}: {response.status} {response.data[:500]!r}")
-        return json.loads(response.data) if response.data[:1] == b"{" else response.data.decode()
-
-    def metrics(self) -> str:
-        return self.http.request("GET", self.server + "/metrics").data.decode()
-
-
-# ---- one watch per resource type, counting ---------------------------------------------------------
-
-
-@dataclass
-class Watch:
-    """List, then watch, one resource type in the namespace; keeps a small summary per object.
-
-    ``summarize`` turns an object into a dict of fields; ``flags`` names what is true
-    of a summary ("exists", "ready", ...). The watch keeps how many objects carry
-    each flag, and the first moment that count reached ``target`` (``reached``), so
-    a milestone's time is the arrival of the event that completed it, not when a
-    waiter woke up. ``changed[name][field]`` is when a field last changed.
-    """
-
-    api: Api
-    path: str
-    summarize: Callable[[dict], dict]
-    flags: Callable[[dict], set[str]]
-    objects: dict[str, dict] = field(default_factory=dict)
-    changed: dict[str, dict[str, float]] = field(default_factory=dict)
-    counts: Counter[str] = field(default_factory=Counter)
-    reached: dict[str, float] = field(default_factory=dict)
-    target: int = 0
-    events: int = 0
-    condition: threading.Condition = field(default_factory=threading.Condition)
-    stopping: bool = False
-
-    def start(self) -> None:
-        version = self._list()
-        threading.Thread(target=self._run, args=(version,), daemon=True).start()
-
-    def expect(self, target: int) -> None:
-        with self.condition:
-            self.target, self.reached = target, {}
-            self._check(time.monotonic())
-
-    def _list(self) -> str:
-        self.api.count("LIST", self.path)
-        listed = self.api.call("GET", self.path)
-        now = time.monotonic()
-        with self.condition:
-            for name in list(self.objects):
-                self._update(name, None, now)
-            for item in listed["items"]:
-                self._update(item["metadata"]["name"], item, now)
-            self.condition.notify_all()
-        return listed["metadata"]["resourceVersion"]
-
-    def _run(self, version: str) -> None:
-        while not self.stopping:
-            url = f"{self.api.server}{self.path}?watch=1&allowWatchBookmarks=true&timeoutSeconds=280"
-            try:
-                self.api.count("WATCH", self.path)
-                response = self.api.http.request(
-                    "GET",
-                    f"{url}&resourceVersion={version}",
-                    preload_content=False,
-                    timeout=urllib3.Timeout(connect=10, read=330),
-                )
-                for line in response:
-                    event = json.loads(line)
-                    now = time.monotonic()
-                    kind, obj = event["type"], event["object"]
-                    if kind == "ERROR":
-                        version = self._list()  # 410 Gone: the history was compacted
-                        break
-                    version = obj["metadata"]["resourceVersion"]
-                    if kind == "BOOKMARK":
-                        continue
-                    with self.condition:
-                        self.events += 1
-                        self._update(obj["metadata"]["name"], None if kind == "DELETED" else obj, now)
-                        self.condition.notify_all()
-                response.release_conn()
-            except (urllib3.exceptions.HTTPError, OSError, ValueError):
-                if self.stopping:
-                    return
-                time.sleep(0.5)  # allow-sleep: the pause before the watch reconnects
-
-    def _update(self, name: str, obj: dict | None, now: float) -> None:
-        old = self.objects.get(name)
-        new = self.summarize(obj) if obj is not None else None
-        old_flags = self.flags(old) if old is not None else set()
-        new_flags = self.flags(new) if new is not None else set()
-        for flag in old_flags - new_flags:
-            self.counts[flag] -= 1
-        for flag in new_flags - old_flags:
-            self.counts[flag] += 1
-        if new is None:
-            self.objects.pop(name, None)
-        else:
-            self.objects[name] = new
-            times = self.changed.setdefault(name, {})
-            for key, value in new.items():
-                if old is None or old.get(key) != value:
-                    times[key] = now
-        self._check(now)
-
-    def _check(self, now: float) -> None:
-        if self.target:
-            for flag, count in self.counts.items():
-                if count >= self.target and flag not in self.reached:
-                    self.reached[flag] = now
-
-    def wait(self, predicate: Callable[[Watch], bool], timeout: float) -> bool:
-        with self.condition:
-            return self.condition.wait_for(lambda: predicate(self), timeout)
 
 
 def _ready(obj: dict) -> bool:
@@ -470,65 +316,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class Operator:
-    """reward-operator run, as e2e/tests/conftest.py starts it, with the bench's own kubeconfig."""
+def start_operator(kubeconfig: Path, bin_dir: Path, log_path: Path, drift_interval: str) -> OperatorProcess:
+    """reward-operator run, as the e2e tests start it, with the bench's own kubeconfig ('' drift: the default)."""
+    operator = OperatorProcess(
+        kubeconfig, log_path, bin_dir=bin_dir, command=OPERATOR_COMMAND, env={DRIFT_ENV: drift_interval or None}
+    )
+    return operator.start(timeout=120)
 
-    def __init__(self, kubeconfig: Path, bin_dir: Path, log_path: Path, drift_interval: str):
-        self.metrics_port, liveness_port = free_port(), free_port()
-        self.log_path = log_path
-        env = dict(
-            os.environ,
-            KUBECONFIG=str(kubeconfig),
-            PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-            REWARD_OPERATOR_METRICS_PORT=str(self.metrics_port),
-        )
-        if drift_interval:
-            env["REWARD_OPERATOR_DRIFT_INTERVAL"] = drift_interval
-        else:
-            env.pop("REWARD_OPERATOR_DRIFT_INTERVAL", None)
-        self.drift_interval = drift_interval or str(Settings().drift_interval)
-        command = [
-            *OPERATOR_COMMAND,
-            "run",
-            "--standalone",
-            "-A",
-            f"--liveness=http://127.0.0.1:{liveness_port}/healthz",
-        ]
-        with open(log_path, "ab") as log:
-            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        self.pid = self.process.pid
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SystemExit(f"the operator exited at start-up:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{liveness_port}/healthz", timeout=1) as answer:
-                    if answer.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)  # allow-sleep: the pause between two liveness probes
-        raise SystemExit(f"the operator never became live:\n{log_path.read_text()[-3000:]}")
 
-    def reconciles(self) -> tuple[float, float]:
-        """(reconciles finished, seconds spent in them), from the operator's own metrics."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as answer:
-            text = answer.read().decode()
-        count = seconds = 0.0
-        for line in text.splitlines():
-            if line.startswith("reward_operator_reconcile_total{"):
-                count += float(line.rsplit(" ", 1)[1])
-            elif line.startswith("reward_operator_reconcile_duration_seconds_sum{"):
-                seconds += float(line.rsplit(" ", 1)[1])
-        return count, seconds
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+def reconcile_totals(operator: OperatorProcess) -> tuple[float, float]:
+    """(reconciles finished, seconds spent in them), of every kind, from the operator's own metrics."""
+    count = seconds = 0.0
+    for line in operator.metrics().splitlines():
+        if line.startswith("reward_operator_reconcile_total{"):
+            count += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("reward_operator_reconcile_duration_seconds_sum{"):
+            seconds += float(line.rsplit(" ", 1)[1])
+    return count, seconds
 
 
 # ---- one control plane -------------------------------------------------------------------------------
@@ -552,7 +356,7 @@ class Plane:
 
     def _prepare(self, state: controlplane.State, started: float) -> None:
         keys = self.directory / "pki"
-        self.api = Api(state.api_server, keys / "ca.crt", keys / "admin.crt", keys / "admin.key")
+        self.api = Api(state.api_server, keys / "ca.crt", keys / "admin.crt", keys / "admin.key", CONCURRENCY + 8)
         kubectl = self.plane.kubectl
         kubectl("apply", "--server-side", "--field-manager=bench", "-f", str(REPO / "runtimes"))
         nodes = bench_nodes(self.n)
@@ -631,7 +435,7 @@ def run_operator(n: int, floor: FloorResult | None) -> None:
             "apply", "--server-side", "--field-manager=bench", "-f", "-", input=yaml.safe_dump_all(identity)
         )
         log_path = Path(scratch) / "operator.log"
-        operator = Operator(kubeconfig, plane.plane.bin, log_path, DRIFT_INTERVAL)
+        operator = start_operator(kubeconfig, plane.plane.bin, log_path, DRIFT_INTERVAL)
         try:
             _measure_operator(n, plane, operator, floor, kubeconfig, log_path)
         finally:
@@ -643,9 +447,10 @@ def run_operator(n: int, floor: FloorResult | None) -> None:
 
 
 def _measure_operator(
-    n: int, plane: Plane, operator: Operator, floor: FloorResult | None, kubeconfig: Path, log_path: Path
+    n: int, plane: Plane, operator: OperatorProcess, floor: FloorResult | None, kubeconfig: Path, log_path: Path
 ) -> None:
     api = plane.api
+    first_drift = DRIFT_INTERVAL or str(Settings().drift_interval)
     rms = Watch(api, RM_PATH, rm_summary, rm_flags)
     isvcs = Watch(api, ISVC_PATH, isvc_summary, isvc_flags)
     for watch in (rms, isvcs):
@@ -653,7 +458,7 @@ def _measure_operator(
         watch.expect(n)
     rss_idle_empty = proc_status(operator.pid, "VmRSS")
     before, own_before = ApiCounts.read(api), Counter(api.own)
-    reconciles_before, _ = operator.reconciles()
+    reconciles_before, _ = reconcile_totals(operator)
     cpu_before = cpu_seconds(operator.pid)
     progress(f"operator: creating {n} RewardModels from {CONCURRENCY} threads ({load()})")
     load_at_start = load()
@@ -668,7 +473,7 @@ def _measure_operator(
     after = ApiCounts.read(api)
     own = Counter(api.own)
     own.subtract(own_before)
-    reconciles_after, reconcile_seconds = operator.reconciles()
+    reconciles_after, reconcile_seconds = reconcile_totals(operator)
     cpu_converge = cpu_seconds(operator.pid) - cpu_before
     hwm_converge = proc_status(operator.pid, "VmHWM")
     load_at_end = load()
@@ -682,7 +487,7 @@ def _measure_operator(
     # ---- convergence, printed at once (a later phase may run long)
     print(f"\nN = {n}: {n} RewardModels, one child InferenceService each (Standard mode, predictor and gateway)")
     print(f"  load at the start {load_at_start}; at convergence {load_at_end}")
-    print(f"  operator: drift interval {operator.drift_interval}s at first; {log_problems_line(log_path)}")
+    print(f"  operator: drift interval {first_drift}s at first; {log_problems_line(log_path)}")
     print("  convergence (from the first create; one watch per resource type):")
     floor_exists = floor.exists if floor else None
     floor_ready = floor.ready if floor else None
@@ -730,7 +535,7 @@ def _measure_operator(
     # ---- reconcile latency for single changes while the N objects exist
     progress(f"latency: {CHANGES} spec changes one after another ({load()})")
     child_ms, status_ms, missed = [], [], 0
-    lat_before, lat_reconciles_before = ApiCounts.read(api), operator.reconciles()[0]
+    lat_before, lat_reconciles_before = ApiCounts.read(api), reconcile_totals(operator)[0]
     latency_deadline = time.monotonic() + LATENCY_BUDGET_S
     for k in range(CHANGES):
         if time.monotonic() > latency_deadline:
@@ -762,7 +567,7 @@ def _measure_operator(
         else:
             missed += 1
     lat_delta = ApiCounts.read(api) - lat_before
-    lat_reconciles = operator.reconciles()[0] - lat_reconciles_before
+    lat_reconciles = reconcile_totals(operator)[0] - lat_reconciles_before
 
     print(f"  reconcile latency, {len(child_ms)} single spec changes (maxReplicas) one after another, {missed} missed:")
     if child_ms:
@@ -795,7 +600,7 @@ def _measure_operator(
         f"at the end {hwm_end / 1024:.0f} MB (goal <= {GOAL_RSS_MB} MB: {rss_verdict}); "
         f"RSS now {rss_end / 1024:.0f} MB"
     )
-    print_idle(f"idle with {n} objects, drift interval {operator.drift_interval}s", idle, n)
+    print_idle(f"idle with {n} objects, drift interval {first_drift}s", idle, n)
     sys.stdout.flush()
 
     # ---- restart with a long drift interval: resume, then idle again
@@ -805,14 +610,14 @@ def _measure_operator(
         progress(f"restart with drift interval {ALT_DRIFT}s ({load()})")
         restart_before = ApiCounts.read(api)
         restarted_at = time.monotonic()
-        second = Operator(kubeconfig, plane.plane.bin, log_path, ALT_DRIFT)
-        operator.process, operator.pid, operator.metrics_port = second.process, second.pid, second.metrics_port
+        operator.set_env({DRIFT_ENV: ALT_DRIFT})
+        operator.start(timeout=120)
         # Resume reconciles every RewardModel, and the first listing of the children
         # reconciles each owner once more: done when the count has stood still for 5 s.
         resumed, last_count, last_change = None, -1.0, time.monotonic()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            count = operator.reconciles()[0]
+            count = reconcile_totals(operator)[0]
             if count != last_count:
                 last_count, last_change = count, time.monotonic()
             elif count >= n and time.monotonic() - last_change >= 5:
@@ -820,7 +625,7 @@ def _measure_operator(
                 break
             time.sleep(0.5)  # allow-sleep: the pause between two reads of the operator's metrics
         resume_counts = ApiCounts.read(api) - restart_before
-        resume_reconciles = operator.reconciles()[0]
+        resume_reconciles = reconcile_totals(operator)[0]
         wait_until_quiet(operator)
         restart = (resumed, resume_counts, resume_reconciles, measure_idle(api, operator))
         restart_hwm = proc_status(operator.pid, "VmHWM")
@@ -854,12 +659,12 @@ class Idle:
     api: ApiCounts
 
 
-def wait_until_quiet(operator: Operator, quiet_s: float = 5.0, timeout_s: float = 120.0) -> None:
+def wait_until_quiet(operator: OperatorProcess, quiet_s: float = 5.0, timeout_s: float = 120.0) -> None:
     """Return once the operator has finished no reconcile for quiet_s (or after timeout_s)."""
     last, since = -1.0, time.monotonic()
     deadline = since + timeout_s
     while time.monotonic() < deadline:
-        count = operator.reconciles()[0]
+        count = reconcile_totals(operator)[0]
         if count != last:
             last, since = count, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
@@ -897,13 +702,14 @@ def wait_until_workloads_settle(api: Api, window_s: float = 30.0, below_per_s: f
         progress(f"the workloads still take {rate:.1f} writes/s ({load()})")
 
 
-def measure_idle(api: Api, operator: Operator) -> Idle:
+def measure_idle(api: Api, operator: OperatorProcess) -> Idle:
     progress(f"idle: {IDLE_S:.0f} s ({load()})")
-    before, reconciles_before, cpu_before = ApiCounts.read(api), operator.reconciles()[0], cpu_seconds(operator.pid)
+    before, reconciles_before = ApiCounts.read(api), reconcile_totals(operator)[0]
+    cpu_before = cpu_seconds(operator.pid)
     started = time.monotonic()
     time.sleep(IDLE_S)  # allow-sleep: idleness is what is measured, over a fixed span
     cpu, seconds = cpu_seconds(operator.pid) - cpu_before, time.monotonic() - started
-    return Idle(seconds, cpu, operator.reconciles()[0] - reconciles_before, ApiCounts.read(api) - before)
+    return Idle(seconds, cpu, reconcile_totals(operator)[0] - reconciles_before, ApiCounts.read(api) - before)
 
 
 def print_idle(title: str, idle: Idle, n: int) -> None:

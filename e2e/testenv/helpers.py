@@ -1,10 +1,16 @@
-"""Small helpers for tests that talk to a cluster."""
+"""Small helpers for tests that talk to a cluster: lookups, and waits on a RewardModel's status."""
 
 from __future__ import annotations
 
 import json
 
 import yaml
+
+from reward_testing.waiting import wait_until
+
+# KServe's workloads for one InferenceService carry this label (its value: the InferenceService's name).
+ISVC_LABEL = "serving.kserve.io/inferenceservice"
+GATEWAY_PREFIX = "REWARD_GATEWAY_"
 
 
 def get_json(cluster, *args: str) -> dict | None:
@@ -18,6 +24,63 @@ def condition(obj: dict | None, type_: str = "Ready") -> dict | None:
         if item.get("type") == type_:
             return item
     return None
+
+
+def wait_for_ready(cluster, namespace: str, name: str, generation: int | None = None, timeout: float = 120) -> dict:
+    """The RewardModel once it is Ready=True for its current (or the given) generation."""
+
+    def ready() -> dict | None:
+        obj = get_json(cluster, "rewardmodel", name, "-n", namespace)
+        if obj is None:
+            return None
+        found = condition(obj) or {}
+        wanted = generation or obj["metadata"]["generation"]
+        return obj if found.get("status") == "True" and found.get("observedGeneration") == wanted else None
+
+    return wait_until(f"{name} Ready=True through KServe", ready, timeout=timeout)
+
+
+def wait_for_condition(
+    cluster, namespace: str, name: str, type_: str, status: str, reason: str, saying: str = "", timeout: float = 120
+) -> dict:
+    """The RewardModel's condition ``type_`` once it has this status and reason, its message holding ``saying``."""
+
+    def reached() -> dict | None:
+        found = condition(get_json(cluster, "rewardmodel", name, "-n", namespace), type_) or {}
+        matches = (found.get("status"), found.get("reason")) == (status, reason)
+        return found if matches and saying in found.get("message", "") else None
+
+    return wait_until(f"{namespace}/{name} {type_}={status} ({reason}) {saying}", reached, timeout=timeout)
+
+
+def predictor_pod(cluster, namespace: str, isvc: str, deployment: str | None = None) -> dict | None:
+    """A pod of the InferenceService's predictor; with ``deployment``, one of that Deployment of KServe's
+    (the stable's or the canary's), by its name: <deployment>-<ReplicaSet hash>-<suffix>."""
+    listed = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}={isvc},component=predictor") or {}
+    prefix = f"{deployment}-"
+    return next(
+        (
+            pod
+            for pod in listed.get("items") or []
+            if deployment is None
+            or (pod["metadata"]["name"].startswith(prefix) and pod["metadata"]["name"][len(prefix) :].count("-") == 1)
+        ),
+        None,
+    )
+
+
+def gateway_env(cluster, namespace: str, isvc: str, only: str = "") -> dict[str, str]:
+    """The REWARD_GATEWAY_<only>* variables of the transformer Deployment KServe made for ``isvc``, named
+    without REWARD_GATEWAY_; empty while there is none."""
+    deployment = get_json(cluster, "deployment", f"{isvc}-transformer", "-n", namespace)
+    if deployment is None:
+        return {}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {
+        variable["name"].removeprefix(GATEWAY_PREFIX): variable.get("value", "")
+        for variable in container.get("env", [])
+        if variable["name"].startswith(GATEWAY_PREFIX + only)
+    }
 
 
 def server_dry_run(cluster, docs: list[dict], namespace: str | None = None) -> str:

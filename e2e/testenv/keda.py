@@ -41,8 +41,10 @@ mount holds the inode, not the path.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,8 +52,11 @@ from pathlib import Path
 import yaml
 
 from reward_testing import pki
+from reward_testing.ports import free_port
 
 from . import build
+from .addon import AddOn, Plane, log, wait_by
+from .helpers import condition
 
 KEDA_MODULE = "github.com/kedacore/keda/v2"
 # One pin: the version go/keda/go.mod requires (the binaries and the CRDs agree).
@@ -289,3 +294,73 @@ class HostsFile:
             yield
         finally:
             self._rewrite(lambda lines: [kept for kept in lines if kept != line])
+
+
+class Keda(AddOn):
+    """The add-on: kube-apiserver's front-proxy identity and KEDA's CRDs from the start, a quicker HPA
+    sync; started while the fake nodes register, ready once kube-apiserver serves its metrics API."""
+
+    name = f"KEDA {KEDA_VERSION}"
+    processes = (OPERATOR, ADAPTER)
+    build_components = ("keda",)
+    starts_with_the_nodes = True
+
+    def __init__(self) -> None:
+        self.started = 0.0
+
+    def api_server_flags(self, keys: pki.Pki, pki_dir: Path) -> list[str]:
+        # aggregated API servers (KEDA's metrics API) need kube-apiserver's front-proxy identity
+        return front_proxy_flags(keys, pki_dir)
+
+    def controller_manager_flags(self) -> list[str]:
+        # HPAs (KEDA's 1..N) act within seconds instead of the default 15 s
+        return ["--horizontal-pod-autoscaler-sync-period=2s"]
+
+    def crds(self) -> list[dict]:
+        return crds()
+
+    def start(self, plane: Plane, deadline: float) -> None:
+        """Namespace and certificates, then KEDA's operator and metrics API server (its CRDs are installed)."""
+        log(f"starting KEDA {KEDA_VERSION} operator and metrics API server")
+        for name in PORTS:
+            plane.state.ports[name] = free_port()
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        plane.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-", input=yaml.safe_dump(namespace))
+        cert_dir = plane.directory / "keda" / "certs"
+        certificates(plane.keys, cert_dir)
+        env = environment(plane.state.kubeconfig)
+        ports, kubeconfig = plane.state.ports, plane.state.kubeconfig
+        # the operator dials the scalers the ScaledObjects name, in-cluster names among them: it
+        # resolves them through a hosts file of this control plane's
+        hosts = HostsFile.create(hosts_file(plane.directory))
+        plane.spawn(OPERATOR, with_private_hosts(operator_command(plane.bin / OPERATOR, kubeconfig, cert_dir, ports),
+                                                 hosts.path), env=env)  # fmt: skip
+        plane.spawn(ADAPTER, adapter_command(plane.bin / ADAPTER, kubeconfig, cert_dir, ports), env=env)
+        self.started = time.monotonic()
+
+    def wait(self, plane: Plane, deadline: float) -> None:
+        """The operator's health probe, the adapter's, then the external metrics API served
+        through kube-apiserver (the path the HPA controller takes)."""
+        ports = plane.state.ports
+        plane.wait_healthy(f"http://127.0.0.1:{ports['keda-health']}/readyz", deadline, OPERATOR, tls=False)
+        log(f"KEDA operator healthy {time.monotonic() - self.started:.1f}s after its start")
+        plane.wait_healthy(f"https://127.0.0.1:{ports['keda-adapter']}/readyz", deadline, ADAPTER)
+        log(f"KEDA metrics API server healthy {time.monotonic() - self.started:.1f}s after its start; registering it")
+        objects = api_service_objects(ports["keda-adapter"], plane.keys.ca_cert.read_bytes())
+        plane.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-", input=yaml.safe_dump_all(objects))
+
+        def available() -> bool:
+            plane.fail_if_exited(ADAPTER)
+            api_service = json.loads(plane.kubectl("get", "apiservice", API_SERVICE, "-o", "json").stdout)
+            return (condition(api_service, "Available") or {}).get("status") == "True"
+
+        wait_by(deadline, f"APIService {API_SERVICE} Available (kube-apiserver reaches KEDA's metrics API server)",
+                available)  # fmt: skip
+        log(f"KEDA's external metrics API available {time.monotonic() - self.started:.1f}s after the start")
+
+    @staticmethod
+    def health_checks(ports: dict[str, int]) -> dict[str, tuple[str, bool]]:
+        return {
+            OPERATOR: (f"http://127.0.0.1:{ports.get('keda-health')}/readyz", False),
+            ADAPTER: (f"https://127.0.0.1:{ports.get('keda-adapter')}/readyz", True),
+        }

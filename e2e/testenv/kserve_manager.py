@@ -15,13 +15,17 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from reward_testing import pki
+from reward_testing.ports import free_port
 
 from . import images, kserve
+from .addon import AddOn, Plane, log, wait_by
 
 NAME = "kserve-manager"  # process name in the State, and binary name
 NAMESPACE = "kserve"  # POD_NAMESPACE: where the manager reads its ConfigMap
@@ -123,3 +127,60 @@ def probe_inference_service() -> dict:
 
 def defaulted_protocol(inference_service: dict) -> str | None:
     return inference_service["spec"]["predictor"]["model"].get("protocolVersion")
+
+
+class KServeManager(AddOn):
+    """The add-on: started while the fake nodes register, ready once its webhooks default a dry run.
+
+    ``edit_config``: a change to KServe's ConfigMap before the manager reads it (LocalModel's)."""
+
+    name = f"KServe {kserve.KSERVE_VERSION} manager"
+    processes = (NAME,)
+    build_components = ("kserve",)
+    starts_with_the_nodes = True
+
+    def __init__(self, edit_config: Callable[[dict], dict] | None = None):
+        self.edit_config = edit_config
+        self.started = 0.0
+
+    def start(self, plane: Plane, deadline: float) -> None:
+        """Namespace, ConfigMap and serving certificate, then KServe's manager (its CRDs are installed)."""
+        log(f"starting KServe {kserve.KSERVE_VERSION} manager (controller and webhooks)")
+        for name in PORTS:
+            plane.state.ports[name] = free_port()
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        config = inference_service_config()
+        if self.edit_config is not None:
+            config = self.edit_config(config)
+        plane.kubectl(
+            "apply", "--server-side", "--field-manager=testenv", "-f", "-",
+            input=yaml.safe_dump_all([namespace, config]),
+        )  # fmt: skip
+        scratch = plane.directory / "kserve-manager"
+        serving_certificate(plane.keys, cert_dir(scratch))
+        plane.spawn(NAME, manager_command(plane.bin / NAME, plane.state.kubeconfig, plane.state.ports),
+                    env=manager_env(scratch))  # fmt: skip
+        self.started = time.monotonic()
+
+    def wait(self, plane: Plane, deadline: float) -> None:
+        """Health probe, then KServe's webhooks registered and answering through the API server."""
+        # healthz is the webhook server's own started-check: a TLS dial of its port
+        plane.wait_healthy(f"http://127.0.0.1:{plane.state.ports['kserve-health']}/healthz", deadline, NAME, tls=False)
+        log(f"KServe manager healthy {time.monotonic() - self.started:.1f}s after its start; registering its webhooks")
+        hooks = webhook_configurations(plane.state.ports["kserve-webhook"], plane.keys.ca_cert.read_bytes())
+        plane.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-", input=yaml.safe_dump_all(hooks))
+        probe = json.dumps(probe_inference_service())
+
+        def defaulted() -> bool:
+            plane.fail_if_exited(NAME)
+            result = plane.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe, check=False)
+            return result.returncode == 0 and defaulted_protocol(json.loads(result.stdout)) == "v2"
+
+        wait_by(
+            deadline, "KServe's defaulting webhook (a dry-run InferenceService given protocolVersion v2)", defaulted
+        )
+        log(f"KServe webhooks answering {time.monotonic() - self.started:.1f}s after the manager's start")
+
+    @staticmethod
+    def health_checks(ports: dict[str, int]) -> dict[str, tuple[str, bool]]:
+        return {NAME: (f"http://127.0.0.1:{ports.get('kserve-health')}/healthz", False)}

@@ -23,10 +23,19 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from . import kserve_manager
+import yaml
+
+from reward_testing.ports import free_port
+
+from . import kserve, kserve_manager
+from .addon import AddOn, Plane, log, wait_by
+
+E2E = Path(__file__).resolve().parent.parent  # the folder holding the testenv package
 
 NAME = "kserve-localmodel"  # process name in the State, and binary name
 PORTS = ("localmodel-metrics", "localmodel-health", "localmodel-webhook")
@@ -202,3 +211,73 @@ def downloads_ready(nodes_dir: Path) -> Path:
 
 def downloads_command(python: str, kubeconfig: str, nodes_dir: Path) -> list[str]:
     return [python, "-m", "testenv.node_downloads", f"--kubeconfig={kubeconfig}", f"--nodes={nodes_dir}"]
+
+
+class LocalModel(AddOn):
+    """The add-on: after KServe's manager (whose ConfigMap it reads at start); ready once its webhook
+    admits a dry-run cache and every GPU node's agent and the download stand-in listen."""
+
+    name = f"KServe {kserve.KSERVE_VERSION} LocalModel controller"
+    processes = (NAME,)  # the agents and the download stand-in are named per node: down stops them first
+
+    def __init__(self) -> None:
+        self.started = 0.0
+
+    def start(self, plane: Plane, deadline: float) -> None:
+        """KServe's LocalModel controller with its serving certificate."""
+        self.started = time.monotonic()
+        log(f"starting KServe {kserve.KSERVE_VERSION} LocalModel controller")
+        for name in PORTS:
+            plane.state.ports[name] = free_port()
+        scratch = plane.directory / NAME
+        kserve_manager.serving_certificate(plane.keys, kserve_manager.cert_dir(scratch))
+        plane.spawn(NAME, controller_command(plane.bin / NAME, plane.state.kubeconfig, plane.state.ports),
+                    env=kserve_manager.manager_env(scratch))  # fmt: skip
+
+    def wait(self, plane: Plane, deadline: float) -> None:
+        """Its health, its webhook, the job namespace and node group, then the node agents."""
+        ports = plane.state.ports
+        plane.wait_healthy(f"http://127.0.0.1:{ports['localmodel-health']}/healthz", deadline, NAME, tls=False)
+        hooks = webhook_configurations(ports["localmodel-webhook"], plane.keys.ca_cert.read_bytes())
+        plane.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-",
+                      input=yaml.safe_dump_all([*hooks, *objects()]))  # fmt: skip
+        probe = json.dumps(probe_cache())
+
+        def validated() -> bool:
+            plane.fail_if_exited(NAME)
+            return plane.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False).returncode == 0
+
+        wait_by(deadline, "KServe's LocalModelCache webhook (a dry-run cache admitted)", validated)
+        log(f"LocalModel controller and webhook ready {time.monotonic() - self.started:.1f}s after its start")
+        self._start_node_agents(plane, deadline)
+
+    @staticmethod
+    def _start_node_agents(plane: Plane, deadline: float) -> None:
+        """KServe's LocalModel node agent on each GPU node, each with a disk of its own, and the
+        stand-in for their download pods' container (see ``node_downloads``)."""
+        nodes = gpu_nodes(plane.fake_nodes())
+        disks = node_disks(plane.directory, nodes)
+        log(f"starting KServe's LocalModel node agents on {', '.join(nodes)} (a private /mnt each)")
+        python_path = [str(E2E), str(E2E.parent / "testing"), os.environ.get("PYTHONPATH", "")]
+        plane.spawn(
+            DOWNLOADS,
+            downloads_command(sys.executable, plane.state.kubeconfig, plane.directory / "nodes"),
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, python_path))),
+        )
+        for node, disk in disks.items():
+            port = plane.state.ports[f"{AGENT}-{node}"] = free_port()
+            plane.spawn(f"{AGENT}-{node}", agent_command(plane.bin / AGENT, plane.state.kubeconfig, disk, port),
+                        env=dict(os.environ, NODE_NAME=node))  # fmt: skip
+        for node in nodes:
+            name = f"{AGENT}-{node}"
+            plane.wait_healthy(f"http://127.0.0.1:{plane.state.ports[name]}/readyz", deadline, name, tls=False)
+
+        def downloader_listening() -> bool:
+            plane.fail_if_exited(DOWNLOADS)
+            return downloads_ready(plane.directory / "nodes").exists()
+
+        wait_by(deadline, "the download stand-in watching the job namespace", downloader_listening, interval=0.1)
+
+    @staticmethod
+    def health_checks(ports: dict[str, int]) -> dict[str, tuple[str, bool]]:
+        return {NAME: (f"http://127.0.0.1:{ports.get('localmodel-health')}/healthz", False)}

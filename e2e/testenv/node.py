@@ -30,14 +30,17 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
 
+from reward_testing import pki
+from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
-from . import build
+from . import addon, build, images
 
 NAME = "real-node"  # the Node object's name
 CONTAINERD = "containerd"
@@ -596,3 +599,76 @@ def host_state() -> dict:
         "node_processes": _node_processes(),
         "record": HOST_RECORD.exists() or RUN_DIR.exists(),
     }
+
+
+class RealNode(addon.AddOn):
+    """The add-on: kube-apiserver reachable from pods at the host's ``address``; started after kwok's
+    nodes, and ready once the Node is Ready (``start`` waits for all of it)."""
+
+    name = f"real node {NAME}"
+    processes = (*PROCESSES, STORAGE)
+    build_components = ("containerd", "cni", "coredns")
+
+    def __init__(self, address: str):
+        self.address = address
+
+    def serving_addresses(self) -> tuple[str, ...]:
+        # pods on the real node reach the API server at the host's address (the kubernetes Service's
+        # endpoint), so its serving certificate names that address too
+        return (self.address,)
+
+    def api_server_flags(self, keys: pki.Pki, pki_dir: Path) -> list[str]:
+        return [
+            # pods reach it through the kubernetes Service, whose endpoint is the advertised
+            # address; the host's own clients keep using 127.0.0.1
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={self.address}",
+            # logs, exec and port-forward dial the node's address, not its host name (which
+            # does not resolve here)
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+        ]
+
+    def start(self, plane: addon.Plane, deadline: float) -> None:
+        """The host prepared (recorded for ``down``), containerd with the images built here imported,
+        then CoreDNS, kube-proxy and the kubelet, and the models' storage server; returns once the
+        Node is Ready."""
+        started = time.monotonic()
+        node_dir = plane.directory / "node"
+        addon.log(f"starting the real node {NAME} at {self.address} (kubelet, containerd, CNI, kube-proxy, CoreDNS)")
+        prepare_host(plane.directory, node_dir)
+        ports = plane.state.ports
+        for name in PORT_NAMES:
+            ports[name] = free_port()
+        commands = write_configs(node_dir, plane.bin, plane.state.kubeconfig, self.address, ports, images.PAUSE_IMAGE)
+        env = process_environment(plane.bin)
+        plane.spawn(CONTAINERD, commands[CONTAINERD], env=env)
+
+        def containerd_listening() -> bool:
+            plane.fail_if_exited(CONTAINERD)
+            return CONTAINERD_SOCKET.is_socket()
+
+        addon.wait_by(deadline, "containerd listening", containerd_listening, interval=0.3)
+        plane.load_images(IMAGES)
+        for name in (COREDNS, KUBE_PROXY, KUBELET):
+            plane.spawn(name, commands[name], env=env)
+        for name, url in health_urls(ports).items():
+            plane.wait_healthy(url, deadline, name, tls=False)
+        # the models' storage server: KServe's storage initializer downloads from it, as it would
+        # from a bucket or a model server of the user's (http(s):// model URIs)
+        storage = storage_dir(plane.directory)
+        storage.mkdir(parents=True, exist_ok=True)
+        ports[STORAGE] = free_port()
+        plane.spawn(STORAGE, storage_command(sys.executable, storage, self.address, ports[STORAGE]))
+        remaining = max(5, int(deadline - time.monotonic()))
+        plane.kubectl("wait", "--for=condition=Ready", f"--timeout={remaining}s", f"node/{NAME}")
+        addon.log(f"real node Ready {time.monotonic() - started:.1f}s after its start")
+
+    @staticmethod
+    def health_checks(ports: dict[str, int]) -> dict[str, tuple[str, bool]]:
+        return {process: (url, False) for process, url in health_urls(ports).items()}
+
+    @staticmethod
+    def clean(directory: Path) -> None:
+        if owned_by(directory):
+            # the containers, shims, mounts, chains and the bridge outlive the node's processes
+            clean_host()

@@ -22,13 +22,9 @@ import collections
 import concurrent.futures
 import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,12 +38,11 @@ from kubernetes import config as k8s_config
 
 from reward_operator.cluster.client import REQUEST_TIMEOUT
 from reward_operator.controllers.runner import RETRY_DELAY
-from reward_testing.operator_metrics import reward_model_reconciles
 from reward_testing.paths import REPO
-from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 from testenv.controlplane import ControlPlane
 from testenv.helpers import condition
+from testenv.operator_process import DRIFT_ENV, OperatorProcess
 
 pytestmark = [
     pytest.mark.integration,
@@ -61,7 +56,6 @@ GROUP, VERSION, PLURAL = "serving.rlhf.dev", "v1alpha1", "rewardmodels"
 ISVC_GROUP, ISVC_VERSION, ISVC_PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
 NAMESPACE = "chaos"
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/rewardmodel-sequence-standard.yaml").read_text())
-OPERATOR = Path(sys.executable).parent / "reward-operator"
 # kopf's annotations on our objects: the diff base it keeps, and per-handler progress while a handler runs
 HANDLED = f"{GROUP}/last-handled-configuration"
 FINALIZER = f"{GROUP}/reward-operator"
@@ -102,88 +96,23 @@ def api_of(kubeconfig: str) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
-class Operator:
-    """reward-operator as its own process, killable and restartable; its log accumulates over restarts."""
-
-    def __init__(self, name: str, kubeconfig: str, directory: Path, *mode: str, drift: str | None = "3600"):
-        self.name = name
-        # REWARD_OPERATOR_DRIFT_INTERVAL; None: the operator's default (an hour, as "3600": the backstop never
-        # fires within a test, so what converges did so through the watches, kopf's resume handling and the
-        # re-check of unsettled objects).
-        self.drift = drift
-        self.kubeconfig = kubeconfig
-        self.mode = mode or ("--standalone",)
-        self.log_path = directory / f"{name}.log"
-        self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
-        self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
-        self.process: subprocess.Popen | None = None
-        self.starts = 0
-        self.kills = 0
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def start(self) -> None:
-        port = self.metrics_url.rsplit(":", 1)[1].split("/")[0]
-        env = dict(os.environ, KUBECONFIG=self.kubeconfig, REWARD_OPERATOR_METRICS_PORT=port)
-        env.pop("REWARD_OPERATOR_DRIFT_INTERVAL", None)
-        if self.drift is not None:
-            env["REWARD_OPERATOR_DRIFT_INTERVAL"] = self.drift
-        command = [str(OPERATOR), "run", *self.mode, "-A", f"--liveness={self.liveness_url}"]
-        with open(self.log_path, "ab") as out:
-            self.process = subprocess.Popen(
-                command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )  # fmt: skip
-        self.starts += 1
-        wait_until(f"{self.name}'s liveness endpoint", self._healthy, timeout=60)
-
-    def _healthy(self) -> bool:
-        assert self.alive(), f"{self.name} exited:\n{self.log()[-4000:]}"
-        try:
-            with urllib.request.urlopen(self.liveness_url, timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self) -> None:
-        """kill -9: no shutdown handlers, no cleanup of kopf's annotations or peering record."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
-        self.kills += 1
-
-    def stop(self) -> None:
-        if not self.alive():
-            return
-        assert self.process is not None
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def reconciles(self) -> float:
-        return reward_model_reconciles(self.metrics_url)
-
-    def log_lines(self, *needles: str) -> list[str]:
-        return [line for line in self.log().splitlines() if any(needle in line for needle in needles)]
+def chaos_operator(
+    name: str, kubeconfig: str, directory: Path, *args: str, drift: str | None = "3600"
+) -> OperatorProcess:
+    """reward-operator as its own process, killable and restartable; its log (``<name>.log``) accumulates
+    over restarts. ``drift``: REWARD_OPERATOR_DRIFT_INTERVAL; None: the operator's default (an hour, as
+    "3600": the backstop never fires within a test, so what converges did so through the watches, kopf's
+    resume handling and the re-check of unsettled objects)."""
+    return OperatorProcess(
+        kubeconfig, directory / f"{name}.log", args=args or ("--standalone",), env={DRIFT_ENV: drift}, name=name
+    )
 
 
 @pytest.fixture
-def operators() -> Iterator[list[Operator]]:
+def operators() -> Iterator[list[OperatorProcess]]:
     """Operators a test starts (append them); each is stopped afterwards and its counts printed
     (E2E_SHOW_OPERATOR_LOG=1 prints its whole log)."""
-    started: list[Operator] = []
+    started: list[OperatorProcess] = []
     yield started
     for operator in started:
         operator.stop()
@@ -333,7 +262,7 @@ def status_problems(custom: k8s.CustomObjectsApi, bookkeeping: bool = True) -> l
 def test_operator_killed_during_a_mass_create_converges_without_duplicates_or_orphans(plane, operators, tmp_path):
     assert plane.state is not None
     custom = k8s.CustomObjectsApi(api_of(plane.state.kubeconfig))
-    operator = Operator("operator", plane.state.kubeconfig, tmp_path)
+    operator = chaos_operator("operator", plane.state.kubeconfig, tmp_path)
     operators.append(operator)
     operator.start()
     first_pid = operator.pid
@@ -408,7 +337,7 @@ def test_operator_recovers_from_a_restart_of(component, plane, operators, tmp_pa
     of unsettled objects) rides out a restart of the component."""
     assert plane.state is not None
     custom = k8s.CustomObjectsApi(api_of(plane.state.kubeconfig))
-    operator = Operator("operator", plane.state.kubeconfig, tmp_path, drift=None)
+    operator = chaos_operator("operator", plane.state.kubeconfig, tmp_path, drift=None)
     operators.append(operator)
     operator.start()
     pid = operator.pid
@@ -587,11 +516,11 @@ INACTIVE_WATCH = "Watch-stream for rewardmodels.v1alpha1.serving.rlhf.dev cluste
 EVENT_SEEN = "Handler 'register.<locals>.reward_model_event' succeeded."
 
 
-def _operator_behind_a_stall(plane, operators, proxied_kubeconfig, tmp_path) -> tuple[Operator, StallingProxy]:
+def _operator_behind_a_stall(plane, operators, proxied_kubeconfig, tmp_path) -> tuple[OperatorProcess, StallingProxy]:
     """An operator talking to the API server through the proxy, one RewardModel converged."""
     kubeconfig, proxy = proxied_kubeconfig
     custom = k8s.CustomObjectsApi(api_of(plane.state.kubeconfig))  # the test itself goes straight to the API server
-    operator = Operator("operator", kubeconfig, tmp_path, "--standalone", "-v")
+    operator = chaos_operator("operator", kubeconfig, tmp_path, "--standalone", "-v")
     operators.append(operator)
     operator.start()
     create(custom, "stalled")
@@ -732,8 +661,8 @@ def test_two_replicas_with_peering_only_the_higher_priority_one_acts(plane, oper
     plane.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", input=yaml.safe_dump(peering))
 
     kubeconfig = plane.state.kubeconfig
-    high = Operator("high", kubeconfig, tmp_path, "--peering", PEERING, "--priority", "100")
-    low = Operator("low", kubeconfig, tmp_path, "--peering", PEERING, "--priority", "10")
+    high = chaos_operator("high", kubeconfig, tmp_path, "--peering", PEERING, "--priority", "100")
+    low = chaos_operator("low", kubeconfig, tmp_path, "--peering", PEERING, "--priority", "10")
     operators.extend([high, low])
     high.start()
     wait_until("the high-priority replica in the peering", lambda: len(peers(custom)) == 1, timeout=60)

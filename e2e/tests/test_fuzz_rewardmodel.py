@@ -49,7 +49,6 @@ import json
 import os
 import re
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -939,14 +938,6 @@ def _log_from(operator, offset: int) -> str:
     return operator.log_path.read_bytes()[offset:].decode(errors="replace")
 
 
-def _liveness_ok(operator) -> bool:
-    try:
-        with urllib.request.urlopen(operator.liveness_url, timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 # ---- the test --------------------------------------------------------------------------------------
 
 
@@ -1009,7 +1000,7 @@ def test_fuzzed_specs_end_in_defined_states(cluster, kserve_runs, operator):
         print(f"fuzz: {count} cases of the known bug {bug!r} (see its xfail test)")
 
     assert operator.alive() and operator.process.pid == pid, "the operator exited or was replaced"
-    assert _liveness_ok(operator), "the operator's liveness endpoint stopped answering"
+    assert operator.live(), "the operator's liveness endpoint stopped answering"
     assert not unhandled, "the operator logged unhandled errors:\n" + "\n".join(unhandled[:20])
     assert not tally.failures, f"{len(tally.failures)} objects did not end in a defined state:\n" + "\n".join(
         tally.failures[:15]

@@ -15,13 +15,12 @@ import yaml
 
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
-from testenv.helpers import condition, get_json
+from testenv.helpers import ISVC_LABEL, get_json, wait_for_ready
 
 pytestmark = pytest.mark.usefixtures("kserve_runs")  # skipped where the cluster has no KServe
 
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/rewardmodel-sequence-allowed-clients.yaml").read_text())
 NAME = SAMPLE["metadata"]["name"]
-ISVC_LABEL = "serving.kserve.io/inferenceservice"
 
 
 def selector(label_selector: dict) -> str:
@@ -46,19 +45,9 @@ def policy(cluster, namespace: str, name: str) -> dict | None:
     return get_json(cluster, "networkpolicy", name, "-n", namespace)
 
 
-def wait_for_ready(cluster, namespace: str) -> dict:
-    def ready():
-        obj = get_json(cluster, "rewardmodel", NAME, "-n", namespace)
-        found = condition(obj) or {}
-        return obj if found.get("status") == "True" and found.get("observedGeneration") == obj["metadata"][
-            "generation"] else None  # fmt: skip
-
-    return wait_until(f"{NAME} Ready=True through KServe", ready, timeout=120)
-
-
 def test_allowed_clients_select_kserves_pods_and_go_away_with_the_field(cluster, namespace, operator):
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(SAMPLE))
-    reward_model = wait_for_ready(cluster, namespace)
+    reward_model = wait_for_ready(cluster, namespace, NAME)
     uid = reward_model["metadata"]["uid"]
 
     wanted = {"transformer": f"{NAME}-gateway", "predictor": f"{NAME}-predictor"}
@@ -106,4 +95,4 @@ def test_allowed_clients_select_kserves_pods_and_go_away_with_the_field(cluster,
         timeout=60,
     )
     assert policy(cluster, namespace, f"{NAME}-by-hand") is not None
-    wait_for_ready(cluster, namespace)  # the model keeps serving
+    wait_for_ready(cluster, namespace, NAME)  # the model keeps serving

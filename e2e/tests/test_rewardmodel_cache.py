@@ -20,7 +20,7 @@ import yaml
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
 from testenv import localmodel
-from testenv.helpers import condition, get_json
+from testenv.helpers import condition, get_json, predictor_pod, wait_for_condition
 
 GPU_NODES = ("kwok-gpu-0", "kwok-gpu-1")  # the node group "gpu" of testenv.localmodel
 MANAGED = "app.kubernetes.io/managed-by=reward-operator"
@@ -118,24 +118,6 @@ def on_disks(disks: dict[str, localmodel.NodeDisk], uri: str) -> list[str]:
 
 def removed_from_disks(disks: dict[str, localmodel.NodeDisk], uri: str) -> None:
     wait_until(f"KServe's agents removing {uri} from the node disks", lambda: not on_disks(disks, uri), timeout=60)
-
-
-def predictor_pod(cluster, namespace: str, isvc: str) -> dict | None:
-    selector = f"serving.kserve.io/inferenceservice={isvc},component=predictor"
-    listed = get_json(cluster, "pods", "-n", namespace, "-l", selector)
-    return ((listed or {}).get("items") or [None])[0]
-
-
-def wait_for_condition(
-    cluster, namespace: str, name: str, type_: str, status: str, reason: str, saying: str = ""
-) -> dict:
-    def reached():
-        obj = get_json(cluster, "rewardmodel", name, "-n", namespace)
-        found = condition(obj, type_) or {}
-        matches = (found.get("status"), found.get("reason")) == (status, reason)
-        return found if matches and saying in found.get("message", "") else None
-
-    return wait_until(f"{namespace}/{name} {type_}={status} ({reason}) {saying}", reached, timeout=90)
 
 
 def delete_reward_model(cluster, namespace: str, name: str, operator_stopped: bool = False) -> None:

@@ -26,7 +26,7 @@ from reward_gateway.gateway import Gateway
 from reward_gateway.metrics import GatewayMetrics
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
-from testenv.helpers import condition, get_json
+from testenv.helpers import ISVC_LABEL, condition, gateway_env, get_json, predictor_pod, wait_for_condition
 
 pytestmark = pytest.mark.usefixtures("kserve_runs")  # skipped where the cluster has no KServe
 
@@ -34,7 +34,6 @@ NAME = "skywork-rm"
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/rewardmodel-sequence-standard.yaml").read_text())
 CANDIDATE_URI = "hf://Skywork/Skywork-Reward-V2-Qwen3-8B"
 CANARY_DEPLOYMENT = f"{NAME}-canary-predictor"  # KServe's <isvc>-<predictor name>-predictor
-ISVC_LABEL = "serving.kserve.io/inferenceservice"
 
 
 def apply_with_canary(cluster, namespace: str, **canary) -> None:
@@ -51,45 +50,15 @@ def rollout(cluster, namespace: str) -> dict:
     return (reward_model(cluster, namespace).get("status") or {}).get("canary") or {}
 
 
-def gateway_env(cluster, namespace: str) -> dict[str, str]:
-    """The REWARD_GATEWAY_CANARY_* variables of the transformer Deployment KServe made."""
-    deployment = get_json(cluster, "deployment", f"{NAME}-transformer", "-n", namespace)
-    if deployment is None:
-        return {}
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return {
-        e["name"].removeprefix("REWARD_GATEWAY_"): e.get("value", "")
-        for e in container.get("env", [])
-        if e["name"].startswith("REWARD_GATEWAY_CANARY_")
-    }
-
-
-def wait_for_condition(cluster, namespace: str, type_: str, status: str, reason: str, timeout: float = 120) -> dict:
-    def reached():
-        found = condition(reward_model(cluster, namespace), type_) or {}
-        return found if (found.get("status"), found.get("reason")) == (status, reason) else None
-
-    return wait_until(f"{type_}={status} ({reason})", reached, timeout=timeout)
+def canary_settings(cluster, namespace: str) -> dict[str, str]:
+    """The gateway's REWARD_GATEWAY_CANARY_* variables (as CANARY_*) in KServe's transformer Deployment."""
+    return gateway_env(cluster, namespace, NAME, only="CANARY_")
 
 
 def warnings(cluster, namespace: str, reason: str) -> list[dict]:
     selector = f"involvedObject.kind=RewardModel,involvedObject.name={NAME},type=Warning,reason={reason}"
     listed = get_json(cluster, "events", "-n", namespace, "--field-selector", selector)
     return (listed or {}).get("items", [])
-
-
-def predictor_pod(cluster, namespace: str, deployment: str) -> dict | None:
-    """A pod of one of KServe's predictor Deployments (the stable's or the candidate's), by name prefix."""
-    pods = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}={NAME},component=predictor") or {}
-    prefix = deployment + "-"
-    return next(
-        (
-            p
-            for p in pods.get("items", [])
-            if p["metadata"]["name"].startswith(prefix) and p["metadata"]["name"][len(prefix) :].count("-") == 1
-        ),
-        None,
-    )
 
 
 def test_the_candidate_runs_as_kserves_canary_predictor_behind_the_gateway(cluster, namespace, operator):
@@ -107,7 +76,7 @@ def test_the_candidate_runs_as_kserves_canary_predictor_behind_the_gateway(clust
     # KServe's storage initializer (injected into the pods by its webhook) downloads the candidate's
     # weights into the candidate's pods, and the stable model's into the stable ones
     candidate_pod, stable_pod = (
-        wait_until(f"{deployment_name}'s pod", lambda d=deployment_name: predictor_pod(cluster, namespace, d))
+        wait_until(f"{deployment_name}'s pod", lambda d=deployment_name: predictor_pod(cluster, namespace, NAME, d))
         for deployment_name in (CANARY_DEPLOYMENT, f"{NAME}-predictor")
     )
     assert CANDIDATE_URI in json.dumps(candidate_pod["spec"]["initContainers"])
@@ -130,13 +99,13 @@ def test_the_candidate_runs_as_kserves_canary_predictor_behind_the_gateway(clust
     assert "--max-model-len=16384" in stable["spec"]["template"]["spec"]["containers"][0]["args"]
 
     # the gateway KServe deploys is pointed at that very Service
-    env = wait_until("the gateway's canary settings", lambda: gateway_env(cluster, namespace) or None)
+    env = wait_until("the gateway's canary settings", lambda: canary_settings(cluster, namespace) or None)
     assert env["CANARY_URL"] == f"http://{CANARY_DEPLOYMENT}.{namespace}.svc.cluster.local"
     assert env["CANARY_MODE"] == "shadow" and "CANARY_PERCENT" not in env
 
     # KServe reports the candidate available once kwok runs its pod: shadowing starts
-    wait_for_condition(cluster, namespace, "CanaryReady", "True", "CandidateReady")
-    wait_for_condition(cluster, namespace, "CanaryProgressing", "True", "Shadowing")
+    wait_for_condition(cluster, namespace, NAME, "CanaryReady", "True", "CandidateReady")
+    wait_for_condition(cluster, namespace, NAME, "CanaryProgressing", "True", "Shadowing")
     status = rollout(cluster, namespace)
     assert status["phase"] == "Shadowing" and status["percent"] == 0
     assert status["candidate"] == env["CANARY_NAME"]
@@ -147,24 +116,32 @@ def test_the_candidate_runs_as_kserves_canary_predictor_behind_the_gateway(clust
 
 def test_a_split_starts_at_its_first_step_and_rolls_back_once_when_the_candidate_fails(cluster, namespace, operator):
     apply_with_canary(cluster, namespace, mode="split", steps=[10, 50, 100], interval="30s")
-    wait_for_condition(cluster, namespace, "CanaryProgressing", "True", "StepRunning")
+    wait_for_condition(cluster, namespace, NAME, "CanaryProgressing", "True", "StepRunning")
     assert rollout(cluster, namespace)["percent"] == 10
-    wait_until("the gateway told 10%", lambda: gateway_env(cluster, namespace).get("CANARY_PERCENT") == "10")
+    wait_until(
+        "the gateway told 10%",
+        lambda: canary_settings(cluster, namespace).get("CANARY_PERCENT") == "10",
+    )
 
     # the candidate's pod stops being Ready (as a vLLM that hangs would): KServe reports the canary
     # unavailable, and the operator takes its share away
-    candidate_pod = wait_until("the candidate's pod", lambda: predictor_pod(cluster, namespace, CANARY_DEPLOYMENT))
+    candidate_pod = wait_until(
+        "the candidate's pod", lambda: predictor_pod(cluster, namespace, NAME, CANARY_DEPLOYMENT)
+    )
     unready = {"status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "ContainersReady",
                                                                                  "status": "False"}]}}  # fmt: skip
     cluster.kubectl(
         "patch", "pod", candidate_pod["metadata"]["name"], "-n", namespace, "--subresource=status",
         "-p", json.dumps(unready),
     )  # fmt: skip
-    progressing = wait_for_condition(cluster, namespace, "CanaryProgressing", "False", "RolledBack")
+    progressing = wait_for_condition(cluster, namespace, NAME, "CanaryProgressing", "False", "RolledBack")
     assert "not Ready" in progressing["message"] and "from 10%" in progressing["message"]
     assert condition(reward_model(cluster, namespace), "CanaryReady")["status"] == "False"
     assert rollout(cluster, namespace)["percent"] == 0
-    wait_until("the gateway told 0%", lambda: gateway_env(cluster, namespace).get("CANARY_PERCENT") == "0")
+    wait_until(
+        "the gateway told 0%",
+        lambda: canary_settings(cluster, namespace).get("CANARY_PERCENT") == "0",
+    )
 
     # several more looks at the rollout (its timer runs every 2 s here): still one Warning event
     seen = operator.reconciles()
@@ -175,7 +152,7 @@ def test_a_split_starts_at_its_first_step_and_rolls_back_once_when_the_candidate
 
 def test_promotion_in_git_leaves_one_model_serving(cluster, namespace, operator):
     apply_with_canary(cluster, namespace)
-    wait_for_condition(cluster, namespace, "CanaryProgressing", "True", "Shadowing")
+    wait_for_condition(cluster, namespace, NAME, "CanaryProgressing", "True", "Shadowing")
     # the commit that promotes: the candidate becomes spec.model, spec.canary goes
     promoted = copy.deepcopy(SAMPLE)
     promoted["spec"]["model"].update(uri=CANDIDATE_URI, maxModelLen=32768)
@@ -201,7 +178,7 @@ def test_promotion_in_git_leaves_one_model_serving(cluster, namespace, operator)
     assert {c["type"] for c in obj["status"]["conditions"]} == {"Ready"}
     stable = get_json(cluster, "deployment", f"{NAME}-predictor", "-n", namespace)
     assert "--max-model-len=32768" in stable["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert gateway_env(cluster, namespace) == {}, "the gateway serves one model again"
+    assert canary_settings(cluster, namespace) == {}, "the gateway serves one model again"
     predictors = get_json(cluster, "deployments", "-n", namespace, "-l", f"{ISVC_LABEL}={NAME},component=predictor")
     assert [d["metadata"]["name"] for d in predictors["items"]] == [f"{NAME}-predictor"]
 

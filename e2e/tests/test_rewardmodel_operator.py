@@ -16,7 +16,7 @@ import yaml
 
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
-from testenv.helpers import condition, get_json
+from testenv.helpers import ISVC_LABEL, condition, get_json, wait_for_ready
 
 pytestmark = pytest.mark.usefixtures("kserve_runs")  # skipped where the cluster has no KServe
 
@@ -26,8 +26,6 @@ STANDARD_SAMPLES = {
     "token": "rewardmodel-token-standard.yaml",
     "process": "rewardmodel-process-standard.yaml",
 }
-# KServe's workloads for one InferenceService carry this label.
-ISVC_LABEL = "serving.kserve.io/inferenceservice"
 
 
 def apply_reward_model(cluster, namespace: str, name: str = "skywork-rm", manifest: dict | None = None, **spec):
@@ -55,18 +53,6 @@ def events_for(cluster, namespace: str, name: str) -> list[dict]:
     selector = f"involvedObject.kind=RewardModel,involvedObject.name={name}"
     listed = get_json(cluster, "events", "-n", namespace, "--field-selector", selector)
     return listed["items"] if listed else []
-
-
-def wait_for_ready(cluster, namespace: str, name: str = "skywork-rm", generation: int | None = None) -> dict:
-    """Ready=True on the RewardModel, for its current (or the given) generation."""
-
-    def ready():
-        obj = reward_model(cluster, namespace, name)
-        found = condition(obj) or {}
-        wanted = generation or obj["metadata"]["generation"]
-        return obj if found.get("status") == "True" and found.get("observedGeneration") == wanted else None
-
-    return wait_until(f"{name} Ready=True through KServe", ready, timeout=120)
 
 
 def wait_for_reason(cluster, namespace: str, name: str, reason: str, timeout: float = 90) -> dict:
@@ -150,7 +136,7 @@ def test_each_kind_is_served_through_kserve(cluster, namespace, operator, kind):
 
 def test_ready_is_reported_once_and_shown_in_kubectl(cluster, namespace, operator):
     apply_reward_model(cluster, namespace)
-    obj = wait_for_ready(cluster, namespace)
+    obj = wait_for_ready(cluster, namespace, "skywork-rm")
     wait_until(
         "the Ready event",
         lambda: "InferenceServiceReady" in [e["reason"] for e in events_for(cluster, namespace, "skywork-rm")],
@@ -168,7 +154,7 @@ def test_no_fight_with_kserves_defaulting(cluster, namespace, operator):
     it, so neither the generation nor the spec moves. Status updates by KServe's
     controller (and the reconciles they trigger) go on meanwhile."""
     apply_reward_model(cluster, namespace)
-    wait_for_ready(cluster, namespace)
+    wait_for_ready(cluster, namespace, "skywork-rm")
     first = isvc_of(cluster, namespace, "skywork-rm")
     reconciles_before = operator.reconciles()
     merge_patch(cluster, namespace, "rewardmodel", {"metadata": {"annotations": {"touched": "1"}}})
@@ -188,7 +174,7 @@ def test_no_fight_with_kserves_defaulting(cluster, namespace, operator):
 
 def test_spec_change_rolls_the_predictor(cluster, namespace, operator):
     apply_reward_model(cluster, namespace)
-    wait_for_ready(cluster, namespace)
+    wait_for_ready(cluster, namespace, "skywork-rm")
     before = get_json(cluster, "deployment", "skywork-rm-predictor", "-n", namespace)
     assert before["spec"]["strategy"]["type"] == "Recreate"
     merge_patch(cluster, namespace, "rewardmodel", {"spec": {"model": {"maxModelLen": 8192}}})
@@ -199,7 +185,7 @@ def test_spec_change_rolls_the_predictor(cluster, namespace, operator):
         return deployment if "--max-model-len=8192" in args else None
 
     wait_until("the predictor Deployment with the new args", rolled, timeout=60)
-    obj = wait_for_ready(cluster, namespace, generation=2)
+    obj = wait_for_ready(cluster, namespace, "skywork-rm", generation=2)
     assert condition(obj)["observedGeneration"] == 2
 
 
@@ -227,7 +213,7 @@ def test_owned_field_edited_by_hand_is_reverted(cluster, namespace, operator):
 
 def test_deleting_the_reward_model_leaves_nothing_behind(cluster, namespace, operator):
     apply_reward_model(cluster, namespace)
-    wait_for_ready(cluster, namespace)
+    wait_for_ready(cluster, namespace, "skywork-rm")
     made = workloads(cluster, namespace, "skywork-rm")
     assert made["deployments"] and made["services"] and made["horizontalpodautoscalers"] and made["ingresses"]
     cluster.kubectl("delete", "rewardmodel", "skywork-rm", "-n", namespace, "--timeout=60s")
@@ -260,7 +246,7 @@ def test_chat_template_with_jinja_is_served(cluster, namespace, operator):
 
 def test_hugging_face_token_reaches_kserves_storage_initializer(cluster, namespace, operator, hf_token):
     apply_reward_model(cluster, namespace, credentials={"huggingFaceToken": {"name": "hf-token"}})
-    wait_for_ready(cluster, namespace)
+    wait_for_ready(cluster, namespace, "skywork-rm")
     pods = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}=skywork-rm,component=predictor")
     (initializer,) = pods["items"][0]["spec"]["initContainers"]
     env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in initializer.get("env", [])}
@@ -406,7 +392,7 @@ def test_status_replicas_follow_the_predictor_when_something_else_scales_it(clus
     either of the operator's watches; the Deployment watch alone, which Knative mode needs, is pinned by
     operator/tests/test_controllers.py.)"""
     apply_reward_model(cluster, namespace)  # Standard mode, 1..4 on KServe's HPA
-    assert wait_for_ready(cluster, namespace)["status"]["replicas"] == 1
+    assert wait_for_ready(cluster, namespace, "skywork-rm")["status"]["replicas"] == 1
 
     def replicas(count: int):
         def reached():

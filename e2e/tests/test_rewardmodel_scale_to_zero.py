@@ -26,17 +26,13 @@ port on the host, where a pod would have the predictor Service's name).
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import pytest
@@ -46,6 +42,7 @@ from kubernetes.client.exceptions import ApiException
 
 from reward_operator.render import render_reward_model
 from reward_testing.fake_vllm import FakeVllm, logit, serve_in_thread
+from reward_testing.gateway_process import gateway_process
 from reward_testing.paths import REPO
 from reward_testing.ports import free_port, loopback_address_with
 from reward_testing.waiting import wait_until
@@ -198,27 +195,17 @@ def _memory_bytes(quantity: str) -> int:
     return int(number) * units.get(unit, 1)
 
 
-def _gateway_process(container: dict, upstream_url: str, address: str, hosts: keda.HostsFile, log: Path):
-    """The transformer's container as a process on the host: its command, arguments and
-    environment (the downward API's memory limit from its own limits), the predictor's URL
-    set to the stand-in's, listening on ``address``; names resolved through ``hosts``."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("REWARD_GATEWAY_")}
+def _gateway_env(container: dict, upstream_url: str, address: str) -> dict[str, str]:
+    """The transformer container's environment for a process on the host: its values (the downward
+    API's memory limit from its own limits), the predictor's URL set to the stand-in's, listening
+    on ``address``."""
+    env: dict[str, str] = {}
     for variable in container.get("env") or []:
         if "value" in variable:
             env[variable["name"]] = variable["value"]
         elif variable.get("valueFrom", {}).get("resourceFieldRef", {}).get("resource") == "limits.memory":
             env[variable["name"]] = str(_memory_bytes(container["resources"]["limits"]["memory"]))
-    env.update(REWARD_GATEWAY_UPSTREAM_URL=upstream_url, REWARD_GATEWAY_LISTEN_ADDRESS=address)
-    command = list(container["command"])
-    if command[0] == "python":
-        command[0] = sys.executable
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            keda.with_private_hosts([*command, *container.get("args", [])], hosts.path),
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    return env | {"REWARD_GATEWAY_UPSTREAM_URL": upstream_url, "REWARD_GATEWAY_LISTEN_ADDRESS": address}
 
 
 def _env(container: dict, name: str) -> str:
@@ -306,21 +293,17 @@ def test_a_rewardmodel_at_zero_wakes_on_a_burst_scales_on_load_and_sleeps_again(
             timeout=120,
         )
         (container,) = transformer["spec"]["template"]["spec"]["containers"]
-        log = tmp_path / "gateway.log"
-        gateway = _gateway_process(container, predictor.url, address, cluster.hosts, log)
-        cleanup.callback(gateway.wait, timeout=20)
-        cleanup.callback(gateway.terminate)
+        # The transformer's container as a process on the host, its names resolved through the hosts file.
+        assert container["command"] == ["python", "-m", "reward_gateway"], container["command"]
         http_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "http")
+        log = tmp_path / "gateway.log"
+        cleanup.enter_context(
+            gateway_process(
+                container.get("args", []), _gateway_env(container, predictor.url, address), http_port, NAME, log,
+                host=address, wrap=lambda command: keda.with_private_hosts(command, cluster.hosts.path),
+            )
+        )  # fmt: skip
         url = f"http://{address}:{http_port}"
-
-        def gateway_ready() -> bool:
-            assert gateway.poll() is None, log.read_text()
-            try:
-                return httpx.get(f"{url}/v1/models/{NAME}", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until("the gateway's readiness route", gateway_ready, timeout=60, interval=0.2)
         # KEDA resolved the in-cluster name through the hosts file and holds the push stream open
         wait_until(
             "KEDA's operator holding the gateway's StreamIsActive open",

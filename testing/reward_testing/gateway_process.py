@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,22 +28,26 @@ def gateway_process(
     log: Path,
     python: str = sys.executable,
     cpus: set[int] | None = None,
+    host: str = "127.0.0.1",
+    wrap: Callable[[list[str]], list[str]] | None = None,
 ) -> Iterator[subprocess.Popen]:
     """`python -m reward_gateway` with these args and environment (nothing else of REWARD_GATEWAY_*),
-    its output in ``log``; yields the process once /v1/models/<ready_name> answers, and stops it after.
-    ``python``: the interpreter (one with the gateway's dependencies); ``cpus``: the CPUs it may run
-    on (a pod's CPU limit, where a benchmark wants it), all by default."""
+    its output in ``log``; yields the process once /v1/models/<ready_name> answers on ``host``, and
+    stops it after. ``python``: the interpreter (one with the gateway's dependencies); ``cpus``: the
+    CPUs it may run on (a pod's CPU limit, where a benchmark wants it), all by default; ``wrap``:
+    turns the command line into the one to run (a private hosts file around it, say)."""
     clean = {key: value for key, value in os.environ.items() if not key.startswith("REWARD_GATEWAY_")}
+    command = [python, "-m", "reward_gateway", *args]
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [python, "-m", "reward_gateway", *args],
+            wrap(command) if wrap else command,
             env={**clean, **env},
             stdout=out,
             stderr=out,
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
     try:
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://{host}:{port}"
 
         def ready() -> bool:
             assert process.poll() is None, log.read_text()
