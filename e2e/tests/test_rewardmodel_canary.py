@@ -1,11 +1,13 @@
-"""A candidate reward model rolled out beside the stable one (issue #13), with KServe's own controller.
+"""A candidate reward model rolled out beside the stable one (the canary rollout), with KServe's own controller.
 
 The candidate's Deployment and Service are the ones KServe v0.20 makes for the
 InferenceService's spec.canary[] entry; the gateway (the transformer KServe
-deploys) is told that Service and the share; the candidate's readiness is KServe's
-word, from its pods that kwok runs. kwok runs no containers, so for the gates the
-last test stands in for the gateway pod's kubelet (see GatewayStandIn): the real
-gateway in front of two fake vLLMs, read by the operator at the pod's IP.
+deploys) is told that Service in its environment, and the share in the rollout's
+ConfigMap, which the kubelet projects into its pods; the candidate's readiness is
+KServe's word, from its pods that kwok runs. kwok runs no containers, so for the
+gates the last test stands in for the gateway pod's kubelet (see GatewayStandIn):
+the real gateway in front of two fake vLLMs, its share file projected from the
+ConfigMap, read by the operator at the pod's IP.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import copy
 import json
 import threading
 import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -24,7 +28,9 @@ from reward_gateway.app import build_app
 from reward_gateway.config import load_config
 from reward_gateway.gateway import Gateway
 from reward_gateway.metrics import GatewayMetrics
+from reward_testing.operator_metrics import metric_sum
 from reward_testing.paths import REPO
+from reward_testing.projected_volume import project
 from reward_testing.waiting import wait_until
 from testenv.helpers import ISVC_LABEL, condition, gateway_env, get_json, predictor_pod, wait_for_condition
 
@@ -53,6 +59,12 @@ def rollout(cluster, namespace: str) -> dict:
 def canary_settings(cluster, namespace: str) -> dict[str, str]:
     """The gateway's REWARD_GATEWAY_CANARY_* variables (as CANARY_*) in KServe's transformer Deployment."""
     return gateway_env(cluster, namespace, NAME, only="CANARY_")
+
+
+def gateway_share(cluster, namespace: str) -> str | None:
+    """The share in the rollout's ConfigMap: what the gateways run, once the kubelet has projected it."""
+    found = get_json(cluster, "configmap", f"{NAME}-rollout", "-n", namespace)
+    return None if found is None else found["data"]["percent"]
 
 
 def warnings(cluster, namespace: str, reason: str) -> list[dict]:
@@ -102,6 +114,8 @@ def test_the_candidate_runs_as_kserves_canary_predictor_behind_the_gateway(clust
     env = wait_until("the gateway's canary settings", lambda: canary_settings(cluster, namespace) or None)
     assert env["CANARY_URL"] == f"http://{CANARY_DEPLOYMENT}.{namespace}.svc.cluster.local"
     assert env["CANARY_MODE"] == "shadow" and "CANARY_PERCENT" not in env
+    assert env["CANARY_PERCENT_FILE"] == "/etc/reward-rollout/percent"
+    assert gateway_share(cluster, namespace) == "0"
 
     # KServe reports the candidate available once kwok runs its pod: shadowing starts
     wait_for_condition(cluster, namespace, NAME, "CanaryReady", "True", "CandidateReady")
@@ -120,7 +134,7 @@ def test_a_split_starts_at_its_first_step_and_rolls_back_once_when_the_candidate
     assert rollout(cluster, namespace)["percent"] == 10
     wait_until(
         "the gateway told 10%",
-        lambda: canary_settings(cluster, namespace).get("CANARY_PERCENT") == "10",
+        lambda: gateway_share(cluster, namespace) == "10",
     )
 
     # the candidate's pod stops being Ready (as a vLLM that hangs would): KServe reports the canary
@@ -140,7 +154,7 @@ def test_a_split_starts_at_its_first_step_and_rolls_back_once_when_the_candidate
     assert rollout(cluster, namespace)["percent"] == 0
     wait_until(
         "the gateway told 0%",
-        lambda: canary_settings(cluster, namespace).get("CANARY_PERCENT") == "0",
+        lambda: gateway_share(cluster, namespace) == "0",
     )
 
     # several more looks at the rollout (its timer runs every 2 s here): still one Warning event
@@ -179,11 +193,52 @@ def test_promotion_in_git_leaves_one_model_serving(cluster, namespace, operator)
     stable = get_json(cluster, "deployment", f"{NAME}-predictor", "-n", namespace)
     assert "--max-model-len=32768" in stable["spec"]["template"]["spec"]["containers"][0]["args"]
     assert canary_settings(cluster, namespace) == {}, "the gateway serves one model again"
+    wait_until("the rollout's ConfigMap pruned", lambda: gateway_share(cluster, namespace) is None)
     predictors = get_json(cluster, "deployments", "-n", namespace, "-l", f"{ISVC_LABEL}={NAME},component=predictor")
     assert [d["metadata"]["name"] for d in predictors["items"]] == [f"{NAME}-predictor"]
 
 
 # ---- the gates, with the real gateway in front of two fake vLLMs ---------------------------------------
+
+
+@dataclass(frozen=True)
+class StepWitness:
+    """What a rollout step must leave as it was, and the counters of what it applied."""
+
+    pods: dict[str, int]  # the gateway pods' uid -> restarts
+    isvc_generation: int
+    gateway_starts: int  # how often the stand-in gateway (the pod's process) was started
+    isvc_applies: float  # the API server's APPLY requests on InferenceServices, every client
+    full_reconciles: float  # the operator's reconciles of RewardModels that rendered and applied every child
+
+
+def step_witness(cluster, namespace: str, operator, stand_in) -> StepWitness:
+    pods = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}={NAME},component=transformer") or {}
+    isvc = get_json(cluster, "inferenceservice", NAME, "-n", namespace)
+    return StepWitness(
+        pods={
+            p["metadata"]["uid"]: sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses", []))
+            for p in pods.get("items", [])
+        },
+        isvc_generation=isvc["metadata"]["generation"],
+        gateway_starts=stand_in.starts,
+        isvc_applies=metric_sum(
+            cluster.kubectl("get", "--raw", "/metrics").stdout,
+            "apiserver_request",
+            lambda labels: labels.get("verb") == "APPLY" and labels.get("resource") == "inferenceservices",
+        ),
+        full_reconciles=metric_sum(
+            operator.metrics(),
+            "reward_operator_reconcile",
+            lambda labels: (
+                labels["kind"] == "RewardModel"
+                and labels["scope"] == "full"
+                and labels["result"] in ("ready", "progressing")
+            ),
+        ),
+    )
+
+
 #
 # kwok runs no containers, so this test stands in for the kubelet of the gateway's pod: it runs the real
 # gateway (reward_gateway, in this process) with the environment KServe put in the transformer
@@ -195,12 +250,21 @@ GATEWAY_PORT = 8080  # render/gateway.py: the gateway's containerPort, where the
 
 
 class GatewayStandIn:
-    def __init__(self, cluster, namespace: str, stable_url: str, candidate_url: str):
+    def __init__(self, cluster, namespace: str, stable_url: str, candidate_url: str, volume: Path):
         self.cluster, self.namespace = cluster, namespace
         self.upstreams = {"REWARD_GATEWAY_UPSTREAM_URL": stable_url, "REWARD_GATEWAY_CANARY_URL": candidate_url}
         self.running: tuple[tuple, object, object] | None = None  # (env, server, thread)
         self.address = None
         self.hosts = iter(f"127.0.0.{n}" for n in range(60, 120))
+        self.volume, self.projected = volume, None  # the pod's rollout volume, and the share written there
+        self.starts = 0
+
+    def _project_share(self) -> None:
+        """What the kubelet does for the pod's configMap volume: the ConfigMap's share, swapped in atomically."""
+        share = gateway_share(self.cluster, self.namespace)
+        if share is not None and share != self.projected:
+            project(self.volume, share)
+            self.projected = share
 
     def _template_env(self) -> tuple[tuple[str, str], ...] | None:
         deployment = get_json(self.cluster, "deployment", f"{NAME}-transformer", "-n", self.namespace)
@@ -212,6 +276,8 @@ class GatewayStandIn:
     def _start(self, env: tuple[tuple[str, str], ...]) -> None:
         self.stop()
         settings = {**dict(env), **self.upstreams}
+        if "REWARD_GATEWAY_CANARY_PERCENT_FILE" in settings:  # the pod's mount, here
+            settings["REWARD_GATEWAY_CANARY_PERCENT_FILE"] = str(self.volume / "percent")
         gateway = Gateway(load_config(settings), GatewayMetrics(CollectorRegistry()))
         host = next(self.hosts)
         server = uvicorn.Server(uvicorn.Config(build_app(gateway), host=host, port=GATEWAY_PORT, log_level="warning"))
@@ -220,6 +286,7 @@ class GatewayStandIn:
         wait_until(f"the stand-in gateway on {host}", lambda: server.started or not thread.is_alive(), interval=0.05)
         assert thread.is_alive(), f"the stand-in gateway could not listen on {host}:{GATEWAY_PORT}"
         self.running, self.address = (env, server, thread), host
+        self.starts += 1
 
     def stop(self) -> None:
         if self.running is not None:
@@ -229,10 +296,12 @@ class GatewayStandIn:
             self.running = None
 
     def tick(self) -> None:
-        """Follow the pod template (a new share rolls the pods), and give its Ready pods our address."""
+        """Follow the pod template (a new one rolls the pods) and the rollout's ConfigMap (projected into the
+        running pods), and give the template's pods our address."""
         env = self._template_env()
         if env is None or not any(name == "REWARD_GATEWAY_CANARY_URL" for name, _ in env):
             return
+        self._project_share()
         if self.running is None or self.running[0] != env:
             self._start(env)
         pods = get_json(self.cluster, "pods", "-n", self.namespace, "-l", f"{ISVC_LABEL}={NAME},component=transformer")
@@ -242,7 +311,7 @@ class GatewayStandIn:
             if pod_env != env or pod["status"].get("podIP") == self.address:
                 continue
             ip = {"status": {"podIP": self.address, "podIPs": [{"ip": self.address}]}}
-            # check=False: a pod of an older share may be gone by now (the rolling update); the next tick
+            # check=False: a pod of an older template may be gone by now (a rolling update); the next tick
             # sees the pods as they are
             self.cluster.kubectl(
                 "patch", "pod", pod["metadata"]["name"], "-n", self.namespace, "--subresource=status",
@@ -265,8 +334,10 @@ class GatewayStandIn:
 
 
 @pytest.fixture
-def stand_in(cluster, namespace, backend, candidate_backend):
-    gateway = GatewayStandIn(cluster, namespace, backend.url, candidate_backend.url)
+def stand_in(cluster, namespace, backend, candidate_backend, tmp_path):
+    volume = tmp_path / "rollout"
+    volume.mkdir()
+    gateway = GatewayStandIn(cluster, namespace, backend.url, candidate_backend.url, volume)
     yield gateway
     gateway.stop()
 
@@ -286,9 +357,22 @@ def test_the_share_steps_up_while_the_candidate_agrees_and_rolls_back_when_it_di
         return reached
 
     wait_until("the first step (50%)", share_reached(50), timeout=120)
+    before = step_witness(cluster, namespace, operator, stand_in)
     at_100 = wait_until("the second step (100%) after the interval", share_reached(100), timeout=180)
+    after = step_witness(cluster, namespace, operator, stand_in)
     assert at_100["agreement"] == 1.0 and at_100.get("errorRatio", 0) == 0
     assert not warnings(cluster, namespace, "RolledBack")
+    # the step moved the share in the ConfigMap alone: the InferenceService and the gateway pods are as they
+    # were (same pods, no restarts; the stand-in gateway process is the same one, its counters kept)
+    assert after.pods == before.pods and after.isvc_generation == before.isvc_generation
+    assert after.gateway_starts == before.gateway_starts == 1
+    applies = after.isvc_applies - before.isvc_applies
+    full = after.full_reconciles - before.full_reconciles
+    print(f"\n50% -> 100%: {applies:.0f} applies of InferenceServices (the API server's count), {full:.0f} full "
+          f"reconciles of RewardModels (the operator's); the gateway pods {sorted(after.pods)}")  # fmt: skip
+    # every full reconcile applies its InferenceService once; a step's reconcile no longer applies it twice (one
+    # reconcile may straddle either look at the counters)
+    assert full - 1 <= applies <= full + 1, (applies, full)
 
     candidate_backend.scale = -1.0  # the candidate now orders every pair the other way
     wait_until("the rollback to 0%", share_reached(0), timeout=120)
