@@ -25,7 +25,7 @@ from .metadata import metadata_problems
 from .problems import Problem
 from .structural import Schema, prune_nulls, schema_problems, type_name, unknown_fields
 
-__all__ = ["Problem", "known_kinds", "validate"]
+__all__ = ["RULES_SKIPPED", "Problem", "known_kinds", "validate"]
 
 RULES_SKIPPED = (
     "some validation rules were not checked because the object was invalid; "

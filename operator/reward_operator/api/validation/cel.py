@@ -82,7 +82,7 @@ def _program(rule: str) -> celpy.Runner:
 
 
 def evaluate(rule: str, value: Any) -> Any:
-    """The rule's result for ``self`` = ``value`` (a CEL value); raises on an evaluation error."""
+    """The rule's result for ``self`` = ``value`` (plain JSON data); raises on an evaluation error."""
     return _program(rule).evaluate({"self": celpy.json_to_cel(value)})
 
 
@@ -96,11 +96,12 @@ def rule_problems(value: Any, schema: Schema, path: str = "") -> list[Problem]:
 def _walk(value: Any, schema: Schema, path: str, found: list[Problem]) -> None:
     if value is None:
         return
-    for rule in schema.get("x-kubernetes-validations") or []:
-        if not TRANSITION.search(rule["rule"]):
-            problem = _check(rule, value, path)
-            if problem is not None:
-                found.append(problem)
+    rules = [rule for rule in schema.get("x-kubernetes-validations") or [] if not TRANSITION.search(rule["rule"])]
+    activation = {"self": celpy.json_to_cel(value)} if rules else {}  # once for all the node's rules
+    for rule in rules:
+        problem = _check(rule, activation, value, path)
+        if problem is not None:
+            found.append(problem)
     if isinstance(value, dict):
         properties = schema.get("properties") or {}
         values = schema.get("additionalProperties")
@@ -114,11 +115,11 @@ def _walk(value: Any, schema: Schema, path: str, found: list[Problem]) -> None:
             _walk(sub, schema["items"], item(path, index), found)
 
 
-def _check(rule: dict[str, Any], value: Any, path: str) -> Problem | None:
+def _check(rule: dict[str, Any], activation: dict[str, Any], value: Any, path: str) -> Problem | None:
     at = path + rule.get("fieldPath", "")
     shown = type_name(value)
     try:
-        passed = evaluate(rule["rule"], value)
+        passed = _program(rule["rule"]).evaluate(activation)
     except (celpy.CELEvalError, ValueError, TypeError, KeyError, IndexError) as error:
         return Problem(at, f'Invalid value: "{shown}": {_reason(error)} evaluating rule: {rule["rule"]}')
     if isinstance(passed, celpy.CELEvalError):

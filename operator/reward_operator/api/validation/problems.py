@@ -30,5 +30,5 @@ def item(path: str, index: int) -> str:
 
 
 def entry(path: str, key: str) -> str:
-    """The path of a map's value, as the API server writes it (``spec.nodeSelector[kubernetes.io/os]``)."""
+    """A map value's path as the API server writes it for a CEL rule (``spec.nodeSelector[kubernetes.io/os]``)."""
     return f"{path}[{key}]"

@@ -15,7 +15,7 @@ from typing import Any
 
 import re2
 
-from .problems import Problem, child, entry, item
+from .problems import Problem, child, item
 
 Schema = dict[str, Any]
 
@@ -112,7 +112,7 @@ def _unknown(value: Any, schema: Schema | None, path: str, found: list[Problem])
             if key in properties:
                 _unknown(sub, properties[key], child(path, key), found)
             elif isinstance(values, dict):
-                _unknown(sub, values, entry(path, key), found)
+                _unknown(sub, values, child(path, key), found)
             elif values is not True:
                 # a map where the schema has a string loses every key too: the API server prunes by schema
                 found.append(Problem(child(path, key), UNDECLARED))
@@ -275,4 +275,5 @@ def _check_object(value: dict, schema: Schema, path: str, found: list[Problem]) 
         if key in properties:
             _check(sub, properties[key], child(path, key), found)
         elif isinstance(values, dict):
-            _check(sub, values, entry(path, key), found)
+            # the schema's validator names a map's value with a dot (spec.nodeSelector.k); CEL with brackets
+            _check(sub, values, child(path, key), found)
