@@ -221,6 +221,12 @@ TEMPLATES = [
 ]
 
 
+# Go durations at the corners of the CEL rules that read them: sub-second parts (whole seconds only in
+# Knative mode), the bounds, and past Go's range (2562047h47m16.854775807s), where cel-go's duration() fails.
+DURATIONS = ["0s", "999ms", "1s", "1.5s", "1000ms", "6s", "5999ms", "1h", "60m", "3600001ms", "1h0m0.5s",
+             "2562047h", "2562048h", "99999999999h", "1.5h", "0.5m"]  # fmt: skip
+
+
 def _key_ref() -> st.SearchStrategy[dict]:
     return st.fixed_dictionaries({"name": st.sampled_from(REFERENCED_NAMES), "key": st.sampled_from(REFERENCED_KEYS)})
 
@@ -258,6 +264,8 @@ DOMAIN: dict[tuple[str, ...], st.SearchStrategy[Any]] = {
     ("gateway", "authSecretRef"): _key_ref(),
     ("gateway", "authSecretRef", "name"): st.sampled_from(REFERENCED_NAMES),
     ("gateway", "authSecretRef", "key"): st.sampled_from(REFERENCED_KEYS),
+    ("serving", "scaleDownDelay"): st.sampled_from(DURATIONS),
+    ("serving", "scalingWindow"): st.sampled_from(DURATIONS),
 }
 
 OWNED_FLAG = re.compile("^--(" + "|".join(OWNED_VLLM_FLAGS) + ")(=.*)?$")
@@ -334,6 +342,16 @@ SCENARIOS: dict[str, st.SearchStrategy[dict[tuple[str, ...], Any]]] = {
         st.integers(1, 1),
         st.integers(1, 100000),
         st.sampled_from([None, "1s", "2m", "2h"]),
+    ),
+    # CEL's duration() on the serving durations at their corners, in both modes
+    "duration corners": st.builds(
+        lambda mode, delay, window: {
+            ("serving",): {"mode": mode, "minReplicas": 0, "maxReplicas": 3, "scaleDownDelay": delay}
+            | ({"scalingWindow": window} if mode == "Knative" else {})
+        },
+        st.sampled_from(["Knative", "Standard"]),
+        st.sampled_from(DURATIONS),
+        st.sampled_from(DURATIONS),
     ),
     "cpu serving": st.just({("resources", "gpus"): 0, ("model", "tensorParallelSize"): 1}),
     "tensor parallel": st.integers(1, 64).map(lambda n: {("resources", "gpus"): n, ("model", "tensorParallelSize"): n}),
