@@ -241,24 +241,29 @@ def _check_array(value: list, schema: Schema, path: str, found: list[Problem]) -
     if list_type == "map":
         _check_map_list(value, schema.get("x-kubernetes-list-map-keys") or [], path, found)
     elif list_type == "set" or schema.get("uniqueItems"):
-        seen: list[Any] = []
-        for index, sub in enumerate(value):
-            if sub in seen:
-                found.append(Problem(item(path, index), f"Duplicate value: {_json(sub)}"))
-            seen.append(sub)
+        _report_duplicates(value, value, path, found)
 
 
 def _check_map_list(value: list, keys: list[str], path: str, found: list[Problem]) -> None:
     """A list-type map: items are objects, unique by their keys (the API server checks this apart
     from the schema, once the items have the right type)."""
-    seen: list[dict[str, Any]] = []
-    for index, sub in enumerate(value):
-        if not isinstance(sub, dict):
+    identities = [
+        {name: sub.get(name) for name in keys if name in sub} if isinstance(sub, dict) else None for sub in value
+    ]
+    _report_duplicates(identities, identities, path, found)
+
+
+def _report_duplicates(identities: list[Any], shown: list[Any], path: str, found: list[Problem]) -> None:
+    """Each repeated identity once, at its first repeat (as the API server reports them)."""
+    seen: list[Any] = []
+    reported: list[Any] = []
+    for index, identity in enumerate(identities):
+        if identity is None:
             continue
-        key = {name: sub.get(name) for name in keys if name in sub}
-        if key in seen:
-            found.append(Problem(item(path, index), f"Duplicate value: {_json(key)}"))
-        seen.append(key)
+        if identity in seen and identity not in reported:
+            found.append(Problem(item(path, index), f"Duplicate value: {_json(shown[index])}"))
+            reported.append(identity)
+        seen.append(identity)
 
 
 def _check_object(value: dict, schema: Schema, path: str, found: list[Problem]) -> None:
