@@ -39,7 +39,8 @@ testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's
 OPT_IN_SUITES = e2e/tests/test_keda.py
 # The chaos, fuzz and scale-to-zero suites run on targets of their own (in `make test` too), with
 # -s: their counts and times (objects, restarts, generated specs, wake-up) are printed into the log.
-OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_rewardmodel_scale_to_zero.py \
+OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_validation_differential.py \
+	e2e/tests/test_rewardmodel_scale_to_zero.py \
 	e2e/tests/test_real_node_host.py
 
 # There is one real node per machine (it changes the host): the suites that run beside another
@@ -80,8 +81,8 @@ host-packages: ## install the Debian packages the real node and the image builds
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 .PHONY: fuzz
-fuzz: venv testenv-build ## fuzz RewardModel specs on a fresh control plane with the operator (500 specs; FUZZ_EXAMPLES=5000 for more)
-	$(NO_NODE) FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-500} $(PY) -m pytest e2e/tests/test_fuzz_rewardmodel.py -q -s
+fuzz: venv testenv-build ## fuzz RewardModel specs on a fresh control plane with the operator, and offline validation against the API server on the same specs (500; FUZZ_EXAMPLES=5000 for more)
+	$(NO_NODE) FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-500} $(PY) -m pytest e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_validation_differential.py -q -s
 
 # Each area adds its benchmark as a prerequisite (mk/gateway.mk: bench-gateway; mk/operator.mk: bench-operator).
 bench: ## every benchmark: figures and ratios, printed, never asserted
@@ -102,7 +103,7 @@ demo: venv host-packages vllm-venv ## control plane + operator + the sample Rewa
 	$(PY) e2e/demo.py
 
 crds: venv ## regenerate crds/ from reward_operator.api (then `make chart-sync` copies them into the chart)
-	$(VENV)/bin/reward-operator crds -o crds
+	$(VENV)/bin/reward-operator crds --output-dir crds
 
 # Each area adds its own targets in mk/<area>.mk (gateway, chart, ...).
 -include mk/*.mk

@@ -1,20 +1,142 @@
-"""reward-operator {run,render,crds}"""
+"""reward-operator {run,render,validate,crds}: the operator, and its offline tools.
+
+``render`` and ``validate`` check each document as the API server would (the CRD's schema and CEL
+rules, ``api.validation``; or the cluster's own API server with ``--validate=server``) before anything
+is printed; problems go to stderr, one line each, and the exit code says what happened (EXIT_CODES).
+"""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import ctypes
+import json
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from . import __version__
+from .api import GROUP
 
-def _load_documents(path: str) -> list[dict[str, Any]]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+EXIT_OK = 0
+EXIT_INVALID = 1  # a document the API server would refuse, or a file that cannot be read or parsed
+EXIT_USAGE = 2  # argparse's own code for a bad command line; also a missing setting
+EXIT_NO_CLUSTER = 3  # --validate=server and no cluster answered
+
+EXIT_CODES = """exit codes:
+  0  every document is valid (and rendered)
+  1  invalid input: a document the API server would refuse, a YAML error, a file that cannot be read;
+     one line per problem on stderr: FILE:N KIND/NAME: FIELD: MESSAGE (N counts the file's documents from 1)
+  2  usage: a bad command line or setting
+  3  --validate=server: no cluster to ask (no kubeconfig, or the API server did not answer)"""
+
+
+@dataclass
+class Document:
+    """One document of an input file: where it came from (``file:N``) and its content."""
+
+    source: str
+    body: Any
+
+    @property
+    def label(self) -> str:
+        body = self.body if isinstance(self.body, dict) else {}
+        name = (body.get("metadata") or {}).get("name") if isinstance(body.get("metadata"), dict) else None
+        return f"{self.source} {body.get('kind') or '?'}/{name or '?'}"
+
+    @property
+    def ours(self) -> bool:
+        """Of this project's API group (other kinds in a file are skipped, as a kustomization's would be)."""
+        api_version = self.body.get("apiVersion") if isinstance(self.body, dict) else None
+        return isinstance(api_version, str) and api_version.split("/")[0] == GROUP
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as kubectl reads it into JSON: a date stays a string."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def load_documents(paths: list[str]) -> tuple[list[Document], list[str]]:
+    """Every non-empty document of every file ('-': stdin, once), and one error line per file that
+    could not be read or parsed."""
+    documents: list[Document] = []
+    errors: list[str] = []
+    for path in paths:
+        name = "<stdin>" if path == "-" else path
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text()
+            bodies = [body for body in yaml.load_all(text, Loader=_Loader) if body is not None]
+        except OSError as error:
+            errors.append(f"{name}: cannot read: {error.strerror or error}")
+            continue
+        except yaml.YAMLError as error:
+            errors.append(f"{name}: not YAML: {' '.join(str(error).split())}")
+            continue
+        documents += [Document(f"{name}:{index}", body) for index, body in enumerate(bodies, start=1)]
+    return documents, errors
+
+
+def check(
+    documents: list[Document], judge: Callable[[Any], list[Any]], passing: tuple[type[Exception], ...] = ()
+) -> list[str]:
+    """One line per problem of every document of ours, as ``judge`` (offline or a cluster) finds them;
+    the ``passing`` exceptions (a cluster that stopped answering) are the caller's."""
+    from .api.validation import RULES_SKIPPED, Problem
+
+    lines = []
+    for document in documents:
+        if not document.ours:
+            continue
+        try:
+            problems = judge(document.body)
+        except Exception as error:  # a validator's bug must still be one line, never a traceback
+            if isinstance(error, passing):
+                raise
+            problems = [Problem("", f"could not be validated: {type(error).__name__}: {error}")]
+        # the API server's "rules not checked" adds nothing a user can act on before fixing the others
+        lines += [f"{document.label}: {problem}" for problem in problems if problem.message != RULES_SKIPPED]
+    return lines
+
+
+def _dump(objects: list[dict[str, Any]], output: str) -> str:
+    if output == "json":
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2) + "\n"
+    return yaml.safe_dump_all(objects, sort_keys=False, width=120)
+
+
+def _problems_or_exit(args: argparse.Namespace) -> tuple[list[Document], int | None]:
+    """The documents, or the exit code after their problems were printed."""
+    documents, errors = load_documents(args.filename)
+    for document in documents:
+        if not document.ours:
+            kind = document.body.get("kind") if isinstance(document.body, dict) else type(document.body).__name__
+            print(f"{document.source}: skipping {kind} (not {GROUP})", file=sys.stderr)
+    if args.validate == "server":
+        from .cluster.dry_run import ClusterUnavailable, connect, server_problems
+
+        try:
+            api = connect(args.kubeconfig)
+            errors += check(documents, lambda body: server_problems(api, body, args.namespace), (ClusterUnavailable,))
+        except ClusterUnavailable as error:
+            print(f"reward-operator: {error}", file=sys.stderr)
+            return documents, EXIT_NO_CLUSTER
+    else:
+        from .api.validation import validate
+
+        errors += check(documents, validate)
+    for line in errors:
+        print(line, file=sys.stderr)
+    return documents, EXIT_INVALID if errors else None
 
 
 def render_command(args: argparse.Namespace) -> int:
@@ -26,20 +148,38 @@ def render_command(args: argparse.Namespace) -> int:
         gateway_image = args.gateway_image or Settings.from_env().gateway_image
     except SettingsError as error:
         print(f"reward-operator: {error}", file=sys.stderr)
-        return 2
-
+        return EXIT_USAGE
+    documents, failed = _problems_or_exit(args)
+    if failed is not None:
+        return failed
     renderers = {REWARD_MODEL_KIND: render_reward_model, RLHF_PIPELINE_KIND: render_rlhf_pipeline}
     children: list[dict[str, Any]] = []
-    for path in args.filename:
-        for document in _load_documents(path):
-            render = renderers.get(document.get("kind")) if document.get("apiVersion") == API_VERSION else None
-            if render is None:
-                print(f"{path}: skipping {document.get('kind')} {document.get('apiVersion')}", file=sys.stderr)
-                continue
-            document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
-            children += render(document, gateway_image)
-    sys.stdout.write(yaml.safe_dump_all(children, sort_keys=False, width=120))
-    return 0
+    errors = []
+    for document in documents:
+        render = renderers.get(document.body.get("kind")) if document.ours else None
+        if render is None or document.body.get("apiVersion") != API_VERSION:
+            continue
+        body = copy.deepcopy(document.body)
+        body.setdefault("metadata", {}).setdefault("namespace", args.namespace)
+        try:
+            children += render(body, gateway_image)
+        except Exception as error:  # valid by the schema, yet not renderable: one line, never a traceback
+            errors.append(f"{document.label}: cannot render: {type(error).__name__}: {error}")
+    if errors:
+        print("\n".join(errors), file=sys.stderr)
+        return EXIT_INVALID
+    sys.stdout.write(_dump(children, args.output))
+    return EXIT_OK
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    documents, failed = _problems_or_exit(args)
+    if failed is not None:
+        return failed
+    for document in documents:
+        if document.ours:
+            print(f"{document.label}: valid")
+    return EXIT_OK
 
 
 def crds_command(args: argparse.Namespace) -> int:
@@ -52,9 +192,11 @@ def crds_command(args: argparse.Namespace) -> int:
         for filename, crd in crds.items():
             (out / filename).write_text(to_yaml(crd))
             print(f"wrote {out / filename}", file=sys.stderr)
+    elif args.output == "json":
+        sys.stdout.write(_dump(list(crds.values()), "json"))
     else:
         sys.stdout.write("---\n".join(to_yaml(crd) for crd in crds.values()))
-    return 0
+    return EXIT_OK
 
 
 # glibc's mallopt parameter for the number of malloc arenas.
@@ -112,10 +254,28 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_input_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "-f", "--filename", action="append", required=True,
+        help="a file of RewardModels and RLHFPipelines, several documents allowed ('-' for stdin); repeatable",
+    )  # fmt: skip
+    command.add_argument("-n", "--namespace", default="default", help="namespace for objects that name none")
+    command.add_argument(
+        "--validate", choices=["offline", "server"], default="offline",
+        help="offline: the CRDs' schema and CEL rules, here (the default); "
+        "server: a dry-run create with strict field validation on the current cluster",
+    )  # fmt: skip
+    command.add_argument("--kubeconfig", help="kubeconfig for --validate=server (default: $KUBECONFIG, ~/.kube/config)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="reward-operator", description="Serve RLHF reward models on KServe with vLLM."
+        prog="reward-operator",
+        description="Serve RLHF reward models on KServe with vLLM.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"reward-operator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the operator against the current kubeconfig or in-cluster config")
@@ -131,19 +291,34 @@ def main(argv: list[str] | None = None) -> int:
     run.set_defaults(func=run_command)
 
     render = sub.add_parser(
-        "render", help="print the children a RewardModel or RLHFPipeline renders to, offline (no cluster)"
+        "render",
+        help="validate, then print the children every RewardModel and RLHFPipeline renders to (no cluster needed)",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_input_options(render)
     render.add_argument(
-        "-f", "--filename", action="append", required=True, help="RewardModel or RLHFPipeline YAML ('-' for stdin)"
+        "-o", "--output", choices=["yaml", "json"], default="yaml", help="yaml (documents) or json (a List)"
     )
-    render.add_argument("--namespace", default="default", help="namespace for objects that name none")
     render.add_argument(
         "--gateway-image", help="reward gateway image (default: REWARD_OPERATOR_GATEWAY_IMAGE, else the operator's)"
     )
     render.set_defaults(func=render_command)
 
+    validate = sub.add_parser(
+        "validate",
+        help="check RewardModels and RLHFPipelines as the API server would, without rendering",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_input_options(validate)
+    validate.set_defaults(func=validate_command)
+
     crds = sub.add_parser("crds", help="print (or write) the CustomResourceDefinitions")
-    crds.add_argument("-o", "--output-dir", help="write one file per CRD into this folder")
+    crds.add_argument(
+        "-o", "--output", choices=["yaml", "json"], default="yaml", help="yaml (documents) or json (a List)"
+    )
+    crds.add_argument("--output-dir", help="write one YAML file per CRD into this folder instead")
     crds.set_defaults(func=crds_command)
 
     args = parser.parse_args(argv)

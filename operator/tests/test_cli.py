@@ -1,7 +1,8 @@
-"""`reward-operator render` and `crds`, offline; `run` with kopf itself replaced."""
+"""`reward-operator render`, `validate` and `crds`, offline; `run` with kopf itself replaced."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import kopf
 import pytest
 import yaml
 
-from reward_operator import controllers
+from reward_operator import __version__, controllers
 from reward_operator.cli import main
 
 SAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "samples"
@@ -56,11 +57,129 @@ def test_render_skips_other_kinds_and_says_so(tmp_path, capsys):
 
 
 def test_crds_writes_the_committed_files(tmp_path):
-    assert main(["crds", "-o", str(tmp_path)]) == 0
+    assert main(["crds", "--output-dir", str(tmp_path)]) == 0
     committed = Path(__file__).resolve().parents[2] / "crds"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in committed.glob("*.yaml"))
     for path in tmp_path.iterdir():
         assert path.read_text() == (committed / path.name).read_text()
+
+
+RM = """apiVersion: serving.rlhf.dev/v1alpha1
+kind: RewardModel
+metadata: {name: NAME}
+spec:
+  model: {uri: "hf://org/NAME"EXTRA}
+"""
+
+
+def _reward_model(name: str, extra: str = "") -> str:
+    return RM.replace("NAME", name).replace("EXTRA", extra)
+
+
+PIPELINE_WITH_MODEL_KEY = (
+    (SAMPLES / "rlhfpipeline-ppo.yaml").read_text().replace("- name: skywork-rm", "- model: skywork-rm")
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (
+            _reward_model("rm", ", maxModelLength: 4096"),
+            "RewardModel/rm: .spec.model.maxModelLength: field not declared",
+        ),
+        (
+            _reward_model("rm") + "  serving: {minReplica: 2}\n",
+            "RewardModel/rm: .spec.serving.minReplica: field not declared",
+        ),
+        (_reward_model("rm", ", kind: nonsense"), 'RewardModel/rm: .spec.model.kind: Unsupported value: "nonsense"'),
+        (PIPELINE_WITH_MODEL_KEY, "RLHFPipeline/ppo: .spec.rewards[0].model: field not declared in schema"),
+    ],
+)
+def test_each_bad_input_is_one_line_naming_document_and_field_with_exit_1(text, line, tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main(["render", "-f", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "", "nothing rendered from an invalid file"
+    assert captured.err.splitlines() == [f"{path}:1 {line}" + captured.err.split(line, 1)[1].rstrip()]
+    assert line in captured.err and "Traceback" not in captured.err
+
+
+def test_every_document_is_rendered_and_problems_name_their_document(tmp_path, capsys):
+    path = tmp_path / "two.yaml"
+    path.write_text(_reward_model("rm-a") + "---\n" + _reward_model("rm-b"))
+    assert main(["render", "-f", str(path)]) == 0
+    services = [c for c in yaml.safe_load_all(capsys.readouterr().out) if c["kind"] == "InferenceService"]
+    assert [s["metadata"]["name"] for s in services] == ["rm-a", "rm-b"]
+
+    path.write_text(_reward_model("rm-a") + "---\n" + _reward_model("rm-b", ", kind: nonsense"))
+    assert main(["render", "-f", str(path)]) == 1
+    assert capsys.readouterr().err.startswith(f"{path}:2 RewardModel/rm-b: .spec.model.kind: ")
+
+
+def test_render_reads_stdin_and_prints_json(monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO(_reward_model("rm-a") + "---\n" + _reward_model("rm-b")))
+    assert main(["render", "-f", "-", "-o", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["kind"] == "List"
+    assert [c["metadata"]["name"] for c in listed["items"] if c["kind"] == "InferenceService"] == ["rm-a", "rm-b"]
+
+
+def test_validate_lints_without_rendering(monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO(_reward_model("rm-a")))
+    assert main(["validate", "-f", "-"]) == 0
+    assert capsys.readouterr().out == "<stdin>:1 RewardModel/rm-a: valid\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(_reward_model("rm-a", ", uri2: x")))
+    assert main(["validate", "-f", "-"]) == 1
+    assert capsys.readouterr().err == "<stdin>:1 RewardModel/rm-a: .spec.model.uri2: field not declared in schema\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("spec: [unclosed", "not YAML"),
+        ("- a list\n", None),
+        ("apiVersion: serving.rlhf.dev/v1alpha1\nkind: Other\n", ".kind"),
+    ],
+)
+def test_input_that_is_not_a_resource_is_one_line_and_exit_1(text, words, tmp_path, capsys):
+    path = tmp_path / "junk.yaml"
+    path.write_text(text)
+    code = main(["render", "-f", str(path)])
+    err = capsys.readouterr().err
+    if words is None:  # a document of no API group is skipped, as other kinds are
+        assert code == 0 and "skipping" in err
+    else:
+        assert code == 1 and len(err.splitlines()) == 1 and words in err
+
+
+def test_server_validation_without_a_cluster_says_so_with_exit_3(tmp_path, capsys):
+    path = tmp_path / "rm.yaml"
+    path.write_text(_reward_model("rm"))
+    assert main(["render", "-f", str(path), "--validate=server", "--kubeconfig", str(tmp_path / "none")]) == 3
+    assert "no cluster to validate against" in capsys.readouterr().err
+
+
+def test_version_and_exit_codes_in_the_help(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"reward-operator {__version__}"
+    with pytest.raises(SystemExit):
+        main(["render", "--help"])
+    assert "exit codes:" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        main(["render"])
+    assert exited.value.code == 2
+
+
+def test_crds_print_as_json(capsys):
+    assert main(["crds", "-o", "json"]) == 0
+    assert [c["spec"]["names"]["kind"] for c in json.loads(capsys.readouterr().out)["items"]] == [
+        "RewardModel",
+        "RLHFPipeline",
+    ]
 
 
 @pytest.mark.parametrize("log_format", ["full", "json"])

@@ -24,9 +24,9 @@ def properties(node: dict, path: str) -> Iterator[tuple[str, dict]]:
 def test_committed_crds_match_the_api_package():
     generated = all_crds()
     committed = {path.name for path in CRDS.glob("*.yaml")}
-    assert committed == set(generated), "run `reward-operator crds -o crds`"
+    assert committed == set(generated), "run `reward-operator crds --output-dir crds`"
     for filename, crd in generated.items():
-        assert (CRDS / filename).read_text() == to_yaml(crd), f"{filename} drifted: run `reward-operator crds -o crds`"
+        assert (CRDS / filename).read_text() == to_yaml(crd), f"{filename} drifted: run `make crds`"
 
 
 def test_reward_model_crd_conventions():
