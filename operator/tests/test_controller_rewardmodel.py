@@ -15,6 +15,7 @@ from reward_operator.api import conditions, kserve
 from reward_operator.api.defaults import apply_defaults
 from reward_operator.cluster import gather
 from reward_operator.controllers import rewardmodel as controller
+from reward_operator.controllers import rewardmodel_triggers
 from reward_operator.metrics import OperatorMetrics
 from reward_operator.policy.dependencies import Observed
 from reward_operator.policy.scaling import PredictorReplicas
@@ -120,7 +121,7 @@ def test_the_runtime_is_read_once_while_it_exists(monkeypatch):
 
 def register(cluster: FakeCluster, registry: kopf.OperatorRegistry | None = None):
     registry = registry or kopf.OperatorRegistry()
-    return controller.register(registry, SETTINGS, OperatorMetrics([KIND], CollectorRegistry()), cluster)
+    return rewardmodel_triggers.register(registry, SETTINGS, OperatorMetrics([KIND], CollectorRegistry()), cluster)
 
 
 class Handled:

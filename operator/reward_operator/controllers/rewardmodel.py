@@ -23,30 +23,22 @@ operator's API calls saved at a thousand objects (make bench-operator).
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import kopf
-
-from ..api import API_VERSION, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION, conditions, kserve
+from ..api import REWARD_MODEL_KIND, conditions, kserve
 from ..api.cache import cache_identity
-from ..api.defaults import apply_defaults
 from ..api.duration import interval_seconds
 from ..api.keda import scales_through_keda
 from ..api.names import MANAGED_BY, owner_label
 from ..api.naming import candidate_isvc_name
 from ..cluster import Cluster, KubernetesCluster, Logger, Refused
-from ..cluster.objects import plural_of
-from ..metrics import OperatorMetrics
 from ..policy import cache as cache_policy
 from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness, scaling
-from ..policy.conditions import Condition, not_ready, recheck, settled
+from ..policy.conditions import Condition, not_ready, settled
 from ..policy.scaling import PredictorReplicas
 from ..render import (
     PRUNED_KINDS,
@@ -59,7 +51,7 @@ from ..render import (
 from ..render.cache import local_model_cache
 from ..render.rewardmodel import candidate_runtime, model_runtime
 from ..settings import Settings
-from .runner import Outcome, Runner, register_reconcile_triggers
+from .runner import Outcome
 from .seen import SeenChildren
 
 KIND = REWARD_MODEL_KIND
@@ -442,156 +434,3 @@ def _kept_rollout(reward_model: dict[str, Any]) -> dict[str, Any]:
     if status.get("canary") and "canary" in reward_model["spec"]:
         kept["canary"] = status["canary"]
     return kept
-
-
-def register(
-    registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics, cluster: Cluster
-) -> Runner:
-    """Wire the RewardModel handlers into ``registry``; returns the runner they share."""
-    seen = SeenChildren()
-    runner = Runner(
-        API_VERSION,
-        KIND,
-        lambda obj, logger, child: sync(obj, settings, logger, child, seen, cluster),
-        apply_defaults,
-        runner_metrics,
-        cluster,
-    )
-    resource = (GROUP, VERSION, REWARD_MODEL_PLURAL)
-
-    register_reconcile_triggers(
-        registry,
-        resource,
-        runner,
-        settings.drift_interval,
-        settings.recheck_interval,
-        recheck=recheck,  # its Ready reads the pods: re-checked while they may fail unseen
-    )
-
-    @kopf.timer(
-        *resource,
-        id="canary",
-        interval=settings.canary_interval,
-        initial_delay=settings.canary_interval,
-        when=lambda spec, **_: "canary" in spec,
-        registry=registry,
-    )
-    def canary_rollout(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-        """Only for objects with spec.canary (kopf stops it without): the gateways' figures read, the
-        gates judged and the next step taken on time, with no change to the object to wake it."""
-        runner.reconcile(namespace, name, logger)
-
-    # On the event loop, not in kopf's thread pool: a sync handler would wait for a thread behind
-    # every queued reconcile, and the object's events with it. At N = 1000 that held back kopf's
-    # own patch for minutes, past its consistency wait, and kopf ran the create handler again.
-    @kopf.on.event(*resource, registry=registry)
-    async def reward_model_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
-        if event.get("type") == "DELETED":
-            await asyncio.to_thread(runner.forget, namespace, name)  # waits for the object's reconcile
-            if (used := cache_identity(body)) is not None:
-                # its last user gone, the cache goes (or waits for KServe to see its InferenceService go)
-                await asyncio.to_thread(cluster.sweep_cache, *used, logging.getLogger(__name__))
-        else:
-            runner.observe(namespace, name, dict(body))  # a dict store under a lock held only briefly
-
-    @kopf.on.event(
-        kserve.GROUP,
-        kserve.INFERENCE_SERVICE_API_VERSION.rpartition("/")[2],
-        kserve.INFERENCE_SERVICE_PLURAL,
-        labels={**MANAGED_BY, owner_label(KIND): kopf.PRESENT},
-        registry=registry,
-    )
-    def inference_service_event(
-        event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger, **_: Any
-    ) -> None:
-        """A child changed (status, a hand edit) or vanished: reconcile its owner promptly, unless the
-        change is in nothing a reconcile reads (see :mod:`.seen`)."""
-        owner = labels[owner_label(KIND)]
-        started = time.monotonic()
-        deleted = event.get("type") == "DELETED"
-        if deleted:
-            seen.forget(namespace, body["metadata"]["name"])  # first: the reconcile records the one it restores
-            if runner.reconcile(namespace, owner, logger) != "deleted":
-                logger.info("InferenceService %s was deleted; restored in %.2fs", owner, time.monotonic() - started)
-            return
-        child = dict(body)
-        if seen.unchanged(child):
-            return
-        runner.reconcile(namespace, owner, logger, changed_child=child)
-        seen.record(child)
-
-    # The predictor's replicas as last seen, per Deployment (uid): KEDA, KServe's HPA and Knative scale it
-    # without a word to the RewardModel or its InferenceService, so status.replicas and ScaledToZero follow
-    # this watch. Only a change of the replicas wanted or ready refreshes the status; a Deployment first seen
-    # (the watch's initial listing, a new revision) is only recorded: the reconcile that made it reads it.
-    seen_replicas: dict[str, tuple[int | None, int]] = {}
-
-    @kopf.on.event(
-        "apps",
-        "v1",
-        "deployments",
-        labels={**MANAGED_BY, owner_label(KIND): kopf.PRESENT, kserve.COMPONENT_LABEL: kserve.PREDICTOR_COMPONENT},
-        registry=registry,
-    )
-    async def predictor_deployment_event(
-        event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger, **_: Any
-    ) -> None:
-        """On the event loop: most events (status heartbeats of a rollout, observedGeneration) change no
-        replica count and cost a comparison, never a thread."""
-        owner = labels[owner_label(KIND)]
-        # the stable predictor only: Knative mode's candidate InferenceService, and Standard mode's canary
-        # Deployment, carry the owner's label too
-        if labels.get(kserve.ISVC_LABEL) != owner or body["metadata"]["name"] == kserve.canary_predictor_name(owner):
-            return
-        uid = body["metadata"]["uid"]
-        if event.get("type") == "DELETED":
-            changed = seen_replicas.pop(uid, None) is not None
-        else:
-            now = (body.get("spec", {}).get("replicas"), body.get("status", {}).get("readyReplicas") or 0)
-            previous = seen_replicas.get(uid)
-            seen_replicas[uid] = now
-            changed = previous is not None and previous != now
-        if changed:
-            await asyncio.to_thread(runner.reconcile, namespace, owner, logger, {**body, "kind": DEPLOYMENT_KIND})
-
-    for cache_kind in CACHE_KINDS:
-        _register_cache_watch(registry, runner, cache_kind, cluster)
-
-    return runner
-
-
-class _ObjectLogger(logging.LoggerAdapter):
-    """Log lines about a RewardModel reconciled from another object's handler, prefixed as kopf
-    prefixes its own (``[namespace/name]``)."""
-
-    def __init__(self, key: str):
-        super().__init__(logging.getLogger("kopf.objects"), {})
-        self.key = key
-
-    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        return f"[{self.key}] {msg}", kwargs
-
-
-def _register_cache_watch(registry: kopf.OperatorRegistry, runner: Runner, cache_kind: str, cluster: Cluster) -> None:
-    """A shared cache we made changed (KServe's report on its copies, most often), or the watch starts
-    (the first list: users deleted while the operator was stopped): tell its users (ModelCached, and the
-    InferenceService bound once it is filled), then drop the users that are gone, and the cache with the last."""
-
-    @kopf.on.event(
-        kserve.GROUP,
-        kserve.LOCAL_MODEL_API_VERSION.rpartition("/")[2],
-        plural_of(cache_kind),
-        labels=MANAGED_BY,
-        registry=registry,
-    )
-    def cache_event(event: dict[str, Any], body: kopf.Body, logger: Logger, **_: Any) -> None:
-        if event.get("type") == "DELETED":
-            return
-        metadata = body["metadata"]
-        for user in cache_policy.users(dict(body)):
-            user_namespace, _, user_name = user.partition("/")
-            try:
-                runner.reconcile(user_namespace, user_name, _ObjectLogger(user))
-            except kopf.TemporaryError as error:
-                logger.info("RewardModel %s not reconciled after a change of its cache: %s", user, error)
-        cluster.sweep_cache(cache_kind, metadata["name"], metadata.get("namespace"), logger)
