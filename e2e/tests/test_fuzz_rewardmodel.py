@@ -64,7 +64,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from reward_operator.api import conditions as documented
-from reward_operator.api.schema.rewardmodel import KSERVE_BLOCKED_ENV, OWNED_VLLM_FLAGS, REWARD_MODEL
+from reward_operator.api.kserve import BLOCKED_ENV
+from reward_operator.api.schema.rewardmodel import OWNED_VLLM_FLAGS, REWARD_MODEL
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
 from testenv.helpers import condition
@@ -366,7 +367,7 @@ def domain_refusal(path: tuple[str, ...], value: Any) -> str | None:
     if path == ("env",):
         for item in value:
             source = item.get("valueFrom")
-            if item["name"] in KSERVE_BLOCKED_ENV:
+            if item["name"] in BLOCKED_ENV:
                 return f"{item['name']} is refused by KServe"
             if "value" in item and "{{" in item["value"]:
                 return "'{{' in a value"
