@@ -5,7 +5,6 @@ what keeps the copy honest.
 """
 
 from reward_gateway.config import GatewayConfig, load_config
-
 from reward_operator.api.schema.rewardmodel.gateway import (
     GATEWAY_REQUEST_TIMEOUT_SECONDS,
     GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS,

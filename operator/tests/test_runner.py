@@ -16,7 +16,7 @@ from reward_operator.cluster import ClusterError, objects
 from reward_operator.controllers import runner as runner_module
 from reward_operator.controllers.runner import Outcome, Runner
 from reward_operator.metrics import OperatorMetrics
-from reward_operator.policy.conditions import Condition, not_ready
+from reward_operator.policy.status import Condition, not_ready
 
 LOG = logging.getLogger("test")
 INVALID = not_ready(conditions.INVALID_SPEC, "runtime missing")

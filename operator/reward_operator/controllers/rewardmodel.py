@@ -33,7 +33,7 @@ from ..policy import cache as cache_policy
 from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness, scaling
-from ..policy.conditions import not_ready, recheck, settled
+from ..policy.status import not_ready, recheck, settled
 from ..render import PRUNED_KINDS, SCALER_PRUNED_KINDS, canary_identity, render_reward_model
 from ..render.cache import local_model_cache
 from ..render.canary import candidate_isvc_name, interval_seconds

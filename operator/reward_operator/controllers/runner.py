@@ -25,7 +25,7 @@ import kopf
 
 from ..cluster import ClusterError, events, objects
 from ..metrics import OperatorMetrics
-from ..policy import conditions
+from ..policy import status
 
 Logger = logging.Logger | logging.LoggerAdapter
 
@@ -38,13 +38,13 @@ RETRY_DELAY = 10
 class Outcome:
     """What one sync decided."""
 
-    ready: conditions.Condition
+    ready: status.Condition
     # The kind's own status fields (url, replicas, ...): stored ones missing here are cleared.
     fields: dict[str, Any] = field(default_factory=dict)
     # For reward_operator_reconcile_total: ready | progressing | invalid | apply_failed.
     result: str = "progressing"
     # Conditions besides Ready (a rollout's), set as given; types in removed_conditions are dropped.
-    conditions: tuple[conditions.Condition, ...] = ()
+    conditions: tuple[status.Condition, ...] = ()
     removed_conditions: tuple[str, ...] = ()
     # Events the sync decided on (type, reason, message): posted once the status is written, so a
     # reconcile that fails to write posts none, and the next one, deciding from the same status, does.
@@ -119,9 +119,9 @@ class Runner:
     def _write_status(self, obj: dict[str, Any], outcome: Outcome, logger: Logger) -> None:
         metadata = obj["metadata"]
         current = obj.get("status") or {}
-        now = conditions.now_rfc3339()
-        desired = conditions.desired_status(current, metadata["generation"], outcome.ready, outcome.fields, now)
-        desired["conditions"] = conditions.merge_conditions(
+        now = status.now_rfc3339()
+        desired = status.desired_status(current, metadata["generation"], outcome.ready, outcome.fields, now)
+        desired["conditions"] = status.merge_conditions(
             desired["conditions"], outcome.conditions, outcome.removed_conditions, metadata["generation"], now
         )
         if desired != current:
@@ -130,15 +130,15 @@ class Runner:
                 self._written.pop(key, None)  # if the write fails, the stored status is unknown
             stored = objects.patch_status(
                 self.api_version, self.kind, metadata["namespace"], metadata["name"],
-                conditions.status_patch(current, desired),
+                status.status_patch(current, desired),
             )  # fmt: skip
             with self._guard:
                 if key in self._locks:  # not forgotten meanwhile
                     self._written[key] = stored.get("status") or {}
         ready = outcome.ready
-        if conditions.ready_transition(current, ready):
+        if status.ready_transition(current, ready):
             logger.info("Ready=%s (%s): %s", ready.status, ready.reason, ready.message)
-            events.post_event(obj, conditions.event_type(ready), ready.reason, ready.message)
+            events.post_event(obj, status.event_type(ready), ready.reason, ready.message)
         for event_type, reason, message in outcome.events:
             logger.info("%s: %s", reason, message)
             events.post_event(obj, event_type, reason, message)
@@ -147,8 +147,8 @@ class Runner:
     def observe(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         """A watch event: keep the object as the newest copy, and record how far its status lags the spec."""
         generation = body.get("metadata", {}).get("generation") or 0
-        status = body.get("status") or {}
-        observed = status.get("observedGeneration") or 0
+        delivered_status = body.get("status") or {}
+        observed = delivered_status.get("observedGeneration") or 0
         key = (namespace, name)
         metadata = body.get("metadata") or {}
         if "managedFields" in metadata:
@@ -157,7 +157,7 @@ class Runner:
             body = {**body, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
         with self._guard:
             self._latest[key] = body
-            if self._written.get(key) == status:
+            if self._written.get(key) == delivered_status:
                 del self._written[key]  # the watch has caught up with our last write
         self.metrics.objects.record_generation_lag(self.kind, namespace, name, generation, observed)
 
@@ -187,14 +187,14 @@ def register_reconcile_triggers(
     drift_interval: float,
     recheck_interval: float,
     id_prefix: str = "",
-    recheck: Callable[[Any], bool] = lambda body: not conditions.settled(body),
+    recheck: Callable[[Any], bool] = lambda body: not status.settled(body),
 ) -> None:
     """The triggers every kind reconciles on, each running the same reconcile: the object made,
     changed or found at start-up; an hourly drift backstop (level-based: a missed watch event leaves
     nothing behind for long); and a short re-check only while the object is not settled (a gap outside
     the spec filled later, a refused apply, a reconcile an API server restart left undone, a pod's
     container failing): ``recheck``, which kopf stops once it is False, so settled objects wake nothing
-    (a kind that reads its pods passes ``conditions.recheck``: also while not Ready for a reason its pods
+    (a kind that reads its pods passes ``status.recheck``: also while not Ready for a reason its pods
     may change). Timer ids are kept per kind (``id_prefix``):
     kopf records a timer's state under its id."""
 

@@ -33,7 +33,7 @@ from typing import Any
 from ..api import conditions
 from ..api.kserve import CANARY_PREDICTOR
 from ..api.types import CanarySpec
-from .conditions import Condition
+from .status import Condition
 
 # status.canary.phase
 AWAITING_CANDIDATE = "AwaitingCandidate"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reward_operator.api import conditions as api_conditions
-from reward_operator.policy import conditions as status
+from reward_operator.policy import status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
 
