@@ -64,7 +64,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from reward_gateway.agreement import ROLES, CanaryMetrics, CanaryTracker
+from reward_gateway.agreement import ROLES
+from reward_gateway.canary_metrics import CanaryMetrics, CanaryTracker
 from reward_gateway.config import CanaryConfig, GatewayConfig
 from reward_gateway.errors import GatewayError, UpstreamError, forget
 from reward_gateway.metrics import GatewayMetrics
