@@ -235,7 +235,7 @@ class Watch:
             except (urllib3.exceptions.HTTPError, OSError, ValueError):
                 if self.stopping:
                     return
-                time.sleep(0.5)  # allow-sleep: the pause before the watch reconnects
+                time.sleep(0.5)  # noqa: TID251 the pause before the watch reconnects
 
     def _update(self, name: str, obj: dict | None, now: float) -> None:
         old = self.objects.get(name)
@@ -506,7 +506,7 @@ class Operator:
                     if answer.status == 200:
                         return
             except OSError:
-                time.sleep(0.2)  # allow-sleep: the pause between two liveness probes
+                time.sleep(0.2)  # noqa: TID251 the pause between two liveness probes
         raise SystemExit(f"the operator never became live:\n{log_path.read_text()[-3000:]}")
 
     def reconciles(self) -> tuple[float, float]:
@@ -818,7 +818,7 @@ def _measure_operator(
             elif count >= n and time.monotonic() - last_change >= 5:
                 resumed = last_change - restarted_at
                 break
-            time.sleep(0.5)  # allow-sleep: the pause between two reads of the operator's metrics
+            time.sleep(0.5)  # noqa: TID251 the pause between two reads of the operator's metrics
         resume_counts = ApiCounts.read(api) - restart_before
         resume_reconciles = operator.reconciles()[0]
         wait_until_quiet(operator)
@@ -864,7 +864,7 @@ def wait_until_quiet(operator: Operator, quiet_s: float = 5.0, timeout_s: float 
             last, since = count, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
             return
-        time.sleep(0.5)  # allow-sleep: the pause between two reads of the operator's metrics
+        time.sleep(0.5)  # noqa: TID251 the pause between two reads of the operator's metrics
 
 
 # Writes to the objects the operator watches (not leases, events or nodes, which never stop).
@@ -884,7 +884,7 @@ def wait_until_workloads_settle(api: Api, window_s: float = 30.0, below_per_s: f
     started = time.monotonic()
     while True:
         before = workload_writes(api)
-        time.sleep(window_s)  # allow-sleep: a rate is counted over a span
+        time.sleep(window_s)  # noqa: TID251 a rate is counted over a span
         rate = (workload_writes(api) - before) / window_s
         waited = time.monotonic() - started
         if rate < below_per_s or waited >= SETTLE_MAX_S:
@@ -901,7 +901,7 @@ def measure_idle(api: Api, operator: Operator) -> Idle:
     progress(f"idle: {IDLE_S:.0f} s ({load()})")
     before, reconciles_before, cpu_before = ApiCounts.read(api), operator.reconciles()[0], cpu_seconds(operator.pid)
     started = time.monotonic()
-    time.sleep(IDLE_S)  # allow-sleep: idleness is what is measured, over a fixed span
+    time.sleep(IDLE_S)  # noqa: TID251 idleness is what is measured, over a fixed span
     cpu, seconds = cpu_seconds(operator.pid) - cpu_before, time.monotonic() - started
     return Idle(seconds, cpu, operator.reconciles()[0] - reconciles_before, ApiCounts.read(api) - before)
 
