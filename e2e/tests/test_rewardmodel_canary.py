@@ -1,4 +1,4 @@
-"""A candidate reward model rolled out beside the stable one (issue #13), with KServe's own controller.
+"""A candidate reward model rolled out beside the stable one (spec.canary), with KServe's own controller.
 
 The candidate's Deployment and Service are the ones KServe v0.20 makes for the
 InferenceService's spec.canary[] entry; the gateway (the transformer KServe

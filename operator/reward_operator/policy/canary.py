@@ -1,4 +1,4 @@
-"""A rollout's progress, decided from what KServe and the gateways report (issue #13).
+"""A rollout's progress, decided from what KServe and the gateways report (spec.canary).
 
 Pure functions: the controller gathers the candidate's readiness (KServe's
 ``status.canaryStatuses``) and each gateway replica's ``GET /canary``, and this

@@ -1,4 +1,4 @@
-"""A candidate reward model beside the stable one: shadow scoring and sticky splits (issue #13).
+"""A candidate reward model beside the stable one: shadow scoring and sticky splits (the canary rollout).
 
 Two rules of reward models decide everything here. A request is scored by one
 model: all of its items (every GRPO group of a batch) get one scale, never two,
