@@ -185,3 +185,32 @@ def test_the_status_written_stands_until_the_watch_brings_it_back(fake_cluster):
     runner.observe("ns", "rm", someone_else)
     runner.reconcile("ns", "rm", LOG)
     assert len(fake_cluster.writes) == 2, "the watch's newer copy counts once it has caught up"
+
+
+@pytest.mark.parametrize("watch", ["before the response", "after the response", "not yet"])
+def test_triggers_racing_at_kserves_ready_post_one_ready_event(fake_cluster, monkeypatch, watch):
+    """KServe's Ready wakes several triggers at once (the InferenceService's watch, the predictor
+    Deployment's, kopf's own handler): one status write and one Ready event, whenever the watch brings
+    the write back (even before the runner has recorded it), and then no more on a later reconcile."""
+    ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "InferenceService rm is Ready")
+    runner, _, _ = make_runner(lambda obj, logger, child: Outcome(ready, {"replicas": 1}, "ready"))
+    runner.observe("ns", "rm", copy.deepcopy(fake_cluster.obj))  # the watch's copy: no status yet
+    patch = fake_cluster.patch_status
+
+    def patch_and_watch(*args):
+        stored = patch(*args)
+        if watch == "before the response":
+            runner.observe("ns", "rm", copy.deepcopy(stored))
+        return stored
+
+    monkeypatch.setattr(objects, "patch_status", patch_and_watch)
+    triggers = [threading.Thread(target=runner.reconcile, args=("ns", "rm", LOG)) for _ in range(8)]
+    for trigger in triggers:
+        trigger.start()
+    for trigger in triggers:
+        trigger.join(10)
+    if watch == "after the response":
+        runner.observe("ns", "rm", copy.deepcopy(fake_cluster.obj))
+    runner.reconcile("ns", "rm", LOG)  # a later change, handled
+    assert len(fake_cluster.writes) == 1
+    assert fake_cluster.events == [("Normal", conditions.INFERENCE_SERVICE_READY)]
