@@ -1,7 +1,7 @@
 """spec.gateway: the reward gateway the InferenceService runs as its transformer.
 
 The gateway's own defaults the operator needs (for the Knative timeout rule and render's worst case) are
-copied here from the gateway's config; a unit test (operator/tests/test_schema_gateway_defaults.py) keeps
+copied here from the gateway's config; a unit test (operator/tests/test_gateway_defaults.py) keeps
 the copies equal to it, since the two programs never import each other.
 """
 
