@@ -214,3 +214,84 @@ def test_triggers_racing_at_kserves_ready_post_one_ready_event(fake_cluster, mon
     runner.reconcile("ns", "rm", LOG)  # a later change, handled
     assert len(fake_cluster.writes) == 1
     assert fake_cluster.events == [("Normal", conditions.INFERENCE_SERVICE_READY)]
+
+
+ISVC = {
+    "apiVersion": "serving.kserve.io/v1beta1",
+    "kind": "InferenceService",
+    "metadata": {"name": "rm", "namespace": "ns"},
+}
+
+
+def isvc(ready: bool, version: str) -> dict:
+    status = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    return {**ISVC, "metadata": {**ISVC["metadata"], "resourceVersion": version}, "status": status}
+
+
+@pytest.fixture
+def stored_isvc(fake_cluster, monkeypatch):
+    """The InferenceService as the API server holds it (``stored_isvc[0]``) beside the RewardModel; its reads
+    counted in ``stored_isvc[1]``."""
+    stored = [isvc(True, "30"), 0]
+
+    def get(api_version, kind, name, namespace=None):
+        if kind != "InferenceService":
+            return fake_cluster.obj
+        stored[1] += 1
+        return copy.deepcopy(stored[0])
+
+    monkeypatch.setattr(objects, "get", get)
+    return stored
+
+
+def sync_from_inference_service(decided_from: list | None = None):
+    """The RewardModel's sync, reduced to Ready from KServe's report: from the child's copy on its event, else
+    as stored (the full reconcile's read)."""
+
+    def sync(obj, logger, child):
+        if decided_from is not None:
+            decided_from.append(child)
+        found = child if child is not None else objects.get(ISVC["apiVersion"], ISVC["kind"], "rm", "ns")
+        if found is not None and found["status"]["conditions"][0]["status"] == "True":
+            return Outcome(Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "ready"), {}, "ready")
+        return Outcome(Condition("Ready", "False", "MinimumReplicasUnavailable", "starting"), {}, "progressing")
+
+    return sync
+
+
+def test_a_stale_copy_of_the_child_does_not_take_ready_back(fake_cluster, stored_isvc):
+    """An InferenceService event waited (for the lock, or in kopf's queue) while a reconcile from another
+    trigger read the InferenceService Ready and announced it: its older copy takes Ready back to starting
+    neither in the status nor in an event, and Ready is announced once (the demo's double
+    InferenceServiceReady, with a progress event between)."""
+    runner, _, _ = make_runner(sync_from_inference_service())
+    runner.reconcile("ns", "rm", LOG)  # the RewardModel's own trigger reads the InferenceService Ready
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(False, "20"))  # an older event, handled late
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(True, "30"))  # then the newer one
+    assert fake_cluster.events == [("Normal", conditions.INFERENCE_SERVICE_READY)]
+    assert len(fake_cluster.writes) == 1
+
+
+def test_a_childs_events_in_a_row_cost_no_read(fake_cluster, stored_isvc):
+    """After a decision from a child's copy, its next copies are newer (kopf keeps an object's events in
+    order): used as delivered, and a real transition is announced once."""
+    runner, _, _ = make_runner(sync_from_inference_service())
+    runner.reconcile("ns", "rm", LOG)
+    reads = stored_isvc[1]
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(True, "30"))
+    assert stored_isvc[1] == reads + 1, "once, after another trigger's decision"
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(False, "40"))  # the predictor lost its replicas
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(False, "41"))
+    assert stored_isvc[1] == reads + 1
+    assert fake_cluster.events == [
+        ("Normal", conditions.INFERENCE_SERVICE_READY),
+        ("Normal", "MinimumReplicasUnavailable"),
+    ]
+
+
+def test_a_child_gone_meanwhile_is_decided_without_it(fake_cluster, stored_isvc):
+    decided_from: list = []
+    runner, _, _ = make_runner(sync_from_inference_service(decided_from))
+    stored_isvc[0] = None
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(True, "30"))
+    assert decided_from == [None], "the sync restores it, as after its deletion"

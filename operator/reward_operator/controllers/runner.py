@@ -10,7 +10,10 @@ It also keeps the newest copy of each object the watch delivered, so a reconcile
 reads no object from the API server: kopf hands every watch event to
 :meth:`Runner.observe` before any handler runs. The status it wrote last stands in
 for the stored one until the watch brings that write back, so a reconcile that
-starts in between neither writes it twice nor posts its event twice.
+starts in between neither writes it twice nor posts its event twice. A child's
+copy from the watch is used as delivered only after a decision from that child's
+previous copy; after another trigger's decision, which read the API server, it is
+read again, so an older copy never takes Ready back (and announces it again).
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ class Runner:
         self._latest: dict[tuple[str, str], dict[str, Any]] = {}
         # (namespace, name) -> the status this runner wrote, until the watch delivers it back
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
+        # (namespace, name) -> the child whose watch copy the last reconcile decided from (None: another trigger)
+        self._last_trigger: dict[tuple[str, str], tuple[str, str, str] | None] = {}
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._guard:
@@ -101,14 +106,29 @@ class Runner:
         ``changed_child``: the child (as the watch delivered it) whose change is the reason for this
         reconcile; the kind's sync may then skip what that change cannot have affected."""
         kind = self.kind
+        key = (namespace, name)
         with self._lock(namespace, name), self.metrics.duration.labels(kind=kind).time():
             try:
                 found = self._current(namespace, name)
                 if found is None or found["metadata"].get("deletionTimestamp"):
                     return "deleted"
                 found = self.prepare(found)
+                trigger = _child_key(changed_child)
+                if changed_child is not None and self._last_trigger.get(key) != trigger:
+                    # The last decision came from another trigger (a change of the object, a timer, another
+                    # child), which read the API server: the watch's copy of this child may be older than
+                    # what that read (its handler waited for this lock, or in kopf's queue) and would take
+                    # Ready back, then forward again on the next event, one event each way (a second
+                    # InferenceServiceReady within seconds). So this once, the child as stored now; after
+                    # a decision from this child's copy, the watch's next copy of it is newer (kopf keeps
+                    # each object's events in order) and is used as delivered.
+                    changed_child = _as_stored(changed_child, namespace)
+                    trigger = _child_key(changed_child)  # None: it is gone, and the sync restores it
                 outcome = self.sync(found, logger, changed_child)
                 self._write_status(found, outcome, logger)
+                with self._guard:
+                    if key in self._locks:  # not forgotten meanwhile
+                        self._last_trigger[key] = trigger
             except ClusterError as error:
                 self.metrics.errors.labels(kind=kind).inc()
                 self.metrics.reconciles.labels(kind=kind, result="error").inc()
@@ -178,6 +198,24 @@ class Runner:
                 self._locks.pop((namespace, name), None)
                 self._latest.pop((namespace, name), None)
                 self._written.pop((namespace, name), None)
+                self._last_trigger.pop((namespace, name), None)
+
+
+def _as_stored(child: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+    """``child`` as the API server holds it now; None when it is gone (the sync then restores it)."""
+    metadata = child["metadata"]
+    return objects.get(child["apiVersion"], child["kind"], metadata["name"], metadata.get("namespace", namespace))
+
+
+def _child_key(child: dict[str, Any] | None) -> tuple[str, str, str] | None:
+    return None if child is None else (child.get("apiVersion", ""), child.get("kind", ""), child["metadata"]["name"])
+
+
+def _as_stored(child: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+    """``child`` as the API server holds it now; None when it is gone (the sync then restores it)."""
+    metadata = child["metadata"]
+    stored = objects.get(child["apiVersion"], child["kind"], metadata["name"], metadata.get("namespace", namespace))
+    return None if stored is None else {**stored, "apiVersion": child["apiVersion"], "kind": child["kind"]}
 
 
 def register_reconcile_triggers(
