@@ -272,6 +272,25 @@ def test_a_stale_copy_of_the_child_does_not_take_ready_back(fake_cluster, stored
     assert len(fake_cluster.writes) == 1
 
 
+def test_copies_queued_before_a_read_are_not_decided_from(fake_cluster, stored_isvc):
+    """The events kopf queued while another trigger read the InferenceService are older than that read:
+    read again until the watch delivers the version read; from there on, copies are used as delivered."""
+    runner, _, _ = make_runner(sync_from_inference_service())
+    runner.reconcile("ns", "rm", LOG)  # reads version 30, Ready
+    reads = stored_isvc[1]
+    for queued in (isvc(False, "10"), isvc(False, "20")):
+        runner.reconcile("ns", "rm", LOG, changed_child=queued)
+    assert stored_isvc[1] == reads + 2
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(True, "30"))  # the watch has caught up
+    stored_isvc[0] = isvc(False, "40")
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(False, "40"))  # news, as delivered
+    assert stored_isvc[1] == reads + 2
+    assert fake_cluster.events == [
+        ("Normal", conditions.INFERENCE_SERVICE_READY),
+        ("Normal", "MinimumReplicasUnavailable"),
+    ]
+
+
 def test_a_childs_events_in_a_row_cost_no_read(fake_cluster, stored_isvc):
     """After a decision from a child's copy, its next copies are newer (kopf keeps an object's events in
     order): used as delivered, and a real transition is announced once."""
@@ -280,6 +299,7 @@ def test_a_childs_events_in_a_row_cost_no_read(fake_cluster, stored_isvc):
     reads = stored_isvc[1]
     runner.reconcile("ns", "rm", LOG, changed_child=isvc(True, "30"))
     assert stored_isvc[1] == reads + 1, "once, after another trigger's decision"
+    stored_isvc[0] = isvc(False, "40")
     runner.reconcile("ns", "rm", LOG, changed_child=isvc(False, "40"))  # the predictor lost its replicas
     runner.reconcile("ns", "rm", LOG, changed_child=isvc(False, "41"))
     assert stored_isvc[1] == reads + 1

@@ -10,10 +10,11 @@ It also keeps the newest copy of each object the watch delivered, so a reconcile
 reads no object from the API server: kopf hands every watch event to
 :meth:`Runner.observe` before any handler runs. The status it wrote last stands in
 for the stored one until the watch brings that write back, so a reconcile that
-starts in between neither writes it twice nor posts its event twice. A child's
-copy from the watch is used as delivered only after a decision from that child's
-previous copy; after another trigger's decision, which read the API server, it is
-read again, so an older copy never takes Ready back (and announces it again).
+starts in between neither writes it twice nor posts its event twice. Likewise a
+changed child's copy from the watch is decided from as delivered only when it is at
+least as new as what the last decision read (:meth:`Runner._copy_is_current`);
+otherwise the child is read again, so an older copy never takes Ready back (and
+announces it again).
 """
 
 from __future__ import annotations
@@ -81,8 +82,10 @@ class Runner:
         self._latest: dict[tuple[str, str], dict[str, Any]] = {}
         # (namespace, name) -> the status this runner wrote, until the watch delivers it back
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
-        # (namespace, name) -> the child whose watch copy the last reconcile decided from (None: another trigger)
+        # (namespace, name) -> the child whose change triggered the last reconcile (None: another trigger), and
+        # the child's version read from the API server, until the watch delivers that version
         self._last_trigger: dict[tuple[str, str], tuple[str, str, str] | None] = {}
+        self._child_read: dict[tuple[str, str], tuple[tuple[str, str, str] | None, str | None]] = {}
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._guard:
@@ -114,16 +117,14 @@ class Runner:
                     return "deleted"
                 found = self.prepare(found)
                 trigger = _child_key(changed_child)
-                if changed_child is not None and self._last_trigger.get(key) != trigger:
-                    # The last decision came from another trigger (a change of the object, a timer, another
-                    # child), which read the API server: the watch's copy of this child may be older than
-                    # what that read (its handler waited for this lock, or in kopf's queue) and would take
-                    # Ready back, then forward again on the next event, one event each way (a second
-                    # InferenceServiceReady within seconds). So this once, the child as stored now; after
-                    # a decision from this child's copy, the watch's next copy of it is newer (kopf keeps
-                    # each object's events in order) and is used as delivered.
-                    changed_child = _as_stored(changed_child, namespace)
+                if changed_child is not None and not self._copy_is_current(key, trigger, changed_child):
+                    delivered, changed_child = _version(changed_child), _as_stored(changed_child, namespace)
                     trigger = _child_key(changed_child)  # None: it is gone, and the sync restores it
+                    with self._guard:
+                        if _version(changed_child) != delivered:  # the watch has yet to deliver it
+                            self._child_read[key] = (trigger, _version(changed_child))
+                        else:
+                            self._child_read.pop(key, None)
                 outcome = self.sync(found, logger, changed_child)
                 self._write_status(found, outcome, logger)
                 with self._guard:
@@ -135,6 +136,27 @@ class Runner:
                 raise kopf.TemporaryError(str(error), delay=RETRY_DELAY) from error
         self.metrics.reconciles.labels(kind=kind, result=outcome.result).inc()
         return outcome.result
+
+    def _copy_is_current(self, key: tuple[str, str], trigger: Any, child: dict[str, Any]) -> bool:
+        """Whether the watch's copy of a changed child is at least as new as what this object's last
+        decision read, so a reconcile may decide from it as delivered.
+
+        Not when the last decision came from another trigger (a change of the object, a timer, another
+        child), which read the API server: the copy may be older than that read (its handler waited for
+        the object's lock, or in kopf's queue) and would take Ready back, and forward again on the next
+        event, one event each way (the demo's second InferenceServiceReady). Nor, after such a read of
+        this child, until the watch delivers the version read: copies queued before it are older. Once
+        it has, kopf delivers this child's copies in order, each newer than the last."""
+        with self._guard:
+            if self._last_trigger.get(key) != trigger:
+                return False
+            read = self._child_read.get(key)
+            if read is None or read[0] != trigger:
+                return True
+            if read[1] != _version(child):
+                return False
+            del self._child_read[key]  # the watch has caught up with the read
+            return True
 
     def _write_status(self, obj: dict[str, Any], outcome: Outcome, logger: Logger) -> None:
         metadata = obj["metadata"]
@@ -199,6 +221,11 @@ class Runner:
                 self._latest.pop((namespace, name), None)
                 self._written.pop((namespace, name), None)
                 self._last_trigger.pop((namespace, name), None)
+                self._child_read.pop((namespace, name), None)
+
+
+def _version(child: dict[str, Any] | None) -> str | None:
+    return None if child is None else child["metadata"].get("resourceVersion")
 
 
 def _as_stored(child: dict[str, Any], namespace: str) -> dict[str, Any] | None:
@@ -209,6 +236,10 @@ def _as_stored(child: dict[str, Any], namespace: str) -> dict[str, Any] | None:
 
 def _child_key(child: dict[str, Any] | None) -> tuple[str, str, str] | None:
     return None if child is None else (child.get("apiVersion", ""), child.get("kind", ""), child["metadata"]["name"])
+
+
+def _version(child: dict[str, Any] | None) -> str | None:
+    return None if child is None else child["metadata"].get("resourceVersion")
 
 
 def _as_stored(child: dict[str, Any], namespace: str) -> dict[str, Any] | None:
