@@ -89,7 +89,9 @@ def main() -> int:
     print(json.dumps(get("rewardmodel")["status"], indent=2))
 
     step("events")
-    print(kubectl("get", "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={name}").stdout)
+    # the RewardModel's own: KServe posts its own (InferenceServiceReady too) on the InferenceService of the same name
+    selector = f"involvedObject.kind=RewardModel,involvedObject.name={name}"
+    print(kubectl("get", "events", "-n", NAMESPACE, "--field-selector", selector).stdout)
 
     if (plane.directory / "node").is_dir() and node.owned_by(plane.directory):
         serve_a_tiny_model(plane)

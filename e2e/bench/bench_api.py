@@ -134,7 +134,7 @@ class Watch:
             except (urllib3.exceptions.HTTPError, OSError, ValueError):
                 if self.stopping:
                     return
-                time.sleep(0.5)  # allow-sleep: the pause before the watch reconnects
+                time.sleep(0.5)  # noqa: TID251 the pause before the watch reconnects
 
     def _update(self, name: str, obj: dict | None, now: float) -> None:
         old = self.objects.get(name)

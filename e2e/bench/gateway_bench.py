@@ -114,7 +114,7 @@ def start(command: list[str], env: dict[str, str], url: str, probe: str, cpus: s
             if httpx.get(url + probe, timeout=1).status_code == 200:
                 return process
         except httpx.TransportError:
-            time.sleep(0.2)
+            time.sleep(0.2)  # noqa: TID251 the pause between two probes of a starting server (a crash ends it)
     process.kill()
     raise SystemExit(f"{command} did not start; see {log.name}:\n{Path(log.name).read_text()[-2000:]}")
 

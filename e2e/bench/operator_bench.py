@@ -623,7 +623,7 @@ def _measure_operator(
             elif count >= n and time.monotonic() - last_change >= 5:
                 resumed = last_change - restarted_at
                 break
-            time.sleep(0.5)  # allow-sleep: the pause between two reads of the operator's metrics
+            time.sleep(0.5)  # noqa: TID251 the pause between two reads of the operator's metrics
         resume_counts = ApiCounts.read(api) - restart_before
         resume_reconciles = reconcile_totals(operator)[0]
         wait_until_quiet(operator)
@@ -669,7 +669,7 @@ def wait_until_quiet(operator: OperatorProcess, quiet_s: float = 5.0, timeout_s:
             last, since = count, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
             return
-        time.sleep(0.5)  # allow-sleep: the pause between two reads of the operator's metrics
+        time.sleep(0.5)  # noqa: TID251 the pause between two reads of the operator's metrics
 
 
 # Writes to the objects the operator watches (not leases, events or nodes, which never stop).
@@ -689,7 +689,7 @@ def wait_until_workloads_settle(api: Api, window_s: float = 30.0, below_per_s: f
     started = time.monotonic()
     while True:
         before = workload_writes(api)
-        time.sleep(window_s)  # allow-sleep: a rate is counted over a span
+        time.sleep(window_s)  # noqa: TID251 a rate is counted over a span
         rate = (workload_writes(api) - before) / window_s
         waited = time.monotonic() - started
         if rate < below_per_s or waited >= SETTLE_MAX_S:
@@ -707,7 +707,7 @@ def measure_idle(api: Api, operator: OperatorProcess) -> Idle:
     before, reconciles_before = ApiCounts.read(api), reconcile_totals(operator)[0]
     cpu_before = cpu_seconds(operator.pid)
     started = time.monotonic()
-    time.sleep(IDLE_S)  # allow-sleep: idleness is what is measured, over a fixed span
+    time.sleep(IDLE_S)  # noqa: TID251 idleness is what is measured, over a fixed span
     cpu, seconds = cpu_seconds(operator.pid) - cpu_before, time.monotonic() - started
     return Idle(seconds, cpu, reconcile_totals(operator)[0] - reconciles_before, ApiCounts.read(api) - before)
 

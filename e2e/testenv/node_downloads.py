@@ -58,7 +58,7 @@ class Downloads:
             except (ApiException, urllib3.exceptions.HTTPError) as error:
                 # the API server restarting: the pods are all looked at again once it answers
                 log.warning("API error, retrying in %ss: %s", RESCAN_SECONDS, error)
-                time.sleep(RESCAN_SECONDS)  # allow-sleep: a stand-in process's back-off, not a test's wait
+                time.sleep(RESCAN_SECONDS)  # noqa: TID251 a stand-in process's back-off, not a test's wait
 
     def handle(self, pod: client.V1Pod) -> None:
         meta, status = pod.metadata, pod.status

@@ -1,4 +1,4 @@
-"""Chaos tests (issue #15): the operator under kills, restarts, stalled watches and a second replica.
+"""Chaos tests: the operator under kills, restarts, stalled watches and a second replica.
 
 Each test brings a control plane of its own (``ControlPlane.up``) and restarts or
 stalls its components, so no other test shares what it breaks. KServe's manager

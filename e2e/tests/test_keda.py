@@ -1,4 +1,4 @@
-"""KEDA for real (issue #12): a ScaledObject scales a Deployment 0 -> 1 -> N -> 0.
+"""KEDA for real (scale to zero on the gateway's load): a ScaledObject scales a Deployment 0 -> 1 -> N -> 0.
 
 KEDA's operator and external metrics API server run against the local control
 plane (``keda_cluster``: see ``testenv/keda.py``), and the trigger is KEDA's

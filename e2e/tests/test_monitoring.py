@@ -246,11 +246,11 @@ def _declared_metrics(holder) -> dict[str, tuple[str, set[str]]]:
 
 
 def _exported_by_the_gateway() -> dict[str, tuple[str, set[str]]]:
-    """What the gateway declares (reward_gateway.metrics, reward_gateway.agreement), and the rollout window's
+    """What the gateway declares (reward_gateway.metrics, reward_gateway.canary_metrics), and the rollout window's
     gauges, computed at scrape time: one stable/candidate pair with ordered pairs and both roles' calls shows them."""
     from prometheus_client import CollectorRegistry
 
-    from reward_gateway.agreement import CanaryMetrics
+    from reward_gateway.canary_metrics import CanaryMetrics
     from reward_gateway.metrics import GatewayMetrics
 
     registry = CollectorRegistry()
@@ -300,7 +300,7 @@ def test_operator_exports(name, spec):
 @pytest.mark.parametrize(("name", "spec"), _contract_params("gateway"))
 def test_gateway_exports(name, spec):
     declared = _exported_by_the_gateway()
-    assert name in declared, f"reward_gateway.metrics and reward_gateway.agreement export no {name}"
+    assert name in declared, f"reward_gateway.metrics and reward_gateway.canary_metrics export no {name}"
     assert declared[name] == (spec["type"], set(spec["labels"]))
 
 

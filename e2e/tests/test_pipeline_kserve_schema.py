@@ -4,7 +4,7 @@ KServe v0.20's own CRD schemas, offline.
 The API server drops a field its schema does not know (pruning) without a word, so a misspelt
 ``routerTimeouts`` would leave the router at its 60 s default and nothing would fail. This
 catches that, and a value outside KServe's enums, before any cluster; the integration tests
-(part 2 of issue #14) then have KServe's webhooks and router run them.
+(e2e/tests/test_rlhfpipeline_operator.py) then have KServe's webhooks and router run them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scale to zero through the operator's own objects, with KEDA running (issue #12).
+"""Scale to zero through the operator's own objects, with KEDA running (scale to zero between bursts).
 
 A Standard-mode RewardModel with ``serving.minReplicas: 0`` on a control plane where
 KServe's manager, KEDA's operator and metrics API server and reward-operator run.

@@ -214,7 +214,7 @@ INVALID = {
         _set("spec.gateway", {"monitoringNamespaceSelector": {}}),
         "gateway.monitoringNamespaceSelector admits scrapers past the policies gateway.allowedClients makes",
     ),
-    # spec.canary (issue #13)
+    # spec.canary (the canary rollout)
     "canary-share-in-shadow": (
         _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "percent": 10}),
         "canary.percent and canary.steps need canary.mode: split",

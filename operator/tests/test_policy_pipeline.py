@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from reward_operator.api import conditions
-from reward_operator.policy.conditions import Condition
 from reward_operator.policy.pipeline import (
     graph_ready,
     pipeline_ready,
@@ -14,6 +13,7 @@ from reward_operator.policy.pipeline import (
     status_fields,
     unusable_rewards,
 )
+from reward_operator.policy.status import Condition
 
 
 def with_ready(status: str | None, reason: str = "", message: str = "", **spec) -> dict:

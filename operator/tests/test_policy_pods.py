@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reward_operator.api import conditions
-from reward_operator.policy import conditions as status
+from reward_operator.policy import status
 from reward_operator.policy.pods import TAIL_CHARS, reason_kept, tail, worst_container
 from reward_operator.policy.readiness import pod_components, ready_from_inference_service, ready_with_pods
 

@@ -16,7 +16,7 @@ from reward_operator.cluster import ClusterError
 from reward_operator.controllers import runner as runner_module
 from reward_operator.controllers.runner import Outcome, Runner
 from reward_operator.metrics import OperatorMetrics
-from reward_operator.policy.conditions import Condition, not_ready
+from reward_operator.policy.status import Condition, not_ready
 from reward_testing.fake_cluster import FakeCluster
 
 LOG = logging.getLogger("test")
@@ -172,3 +172,128 @@ def test_the_status_written_stands_until_the_watch_brings_it_back(fake_cluster):
     runner.observe("ns", "rm", someone_else)
     runner.reconcile("ns", "rm", LOG)
     assert len(fake_cluster.status_patches) == 2, "the watch's newer copy counts once it has caught up"
+
+
+@pytest.mark.parametrize("watch", ["before the response", "after the response", "not yet"])
+def test_triggers_racing_at_kserves_ready_post_one_ready_event(fake_cluster, monkeypatch, watch):
+    """KServe's Ready wakes several triggers at once (the InferenceService's watch, the predictor
+    Deployment's, kopf's own handler): one status write and one Ready event, whenever the watch brings
+    the write back (even before the runner has recorded it), and then no more on a later reconcile."""
+    ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "InferenceService rm is Ready")
+    runner, _, _ = make_runner(fake_cluster, lambda obj, logger, child: Outcome(ready, {"replicas": 1}, "ready"))
+    runner.observe("ns", "rm", copy.deepcopy(stored(fake_cluster)))  # the watch's copy: no status yet
+    patch = fake_cluster.patch_status
+
+    def patch_and_watch(*args):
+        written = patch(*args)
+        if watch == "before the response":
+            runner.observe("ns", "rm", copy.deepcopy(written))
+        return written
+
+    monkeypatch.setattr(fake_cluster, "patch_status", patch_and_watch)
+    triggers = [threading.Thread(target=runner.reconcile, args=("ns", "rm", LOG)) for _ in range(8)]
+    for trigger in triggers:
+        trigger.start()
+    for trigger in triggers:
+        trigger.join(10)
+    if watch == "after the response":
+        runner.observe("ns", "rm", copy.deepcopy(stored(fake_cluster)))
+    runner.reconcile("ns", "rm", LOG)  # a later change, handled
+    assert len(fake_cluster.status_patches) == 1
+    assert fake_cluster.event_reasons == [("Normal", conditions.INFERENCE_SERVICE_READY)]
+
+
+ISVC = {
+    "apiVersion": "serving.kserve.io/v1beta1",
+    "kind": "InferenceService",
+    "metadata": {"name": "rm", "namespace": "ns"},
+}
+
+
+def isvc(ready: bool, version: str) -> dict:
+    status = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    return {**ISVC, "metadata": {**ISVC["metadata"], "resourceVersion": version}, "status": status}
+
+
+@pytest.fixture
+def stored_isvc(fake_cluster):
+    """The InferenceService as the API server holds it, beside the RewardModel."""
+    fake_cluster.put(isvc(True, "30"))
+    return fake_cluster
+
+
+def isvc_reads(cluster: FakeCluster) -> int:
+    return sum(1 for method, kind, _ in cluster.calls if (method, kind) == ("get", "InferenceService"))
+
+
+def sync_from_inference_service(cluster: FakeCluster, decided_from: list | None = None):
+    """The RewardModel's sync, reduced to Ready from KServe's report: from the child's copy on its event, else
+    as stored (the full reconcile's read)."""
+
+    def sync(obj, logger, child):
+        if decided_from is not None:
+            decided_from.append(child)
+        found = child if child is not None else cluster.get(ISVC["apiVersion"], ISVC["kind"], "rm", "ns")
+        if found is not None and found["status"]["conditions"][0]["status"] == "True":
+            return Outcome(Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "ready"), {}, "ready")
+        return Outcome(Condition("Ready", "False", "MinimumReplicasUnavailable", "starting"), {}, "progressing")
+
+    return sync
+
+
+def test_a_stale_copy_of_the_child_does_not_take_ready_back(fake_cluster, stored_isvc):
+    """An InferenceService event waited (for the lock, or in kopf's queue) while a reconcile from another
+    trigger read the InferenceService Ready and announced it: its older copy takes Ready back to starting
+    neither in the status nor in an event, and Ready is announced once (the demo's double
+    InferenceServiceReady, with a progress event between)."""
+    runner, _, _ = make_runner(fake_cluster, sync_from_inference_service(fake_cluster))
+    runner.reconcile("ns", "rm", LOG)  # the RewardModel's own trigger reads the InferenceService Ready
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(False, "20"))  # an older event, handled late
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(True, "30"))  # then the newer one
+    assert fake_cluster.event_reasons == [("Normal", conditions.INFERENCE_SERVICE_READY)]
+    assert len(fake_cluster.status_patches) == 1
+
+
+def test_copies_queued_before_a_read_are_not_decided_from(fake_cluster, stored_isvc):
+    """The events kopf queued while another trigger read the InferenceService are older than that read:
+    read again until the watch delivers the version read; from there on, copies are used as delivered."""
+    runner, _, _ = make_runner(fake_cluster, sync_from_inference_service(fake_cluster))
+    runner.reconcile("ns", "rm", LOG)  # reads version 30, Ready
+    reads = isvc_reads(fake_cluster)
+    for queued in (isvc(False, "10"), isvc(False, "20")):
+        runner.reconcile("ns", "rm", LOG, changed_child=queued)
+    assert isvc_reads(fake_cluster) == reads + 2
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(True, "30"))  # the watch has caught up
+    fake_cluster.put(isvc(False, "40"))
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(False, "40"))  # news, as delivered
+    assert isvc_reads(fake_cluster) == reads + 2
+    assert fake_cluster.event_reasons == [
+        ("Normal", conditions.INFERENCE_SERVICE_READY),
+        ("Normal", "MinimumReplicasUnavailable"),
+    ]
+
+
+def test_a_childs_events_in_a_row_cost_no_read(fake_cluster, stored_isvc):
+    """After a decision from a child's copy, its next copies are newer (kopf keeps an object's events in
+    order): used as delivered, and a real transition is announced once."""
+    runner, _, _ = make_runner(fake_cluster, sync_from_inference_service(fake_cluster))
+    runner.reconcile("ns", "rm", LOG)
+    reads = isvc_reads(fake_cluster)
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(True, "30"))
+    assert isvc_reads(fake_cluster) == reads + 1, "once, after another trigger's decision"
+    fake_cluster.put(isvc(False, "40"))
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(False, "40"))  # the predictor lost its replicas
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(False, "41"))
+    assert isvc_reads(fake_cluster) == reads + 1
+    assert fake_cluster.event_reasons == [
+        ("Normal", conditions.INFERENCE_SERVICE_READY),
+        ("Normal", "MinimumReplicasUnavailable"),
+    ]
+
+
+def test_a_child_gone_meanwhile_is_decided_without_it(fake_cluster, stored_isvc):
+    decided_from: list = []
+    runner, _, _ = make_runner(fake_cluster, sync_from_inference_service(fake_cluster, decided_from))
+    fake_cluster.delete("InferenceService", "rm", "ns")
+    runner.reconcile("ns", "rm", LOG, changed_child=isvc(True, "30"))
+    assert decided_from == [None], "the sync restores it, as after its deletion"

@@ -94,7 +94,7 @@ class EngineSteps:
         while self.waiting:
             batch = [self.waiting.popleft() for _ in range(min(self.texts_per_step, len(self.waiting)))]
             self.step_began.set()
-            await asyncio.sleep(self.step_s)  # allow-sleep: the simulated GPU time of one engine step
+            await asyncio.sleep(self.step_s)  # noqa: TID251 the simulated GPU time of one engine step
             self.steps_done += 1
             for text in batch:
                 text.set_result(None)
@@ -204,7 +204,7 @@ class FakeVllm:
             await self.engine.run(texts)
         elif self.delay_s:
             # Later texts answer sooner, so a gateway that kept arrival order would fail.
-            await asyncio.sleep(self.delay_s * (zlib.crc32(texts[0].encode()) % 5))  # allow-sleep: simulated model time
+            await asyncio.sleep(self.delay_s * (zlib.crc32(texts[0].encode()) % 5))  # noqa: TID251 simulated model time
         data = [score(index, text, body) for index, text in enumerate(texts)]
         for entry in data:
             if self.misbehaviour == "duplicate_index":
@@ -233,7 +233,7 @@ class FakeVllm:
             return refused
         if self.delay_s:
             # Later prompts answer sooner: the answer's order must come from the indices.
-            await asyncio.sleep(self.delay_s * (zlib.crc32(prompts[0].encode()) % 5))  # allow-sleep: model time
+            await asyncio.sleep(self.delay_s * (zlib.crc32(prompts[0].encode()) % 5))  # noqa: TID251 model time
         n, max_tokens = body.get("n", 1), body.get("max_tokens", 16)
         bos = self.bos_token if body.get("add_special_tokens", True) else None
         choices = []
@@ -349,7 +349,7 @@ def serve_in_thread(app, port: int | None = None, **settings: Any):
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("server did not start")
-        time.sleep(0.02)  # allow-sleep: uvicorn's `started` is a plain flag, with no event to wait on
+        time.sleep(0.02)  # noqa: TID251 uvicorn's `started` is a plain flag, with no event to wait on
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, Phase, given
 from hypothesis import strategies as st
 
 from reward_operator.api.crd import reward_model_crd
-from reward_operator.api.schema.rewardmodel import KSERVE_BLOCKED_ENV, OWNED_VLLM_FLAGS
+from reward_operator.api.kserve import BLOCKED_ENV
+from reward_operator.api.schema.rewardmodel import OWNED_VLLM_FLAGS
 
 from .paths import REPO
 
@@ -283,7 +284,7 @@ def domain_refusal(path: tuple[str, ...], value: Any) -> str | None:
     if path == ("env",):
         for item in value:
             source = item.get("valueFrom")
-            if item["name"] in KSERVE_BLOCKED_ENV:
+            if item["name"] in BLOCKED_ENV:
                 return f"{item['name']} is refused by KServe"
             if "value" in item and "{{" in item["value"]:
                 return "'{{' in a value"

@@ -15,5 +15,5 @@ def wait_until(what: str, predicate: Callable[[], Any], timeout: float = 60, int
         last = predicate()
         if last:
             return last
-        time.sleep(interval)
+        time.sleep(interval)  # noqa: TID251 the poll interval: this is the wait on a signal
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")

@@ -82,10 +82,6 @@ POD_FAILURE_REASONS = (
 DEGRADED_REASONS = (INVALID_SPEC, APPLY_FAILED, *KSERVE_FAILURE_REASONS, *POD_FAILURE_REASONS)
 DEGRADED_SUFFIX = "Failed"
 
-# Reasons worth only a Normal event on a transition (so is any Ready=True or
-# Ready=Unknown: still converging); any other Ready=False gets a Warning.
-NORMAL_REASONS = (INFERENCE_SERVICE_READY, AWAITING_KSERVE, GATEWAY_NOT_READY)
-
 # ---- reasons for ScaledToZero -----------------------------------------------------
 # (AWAITING_KSERVE too: Unknown, KServe has made no predictor Deployment yet)
 
@@ -146,3 +142,23 @@ GRAPH_SERVING = "InferenceGraphReady"  # GraphReady True: KServe reports the Inf
 GRAPH_NOT_READY = "InferenceGraphNotReady"  # GraphReady False / Unknown: KServe reports it not Ready (yet)
 # GraphReady Unknown: the graph is held until the reward models it calls exist (see RewardsReady)
 AWAITING_REWARD_MODELS = "AwaitingRewardModels"
+
+# ---- events ---------------------------------------------------------------------------
+# Ready=False reasons that need a person: a Warning event on the transition into them (as Kubernetes'
+# own controllers keep Warning for what needs action). The spec or the model is wrong, a container
+# fails, the cache cannot be made, a RewardModel a pipeline names is missing or has no gateway; and
+# any reason ending in Failed (KServe's, Knative's). Every other transition of Ready is progress and
+# gets a Normal event: True, Unknown, and False while KServe is still at work (AwaitingKServe, a
+# component's reason such as PredictorReady, "Predictor ingress not created" or
+# MinimumReplicasUnavailable, InferenceServiceNotReady, AwaitingModelCache, GatewayNotReady,
+# RewardModelNotReady).
+WARNING_REASONS = (
+    *DEGRADED_REASONS,
+    MODEL_CACHE_FAILED,
+    CACHE_DOWNLOAD_FAILED,
+    CACHE_NO_NODES,
+    CACHE_CONFLICT,
+    REWARD_MODEL_NOT_FOUND,
+    REWARD_MODEL_WITHOUT_GATEWAY,
+    *CANARY_WARNING_REASONS,
+)

@@ -37,6 +37,8 @@ LOCAL_MODEL_NAMESPACE_LABEL = "internal.serving.kserve.io/localmodel-namespace"
 # Node statuses in a cache's status.nodeStatus (local_model_cache_status.go).
 NODE_DOWNLOADED = "NodeDownloaded"
 NODE_DOWNLOAD_ERROR = "NodeDownloadError"
+# KServe's job namespace (localModel.jobNamespace in inferenceservice-config): cache downloads run there.
+LOCAL_MODEL_JOB_NAMESPACE = "kserve-localmodel-jobs"
 
 # ---- annotations ---------------------------------------------------------------
 
@@ -68,6 +70,8 @@ MODEL_FORMAT = "vLLM"
 # KServe's defaulting webhook would otherwise set v2, which our runtimes do not
 # list, and KServe would refuse them (NoSupportingRuntime).
 PROTOCOL_VERSION = "v1"
+# Environment variables KServe's validating webhook refuses (pkg/validation/env_policy.go).
+BLOCKED_ENV = ("PYTHONPATH",)
 # KServe forces this container name on the predictor and the transformer.
 CONTAINER_NAME = "kserve-container"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -124,3 +128,14 @@ TRANSFORMER_COMPONENT = "transformer"
 KNATIVE_SYSTEM_NAMESPACES = ("knative-serving", "istio-system")
 KNATIVE_QUEUE_PROXY_PORTS = (8012, 8112)  # http, https (system-internal TLS)
 KNATIVE_USER_METRICS_PORT = 9091  # queue-proxy's request metrics, for Prometheus
+
+# ---- Knative's bounds -----------------------------------------------------------
+
+# Knative Serving's default max-revision-timeout-seconds.
+KNATIVE_MAX_TIMEOUT_SECONDS = 600
+# Knative Serving's bounds on its autoscaling annotations (knative.dev/serving v0.48.1, the version KServe
+# v0.20.0 builds against: pkg/apis/autoscaling/register.go WindowMin/WindowMax, annotation_validation.go):
+# the stable window 6s..1h, scale-down-delay 0..1h, both in whole seconds.
+KNATIVE_WINDOW_MIN = "6s"
+KNATIVE_WINDOW_MAX = "1h"
+KNATIVE_SCALE_DOWN_DELAY_MAX = "1h"

@@ -38,8 +38,8 @@ from ..policy import cache as cache_policy
 from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness, scaling
-from ..policy.conditions import Condition, not_ready, settled
 from ..policy.scaling import PredictorReplicas
+from ..policy.status import Condition, not_ready, settled
 from ..render import (
     PRUNED_KINDS,
     ROLLOUT_PRUNE_LABELS,

@@ -18,7 +18,7 @@ from ..cluster import Cluster, Logger
 from ..cluster.objects import plural_of
 from ..metrics import OperatorMetrics
 from ..policy import cache as cache_policy
-from ..policy.conditions import recheck
+from ..policy.status import recheck
 from ..settings import Settings
 from . import rewardmodel
 from .rewardmodel import CACHE_KINDS, DEPLOYMENT_KIND, KIND

@@ -35,7 +35,7 @@ from ..api.schema import RLHF_PIPELINE
 from ..cluster import Cluster, KubernetesCluster, Refused
 from ..metrics import OperatorMetrics
 from ..policy import dependencies, names, pipeline
-from ..policy.conditions import not_ready
+from ..policy.status import not_ready
 from ..render import render_rlhf_pipeline
 from ..render.inferencegraph import graph_url
 from ..render.pipeline_gateway import ACTOR, CRITIC, REFERENCE

@@ -10,7 +10,11 @@ It also keeps the newest copy of each object the watch delivered, so a reconcile
 reads no object from the API server: kopf hands every watch event to
 :meth:`Runner.observe` before any handler runs. The status it wrote last stands in
 for the stored one until the watch brings that write back, so a reconcile that
-starts in between neither writes it twice nor posts its event twice.
+starts in between neither writes it twice nor posts its event twice. Likewise a
+changed child's copy from the watch is decided from as delivered only when it is at
+least as new as what the last decision read (:meth:`Runner._copy_is_current`);
+otherwise the child is read again, so an older copy never takes Ready back (and
+announces it again).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import kopf
 
 from ..cluster import Cluster, ClusterError
 from ..metrics import OperatorMetrics
-from ..policy import conditions
+from ..policy import status
 
 Logger = logging.Logger | logging.LoggerAdapter
 
@@ -38,13 +42,13 @@ RETRY_DELAY = 10
 class Outcome:
     """What one sync decided."""
 
-    ready: conditions.Condition
+    ready: status.Condition
     # The kind's own status fields (url, replicas, ...): stored ones missing here are cleared.
     fields: dict[str, Any] = field(default_factory=dict)
     # For reward_operator_reconcile_total: ready | progressing | invalid | apply_failed.
     result: str = "progressing"
     # Conditions besides Ready (a rollout's), set as given; types in removed_conditions are dropped.
-    conditions: tuple[conditions.Condition, ...] = ()
+    conditions: tuple[status.Condition, ...] = ()
     removed_conditions: tuple[str, ...] = ()
     # For reward_operator_reconcile_total: full (every child rendered and applied) | child (only the
     # changed InferenceService checked, the spec as last reconciled) | held (all but the InferenceService,
@@ -84,6 +88,10 @@ class Runner:
         self._latest: dict[tuple[str, str], dict[str, Any]] = {}
         # (namespace, name) -> the status this runner wrote, until the watch delivers it back
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
+        # (namespace, name) -> the child whose change triggered the last reconcile (None: another trigger), and
+        # the child's version read from the API server, until the watch delivers that version
+        self._last_trigger: dict[tuple[str, str], tuple[str, str, str] | None] = {}
+        self._child_read: dict[tuple[str, str], tuple[tuple[str, str, str] | None, str | None]] = {}
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._guard:
@@ -107,14 +115,28 @@ class Runner:
         ``changed_child``: the child (as the watch delivered it) whose change is the reason for this
         reconcile; the kind's sync may then skip what that change cannot have affected."""
         kind = self.kind
+        key = (namespace, name)
         with self._lock(namespace, name), self.metrics.duration.labels(kind=kind).time():
             try:
                 found = self._current(namespace, name)
                 if found is None or found["metadata"].get("deletionTimestamp"):
                     return "deleted"
                 found = self.prepare(found)
+                trigger = _child_key(changed_child)
+                if changed_child is not None and not self._copy_is_current(key, trigger, changed_child):
+                    delivered = _version(changed_child)
+                    changed_child = _as_stored(self.cluster, changed_child, namespace)
+                    trigger = _child_key(changed_child)  # None: it is gone, and the sync restores it
+                    with self._guard:
+                        if _version(changed_child) != delivered:  # the watch has yet to deliver it
+                            self._child_read[key] = (trigger, _version(changed_child))
+                        else:
+                            self._child_read.pop(key, None)
                 outcome = self.sync(found, logger, changed_child)
                 self._write_status(found, outcome, logger)
+                with self._guard:
+                    if key in self._locks:  # not forgotten meanwhile
+                        self._last_trigger[key] = trigger
             except ClusterError as error:
                 self.metrics.errors.labels(kind=kind).inc()
                 self.metrics.reconciles.labels(kind=kind, result="error", scope="none").inc()
@@ -122,12 +144,33 @@ class Runner:
         self.metrics.reconciles.labels(kind=kind, result=outcome.result, scope=outcome.scope).inc()
         return outcome.result
 
+    def _copy_is_current(self, key: tuple[str, str], trigger: Any, child: dict[str, Any]) -> bool:
+        """Whether the watch's copy of a changed child is at least as new as what this object's last
+        decision read, so a reconcile may decide from it as delivered.
+
+        Not when the last decision came from another trigger (a change of the object, a timer, another
+        child), which read the API server: the copy may be older than that read (its handler waited for
+        the object's lock, or in kopf's queue) and would take Ready back, and forward again on the next
+        event, one event each way (the demo's second InferenceServiceReady). Nor, after such a read of
+        this child, until the watch delivers the version read: copies queued before it are older. Once
+        it has, kopf delivers this child's copies in order, each newer than the last."""
+        with self._guard:
+            if self._last_trigger.get(key) != trigger:
+                return False
+            read = self._child_read.get(key)
+            if read is None or read[0] != trigger:
+                return True
+            if read[1] != _version(child):
+                return False
+            del self._child_read[key]  # the watch has caught up with the read
+            return True
+
     def _write_status(self, obj: dict[str, Any], outcome: Outcome, logger: Logger) -> None:
         metadata = obj["metadata"]
         current = obj.get("status") or {}
-        now = conditions.now_rfc3339()
-        desired = conditions.desired_status(current, metadata["generation"], outcome.ready, outcome.fields, now)
-        desired["conditions"] = conditions.merge_conditions(
+        now = status.now_rfc3339()
+        desired = status.desired_status(current, metadata["generation"], outcome.ready, outcome.fields, now)
+        desired["conditions"] = status.merge_conditions(
             desired["conditions"], outcome.conditions, outcome.removed_conditions, metadata["generation"], now
         )
         if desired != current:
@@ -136,15 +179,15 @@ class Runner:
                 self._written.pop(key, None)  # if the write fails, the stored status is unknown
             stored = self.cluster.patch_status(
                 self.api_version, self.kind, metadata["namespace"], metadata["name"],
-                conditions.status_patch(current, desired),
+                status.status_patch(current, desired),
             )  # fmt: skip
             with self._guard:
                 if key in self._locks:  # not forgotten meanwhile
                     self._written[key] = stored.get("status") or {}
         ready = outcome.ready
-        if conditions.ready_transition(current, ready):
+        if status.ready_transition(current, ready):
             logger.info("Ready=%s (%s): %s", ready.status, ready.reason, ready.message)
-            self.cluster.post_event(obj, conditions.event_type(ready), ready.reason, ready.message)
+            self.cluster.post_event(obj, status.event_type(ready), ready.reason, ready.message)
         for event_type, reason, message in outcome.events:
             logger.info("%s: %s", reason, message)
             self.cluster.post_event(obj, event_type, reason, message)
@@ -153,8 +196,8 @@ class Runner:
     def observe(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         """A watch event: keep the object as the newest copy, and record how far its status lags the spec."""
         generation = body.get("metadata", {}).get("generation") or 0
-        status = body.get("status") or {}
-        observed = status.get("observedGeneration") or 0
+        delivered_status = body.get("status") or {}
+        observed = delivered_status.get("observedGeneration") or 0
         key = (namespace, name)
         metadata = body.get("metadata") or {}
         if "managedFields" in metadata:
@@ -163,7 +206,7 @@ class Runner:
             body = {**body, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
         with self._guard:
             self._latest[key] = body
-            if self._written.get(key) == status:
+            if self._written.get(key) == delivered_status:
                 del self._written[key]  # the watch has caught up with our last write
         self.metrics.objects.record_generation_lag(self.kind, namespace, name, generation, observed)
 
@@ -184,6 +227,23 @@ class Runner:
                 self._locks.pop((namespace, name), None)
                 self._latest.pop((namespace, name), None)
                 self._written.pop((namespace, name), None)
+                self._last_trigger.pop((namespace, name), None)
+                self._child_read.pop((namespace, name), None)
+
+
+def _child_key(child: dict[str, Any] | None) -> tuple[str, str, str] | None:
+    return None if child is None else (child.get("apiVersion", ""), child.get("kind", ""), child["metadata"]["name"])
+
+
+def _version(child: dict[str, Any] | None) -> str | None:
+    return None if child is None else child["metadata"].get("resourceVersion")
+
+
+def _as_stored(cluster: Cluster, child: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+    """``child`` as the API server holds it now; None when it is gone (the sync then restores it)."""
+    metadata = child["metadata"]
+    stored = cluster.get(child["apiVersion"], child["kind"], metadata["name"], metadata.get("namespace", namespace))
+    return None if stored is None else {**stored, "apiVersion": child["apiVersion"], "kind": child["kind"]}
 
 
 def register_reconcile_triggers(
@@ -193,14 +253,14 @@ def register_reconcile_triggers(
     drift_interval: float,
     recheck_interval: float,
     id_prefix: str = "",
-    recheck: Callable[[Any], bool] = lambda body: not conditions.settled(body),
+    recheck: Callable[[Any], bool] = lambda body: not status.settled(body),
 ) -> None:
     """The triggers every kind reconciles on, each running the same reconcile: the object made,
     changed or found at start-up; an hourly drift backstop (level-based: a missed watch event leaves
     nothing behind for long); and a short re-check only while the object is not settled (a gap outside
     the spec filled later, a refused apply, a reconcile an API server restart left undone, a pod's
     container failing): ``recheck``, which kopf stops once it is False, so settled objects wake nothing
-    (a kind that reads its pods passes ``conditions.recheck``: also while not Ready for a reason its pods
+    (a kind that reads its pods passes ``status.recheck``: also while not Ready for a reason its pods
     may change). Timer ids are kept per kind (``id_prefix``):
     kopf records a timer's state under its id."""
 

@@ -20,7 +20,7 @@ from ..api import conditions
 from ..api.cache import cache_identity
 from ..api.kserve import DISABLE_LOCAL_MODEL, LOCAL_MODEL_LABEL, NODE_DOWNLOAD_ERROR, NODE_DOWNLOADED
 from ..api.names import CACHE_USERS_ANNOTATION
-from .conditions import Condition
+from .status import Condition
 
 
 def user_key(namespace: str, name: str) -> str:

@@ -1,4 +1,4 @@
-"""A rollout's progress, decided from what KServe and the gateways report (issue #13).
+"""A rollout's progress, decided from what KServe and the gateways report (spec.canary).
 
 Pure functions: the controller gathers the candidate's readiness (KServe's
 ``status.canaryStatuses``) and each gateway replica's ``GET /canary``, and this
@@ -33,7 +33,7 @@ from typing import Any
 from ..api import conditions
 from ..api.kserve import CANARY_PREDICTOR
 from ..api.types import CanarySpec
-from .conditions import Condition
+from .status import Condition
 
 # status.canary.phase
 AWAITING_CANDIDATE = "AwaitingCandidate"

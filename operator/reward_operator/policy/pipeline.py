@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from ..api import conditions
-from .conditions import Condition
 from .readiness import ready_from_inference_service
+from .status import Condition
 
 # Ready's message names the role, in this order: the first failing (else waiting) one speaks.
 ROLE_NAMES = {

@@ -14,7 +14,7 @@ from typing import Any
 from ..api import conditions
 from ..api.kserve import PREDICTOR_COMPONENT, TRANSFORMER_COMPONENT
 from . import pods as pod_policy
-from .conditions import Condition
+from .status import Condition
 
 # KServe's transitionStatus values that mean "this spec will not serve" (not "not yet").
 FAILED_TRANSITIONS = ("InvalidSpec", "BlockedByFailedLoad")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..api import conditions
 from ..api.types import ServingSpec
-from .conditions import Condition
+from .status import Condition
 
 
 @dataclass(frozen=True)

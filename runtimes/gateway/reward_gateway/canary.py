@@ -1,4 +1,4 @@
-"""A candidate reward model beside the stable one: shadow scoring and sticky splits.
+"""A candidate reward model beside the stable one: shadow scoring and sticky splits (the canary rollout).
 
 Two rules of reward models decide everything here. A request is scored by one
 model: all of its items (every GRPO group of a batch) get one scale, never two,
@@ -71,7 +71,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from reward_gateway.agreement import ROLES, CanaryMetrics, CanaryTracker
+from reward_gateway.agreement import ROLES
+from reward_gateway.canary_metrics import CanaryMetrics, CanaryTracker
 from reward_gateway.config import CanaryConfig, GatewayConfig
 from reward_gateway.errors import GatewayError, UpstreamError, forget
 from reward_gateway.metrics import GatewayMetrics

@@ -1,4 +1,5 @@
-"""The canary statistics (reward_gateway.agreement), each checked against a computation by hand."""
+"""The canary statistics (reward_gateway.agreement), each checked against a computation by hand, and their
+export to Prometheus (reward_gateway.canary_metrics)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from reward_gateway import agreement
 from reward_gateway.agreement import (
     DIRECT_MAX_ITEMS,
-    CanaryMetrics,
     CanaryWindow,
     PairCounts,
     RunningMoments,
     compare,
     group_pairs,
 )
+from reward_gateway.canary_metrics import PAIR_KINDS, CanaryMetrics
 
 NAN = float("nan")
 
@@ -403,7 +404,7 @@ def test_counters_and_window_gauges_in_prometheus():
     def value(name, **labels):
         return registry.get_sample_value(f"reward_gateway_canary_{name}", {**pair, **labels})
 
-    assert [value(f"{kind}_pairs_total") for kind in agreement._PAIR_KINDS] == [8, 1, 1, 2, 1]
+    assert [value(f"{kind}_pairs_total") for kind in PAIR_KINDS] == [8, 1, 1, 2, 1]
     assert value("items_total") == 11
     assert value("invalid_scores_total", role="stable") == value("invalid_scores_total", role="candidate") == 1
     assert value("requests_total", role="candidate", result="error") == 1

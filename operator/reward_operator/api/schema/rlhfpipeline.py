@@ -3,7 +3,7 @@
 A pipeline serves the models of PPO-style training as one unit: the actor (the policy,
 generating), the reference (log-probabilities for the KL term), the critic (values) and
 the RewardModels it names, behind one KServe InferenceGraph. Each role's serving
-settings are RewardModel's own types (api/schema/rewardmodel.py), so a field means the
+settings are RewardModel's own types (api/schema/rewardmodel/), so a field means the
 same thing on both kinds; only what a role cannot use is left out, and each rule's
 message says what to use instead.
 """
@@ -22,7 +22,9 @@ from .common import (
     rule,
     string,
 )
-from .rewardmodel import CREDENTIALS, ENV_VAR, RESOURCES, SERVING, TOLERATION, model_fields
+from .rewardmodel.model import model_fields
+from .rewardmodel.pod import CREDENTIALS, ENV_VAR, RESOURCES, TOLERATION
+from .rewardmodel.serving import SERVING
 
 # Each role's runtime unless it names one: on GPUs, or with resources.gpus: 0 on vLLM's CPU build.
 DEFAULT_GENERATE_RUNTIME = "vllm-generate"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reward_operator.api import conditions as api_conditions
-from reward_operator.policy import conditions as status
+from reward_operator.policy import status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
 
@@ -70,6 +70,23 @@ def test_a_cleared_field_is_sent_as_null():
         (status.Condition("Ready", "False", "NoSupportingRuntime", ""), "Warning"),
         (status.Condition("Ready", "Unknown", "PredictorReadyUnknown", ""), "Normal"),
         (status.Condition("Ready", "False", api_conditions.GATEWAY_NOT_READY, ""), "Normal"),
+        # progress while KServe starts the InferenceService: a component's reason, KServe's own
+        (status.Condition("Ready", "False", "Predictor ingress not created", ""), "Normal"),
+        (status.Condition("Ready", "False", "MinimumReplicasUnavailable", ""), "Normal"),
+        (status.Condition("Ready", "False", "PredictorReadyFalse", ""), "Normal"),
+        (status.Condition("Ready", "False", api_conditions.INFERENCE_SERVICE_NOT_READY, ""), "Normal"),
+        (status.Condition("Ready", "Unknown", api_conditions.AWAITING_MODEL_CACHE, ""), "Normal"),
+        (status.Condition("Ready", "False", api_conditions.REWARD_MODEL_NOT_READY, ""), "Normal"),
+        # what needs a person
+        (status.Condition("Ready", "False", "ModelLoadFailed", ""), "Warning"),
+        (status.Condition("Ready", "False", "RevisionFailed", ""), "Warning"),  # Knative's, by its suffix
+        (status.Condition("Ready", "False", api_conditions.CRASH_LOOP_BACK_OFF, ""), "Warning"),
+        (status.Condition("Ready", "False", api_conditions.OOM_KILLED, ""), "Warning"),
+        (status.Condition("Ready", "False", api_conditions.IMAGE_PULL_BACK_OFF, ""), "Warning"),
+        (status.Condition("Ready", "False", api_conditions.MODEL_CACHE_FAILED, ""), "Warning"),
+        (status.Condition("Ready", "False", api_conditions.CACHE_DOWNLOAD_FAILED, ""), "Warning"),
+        (status.Condition("Ready", "False", api_conditions.REWARD_MODEL_NOT_FOUND, ""), "Warning"),
+        (status.Condition("Ready", "False", api_conditions.ROLLED_BACK, ""), "Warning"),
     ],
 )
 def test_event_type_per_reason(ready, expected):

@@ -99,9 +99,10 @@ def ready_transition(current: dict[str, Any], ready: Condition) -> bool:
 
 
 def event_type(ready: Condition) -> str:
-    """Normal for Ready and while converging; Warning for a Ready=False that needs a person."""
-    normal = ready.status != "False" or ready.reason in conditions.NORMAL_REASONS
-    return "Normal" if normal else "Warning"
+    """Warning for a Ready=False that needs a person (:data:`~reward_operator.api.conditions.WARNING_REASONS`,
+    or a reason ending in Failed); Normal for Ready, and for progress while KServe works."""
+    needs_a_person = ready.reason in conditions.WARNING_REASONS or ready.reason.endswith(conditions.DEGRADED_SUFFIX)
+    return "Warning" if ready.status == "False" and needs_a_person else "Normal"
 
 
 def spec_reconciled(obj: Mapping[str, Any]) -> bool:
