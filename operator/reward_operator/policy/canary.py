@@ -11,9 +11,11 @@ ones the trainer's requests produced at this very step, they need nothing
 installed, and the operator already has to reach the gateways' pods; Prometheus'
 rates would mix steps within their range and lag a scrape interval. Only the
 replicas running the current step (the same candidate, mode and share) are pooled:
-a step's new share rolls the gateways, and the old replicas' figures describe the
-previous step. Pair and call counts are added across replicas before any ratio, as
-the gateway exports them for.
+a new share reaches the running gateways through a projected ConfigMap, within the
+kubelet's sync period, and a replica that still reports the old share is left out
+until it has the new one (its decayed window then carries on, with no reset). Pair
+and call counts are added across replicas before any ratio, as the gateway exports
+them for.
 
 A step advances once it has run ``interval`` and the figures are enough to judge
 (``minPairs`` pairs, ``minRequests`` candidate calls) and pass; any failing gate
