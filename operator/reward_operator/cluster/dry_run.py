@@ -17,7 +17,7 @@ from kubernetes import client, config
 
 from ..api.names import FIELD_MANAGER
 from ..api.validation import Problem
-from .objects import APPLY_PATCH, object_path
+from .objects import APPLY_PATCH, object_path, serialized
 
 REQUEST_TIMEOUT = (5, 30)
 # A strict decoding error names each unknown field in one message: unknown field "spec.serving.minReplica"
@@ -85,16 +85,10 @@ def _call(
     body: dict[str, Any],
     content_type: str = "application/json",
 ) -> tuple[int, dict[str, Any]]:
-    request = api.param_serialize(
-        method=method,
-        resource_path=path,
-        query_params=query,
-        header_params={"Content-Type": content_type, "Accept": "application/json"},
-        body=body,
-        auth_settings=["BearerToken"],
-    )
     try:
-        response = api.call_api(*request, _request_timeout=REQUEST_TIMEOUT)
+        response = api.call_api(
+            *serialized(api, method, path, query, body, content_type), _request_timeout=REQUEST_TIMEOUT
+        )
         response.read()
     except urllib3.exceptions.HTTPError as error:
         raise ClusterUnavailable(f"the API server did not answer: {error}") from error

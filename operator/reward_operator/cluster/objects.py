@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from ..api.names import FIELD_MANAGER
@@ -88,6 +89,25 @@ def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     return json.loads(response.data)
 
 
+def serialized(
+    client: ApiClient,
+    method: str,
+    path: str,
+    query: list[tuple[str, str]],
+    body: dict[str, Any] | None,
+    content_type: str = "application/json",
+) -> tuple[Any, ...]:
+    """A request to any kind's REST path, as ``client.call_api`` takes it (JSON answers, the client's token)."""
+    return client.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=query,
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+
+
 def call(
     method: str,
     path: str,
@@ -97,15 +117,7 @@ def call(
 ) -> Any:
     """One request to any kind's REST path; the decoded answer (ApiException on a non-2xx)."""
     client = api_client()
-    request = client.param_serialize(
-        method=method,
-        resource_path=path,
-        query_params=query,
-        header_params={"Content-Type": content_type, "Accept": "application/json"},
-        body=body,
-        auth_settings=["BearerToken"],
-    )
-    response = client.call_api(*request)
+    response = client.call_api(*serialized(client, method, path, query, body, content_type))
     response.read()
     if not 200 <= response.status <= 299:
         raise ApiException.from_response(http_resp=response, body=None, data=None)

@@ -130,6 +130,26 @@ CONDITION = obj(
 )
 
 
+def status_schema(conditions: str, properties: dict[str, Schema]) -> Schema:
+    """A kind's status: the generation acted on, the conditions (``conditions`` says which), ``properties``."""
+    return obj(
+        "Observed state, written by the operator.",
+        {
+            "observedGeneration": {
+                "type": "integer",
+                "format": "int64",
+                "description": "Generation of the spec the operator last acted on.",
+            },
+            "conditions": array(
+                conditions,
+                CONDITION,
+                **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+            ),
+            **properties,
+        },
+    )
+
+
 def kind_schema(description: str, spec: Schema, status: Schema, max_name_length: int, names_derived: str) -> Schema:
     """A kind's whole object: its spec and status, and the rule on metadata.name that keeps the names
     KServe derives from it (``names_derived``) valid, as a Service's DNS label."""

@@ -11,7 +11,6 @@ message says what to use instead.
 from __future__ import annotations
 
 from .common import (
-    CONDITION,
     DNS_SUBDOMAIN_PATTERN,
     Schema,
     array,
@@ -20,6 +19,7 @@ from .common import (
     kind_schema,
     obj,
     rule,
+    status_schema,
     string,
 )
 from .rewardmodel.model import model_fields
@@ -317,19 +317,9 @@ SPEC = obj(
     },
 )
 
-STATUS = obj(
-    "Observed state, written by the operator.",
+STATUS = status_schema(
+    "Ready, and one condition per role (ActorReady, ReferenceReady, CriticReady, RewardsReady, GraphReady).",
     {
-        "observedGeneration": {
-            "type": "integer",
-            "format": "int64",
-            "description": "Generation of the spec the operator last acted on.",
-        },
-        "conditions": array(
-            "Ready, and one condition per role (ActorReady, ReferenceReady, CriticReady, RewardsReady, GraphReady).",
-            CONDITION,
-            **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        ),
         "url": string("Where clients in the cluster reach the pipeline: the InferenceGraph's in-cluster address."),
         "inferenceGraph": string("Name of the InferenceGraph serving the flows."),
         "inferenceServices": obj(

@@ -20,7 +20,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
-from .problems import Problem, child, entry, item
+from .problems import Problem, child, declared_members, entry, item
 from .structural import Schema, type_name
 
 TRANSITION = re.compile(r"\boldSelf\b")
@@ -103,13 +103,8 @@ def _walk(value: Any, schema: Schema, path: str, found: list[Problem]) -> None:
         if problem is not None:
             found.append(problem)
     if isinstance(value, dict):
-        properties = schema.get("properties") or {}
-        values = schema.get("additionalProperties")
-        for key, sub in value.items():
-            if key in properties:
-                _walk(sub, properties[key], child(path, key), found)
-            elif isinstance(values, dict):
-                _walk(sub, values, entry(path, key), found)
+        for key, sub, sub_schema, in_map in declared_members(value, schema):
+            _walk(sub, sub_schema, entry(path, key) if in_map else child(path, key), found)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, sub in enumerate(value):
             _walk(sub, schema["items"], item(path, index), found)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -32,3 +34,15 @@ def item(path: str, index: int) -> str:
 def entry(path: str, key: str) -> str:
     """A map value's path as the API server writes it for a CEL rule (``spec.nodeSelector[kubernetes.io/os]``)."""
     return f"{path}[{key}]"
+
+
+def declared_members(value: dict, schema: dict) -> Iterator[tuple[str, Any, dict, bool]]:
+    """Each (key, value, its schema, whether it is a map's value) of an object that the schema declares: its
+    properties, or the values of a map (``additionalProperties``). Undeclared keys are reported elsewhere."""
+    properties = schema.get("properties") or {}
+    values = schema.get("additionalProperties")
+    for key, sub in value.items():
+        if key in properties:
+            yield key, sub, properties[key], False
+        elif isinstance(values, dict):
+            yield key, sub, values, True

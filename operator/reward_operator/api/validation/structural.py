@@ -15,7 +15,7 @@ from typing import Any
 
 import re2
 
-from .problems import Problem, child, item
+from .problems import Problem, child, declared_members, item
 
 Schema = dict[str, Any]
 
@@ -274,11 +274,6 @@ def _check_object(value: dict, schema: Schema, path: str, found: list[Problem]) 
         found.append(Problem(path, f"Too many: {len(value)}: must have at most {schema['maxProperties']} items", True))
     if "minProperties" in schema and len(value) < schema["minProperties"]:
         found.append(_invalid(path, len(value), f"should have at least {schema['minProperties']} properties"))
-    properties = schema.get("properties") or {}
-    values = schema.get("additionalProperties")
-    for key, sub in value.items():
-        if key in properties:
-            _check(sub, properties[key], child(path, key), found)
-        elif isinstance(values, dict):
-            # the schema's validator names a map's value with a dot (spec.nodeSelector.k); CEL with brackets
-            _check(sub, values, child(path, key), found)
+    # the schema's validator names a map's value with a dot (spec.nodeSelector.k); CEL with brackets
+    for key, sub, sub_schema, _ in declared_members(value, schema):
+        _check(sub, sub_schema, child(path, key), found)

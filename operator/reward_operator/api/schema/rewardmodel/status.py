@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..common import CONDITION, Schema, array, integer, obj, string
+from ..common import Schema, integer, obj, status_schema, string
 
 
 def _number(description: str) -> Schema:
@@ -41,19 +41,9 @@ CANARY_STATUS = obj(
 )
 
 
-STATUS = obj(
-    "Observed state, written by the operator.",
+STATUS = status_schema(
+    "Ready summarises the service; its reason and message say what is wrong.",
     {
-        "observedGeneration": {
-            "type": "integer",
-            "format": "int64",
-            "description": "Generation of the spec the operator last acted on.",
-        },
-        "conditions": array(
-            "Ready summarises the service; its reason and message say what is wrong.",
-            CONDITION,
-            **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        ),
         "url": string(
             "Where clients in the cluster reach the reward model: the InferenceService's in-cluster address "
             "(the gateway's Service when it is enabled)."
