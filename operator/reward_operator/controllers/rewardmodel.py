@@ -49,6 +49,7 @@ from ..render import (
     render_reward_model,
 )
 from ..render.cache import local_model_cache
+from ..render.canary import CanaryIdentity
 from ..render.rewardmodel import candidate_runtime, model_runtime
 from ..settings import Settings
 from .runner import Outcome
@@ -73,6 +74,7 @@ class Observation:
     cache_conflict: str | None = None
     replicas: PredictorReplicas | None = None
     figures: list[dict[str, Any]] | None = None  # the gateways' GET /canary, while the candidate is Ready
+    released: tuple[str, str, str | None] | None = None  # a cache this RewardModel no longer uses
 
 
 def first_gap(reward_model: dict[str, Any], cluster: Cluster) -> str | None:
@@ -111,7 +113,8 @@ def observe(reward_model: dict[str, Any], changed_child: dict[str, Any] | None, 
     # the stored InferenceService is read only for what decides from it: the cache it is bound to, and
     # KServe's word on a Standard-mode candidate (its status.canaryStatuses)
     knative = spec["serving"]["mode"] == "Knative"
-    needs_stored = cache is not None or cache_policy.released(reward_model) is not None
+    released = cache_policy.released(reward_model)
+    needs_stored = cache is not None or released is not None
     needs_stored = needs_stored or ("canary" in spec and not knative)
     if stored is None and needs_stored:
         stored = cluster.get(*ISVC, name, namespace)
@@ -122,7 +125,8 @@ def observe(reward_model: dict[str, Any], changed_child: dict[str, Any] | None, 
     figures = None
     if "canary" in spec and _candidate_ready(reward_model, stored, candidate):
         figures = cluster.rollout_figures(namespace, name)
-    return Observation(stored, candidate, cache, conflict, cluster.predictor_replicas(namespace, name), figures)
+    replicas = cluster.predictor_replicas(namespace, name)
+    return Observation(stored, candidate, cache, conflict, replicas, figures, released)
 
 
 def _candidate_ready(
@@ -159,9 +163,8 @@ class Decision:
     share_moved: bool = False  # the rollout's ConfigMap tells the gateways a new share
 
 
-def running_share(reward_model: dict[str, Any]) -> int:
-    """The share the gateways run now: the rollout's status, if it is this rollout's."""
-    identity = canary_identity(reward_model)
+def running_share(reward_model: dict[str, Any], identity: CanaryIdentity | None) -> int:
+    """The share the gateways run now: the rollout's status, if it is this rollout's (``identity``)."""
     previous = (reward_model.get("status") or {}).get("canary") or {}
     if identity is None or previous.get("revision") != identity.revision:
         return 0
@@ -170,7 +173,7 @@ def running_share(reward_model: dict[str, Any]) -> int:
 
 def plan_cache(reward_model: dict[str, Any], seen: Observation) -> CachePlan:
     """ModelCached, and whether the InferenceService reads from the cache yet (see policy.cache)."""
-    release = cache_policy.released(reward_model)
+    release = seen.released
     unbind = release is not None and cache_policy.bound_to(seen.stored) == release[1]
     if "cache" not in reward_model["spec"]:
         return CachePlan(release=release, unbind=unbind)
@@ -191,9 +194,9 @@ def decide(
     reward_model: dict[str, Any], seen: Observation, changed_child: dict[str, Any] | None, now: datetime
 ) -> Decision:
     cache = plan_cache(reward_model, seen)
-    running = percent = running_share(reward_model)
-    rollout = None
     identity = canary_identity(reward_model)
+    running = percent = running_share(reward_model, identity)
+    rollout = None
     if identity is not None and not cache.hold:
         metadata, canary = reward_model["metadata"], reward_model["spec"]["canary"]
         knative = reward_model["spec"]["serving"]["mode"] == "Knative"
