@@ -46,6 +46,11 @@ class FairQueue(Generic[E]):
         self.items = 0  # queued items, of entries still wanted or not yet skipped
         self.depth: dict[str, int] = {}  # queued items by client
 
+    @property
+    def pushed(self) -> int:
+        """Entries queued since the start."""
+        return self._seq
+
     def __len__(self) -> int:
         return len(self._heap)
 
