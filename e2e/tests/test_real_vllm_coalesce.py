@@ -51,14 +51,15 @@ def served(tiny_models, tmp_path_factory) -> Iterator[tuple[str, str, str]]:
         vllm = stack.enter_context(started_vllm(isvc, tiny_models["sequence"].path, workdir / "vllm"))
         wait_healthy(vllm)
         env, args = rendered_gateway(isvc)
+        port = free_port()
         env.update(
             {
+                "REWARD_GATEWAY_PORT": str(port),
                 "REWARD_GATEWAY_UPSTREAM_URL": vllm.url,
                 "REWARD_GATEWAY_COALESCE": "true",
                 "REWARD_GATEWAY_COALESCE_MAX_WAIT_MS": "10",
             }
         )
-        port = free_port()
         log = workdir / "gateway.log"
         stack.enter_context(gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], log))
         yield vllm.url, f"http://127.0.0.1:{port}", env["REWARD_GATEWAY_MODEL_NAME"]
