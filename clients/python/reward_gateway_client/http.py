@@ -3,7 +3,9 @@
 Everything else in this package builds items and reads rewards; this module
 owns the URL, the bearer token, timeouts, and what each answer means:
 
-- 200: ``{"rewards": [...]}``, one per item, in the items' order.
+- 200: ``{"rewards": [...], "identity": {...}}``, one reward per item, in the items' order; the
+  identity of the model that scored them (served name, revision, digest, the RewardModel's
+  generation, stable or candidate) is kept as the client's ``last_identity``, for the trainer's logs.
 - 503 (a predictor waking up from zero, vLLM's queue full, the gateway's memory
   budget full), 502 (vLLM failed or cut its answer short; the gateway never sends
   such a call again itself) and 504 (vLLM timed out): retried here, a bounded
@@ -69,6 +71,7 @@ class GatewaySettings:
     attempts: int = 8
     max_backoff_s: float = 30.0
     model: str | None = None
+    client: str | None = None  # sent as X-Reward-Client: this job's name for the gateway's fair share
 
     def base_url(self) -> str:
         url = self.url or os.environ.get(URL_ENV)
@@ -95,6 +98,8 @@ class GatewaySettings:
         token = self.bearer()
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        if self.client:
+            headers["X-Reward-Client"] = self.client
         return headers
 
     def body(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -137,12 +142,16 @@ class _Attempts:
     def __init__(self, settings: GatewaySettings):
         self.settings = settings
         self.done = 0
+        self.identity: dict[str, Any] | None = None  # the answering model's, from a 200
 
     def after(self, response: httpx.Response | None, failure: Exception | None, count: int) -> float | list[float]:
         """The rewards, or how long to wait before the next try; raises when it is over."""
         self.done += 1
         if response is not None and response.status_code == 200:
-            return _rewards(response, count)
+            rewards = _rewards(response, count)
+            identity = response.json().get("identity")
+            self.identity = identity if isinstance(identity, dict) else None
+            return rewards
         status = None if response is None else response.status_code
         message = str(failure) if response is None else _error_text(response)
         retried = response is None or status in RETRIED_STATUSES
@@ -161,6 +170,7 @@ class RewardClient:
     def __init__(self, settings: GatewaySettings, sleep: Callable[[float], None] = time.sleep):
         self.settings = settings
         self.sleep = sleep  # tests replace it to wait on a signal instead of the clock
+        self.last_identity: dict[str, Any] | None = None  # which model scored the last answer
 
     def score(self, items: Sequence[dict[str, Any]]) -> list[float]:
         if not items:
@@ -176,6 +186,7 @@ class RewardClient:
                     failure = error
                 outcome = attempts.after(response, failure, len(items))
                 if isinstance(outcome, list):
+                    self.last_identity = attempts.identity
                     return outcome
                 self.sleep(outcome)
 
@@ -186,6 +197,7 @@ class AsyncRewardClient:
     def __init__(self, settings: GatewaySettings, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
         self.settings = settings
         self.sleep = sleep
+        self.last_identity: dict[str, Any] | None = None  # which model scored the last answer
 
     async def score(self, items: Sequence[dict[str, Any]]) -> list[float]:
         if not items:
@@ -201,5 +213,6 @@ class AsyncRewardClient:
                     failure = error
                 outcome = attempts.after(response, failure, len(items))
                 if isinstance(outcome, list):
+                    self.last_identity = attempts.identity
                     return outcome
                 await self.sleep(outcome)

@@ -67,3 +67,29 @@ def test_no_url_says_how_to_give_one(monkeypatch):
     with pytest.raises(ValueError, match="REWARD_GATEWAY_URL"):
         RewardClient(GatewaySettings()).score([ITEM])
     assert RewardClient(GatewaySettings()).score([]) == []  # nothing to score, nothing sent
+
+
+def test_the_client_keeps_the_identity_of_the_model_that_scored(gateway, backend):
+    running = gateway(
+        model_revision="s3://models/rm/v3", model_digest="sha256:abc", model_generation="7", coalesce="true"
+    )
+    client = RewardClient(GatewaySettings(url=running.url, client="job-a"))
+    assert client.score([ITEM]) == pytest.approx([logit(PAIR)])
+    assert client.last_identity == {
+        "model": "rm",
+        "revision": "s3://models/rm/v3",
+        "digest": "sha256:abc",
+        "generation": 7,
+        "role": "stable",
+    }
+    async_client = AsyncRewardClient(GatewaySettings(url=running.url))
+    assert asyncio.run(async_client.score([ITEM])) == pytest.approx([logit(PAIR)])
+    assert async_client.last_identity["revision"] == "s3://models/rm/v3"
+
+
+def test_a_failure_is_an_error_with_a_message_never_a_number(gateway, backend):
+    running = gateway()
+    client = RewardClient(GatewaySettings(url=running.url))
+    with pytest.raises(GatewayError) as failure:
+        client.score([{"prompt": "p"}])  # neither response nor steps
+    assert failure.value.status == 400 and str(failure.value)

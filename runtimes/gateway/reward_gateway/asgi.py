@@ -78,7 +78,7 @@ class ScoringFront:
         self.max_held_bytes = gateway.config.memory_budget_bytes if max_held_bytes is None else max_held_bytes
         self.cost_per_byte = COST_PER_BYTE + gateway.answer_cost_per_byte
         self.copies = gateway.models_per_request
-        self.client_header = gateway.client_header  # lower case, or None
+        self.client_header = gateway.client_header  # lower case
         self.body_timeout_s = body_timeout_s
         self.held_bytes = 0  # what the requests being read or answered may cost
 

@@ -73,8 +73,10 @@ from typing import Any, Generic, TypeVar
 
 from reward_gateway.agreement import ROLES
 from reward_gateway.canary_metrics import CanaryMetrics, CanaryTracker
+from reward_gateway.coalesce import MetricsObserver
 from reward_gateway.config import CanaryConfig, GatewayConfig
 from reward_gateway.errors import GatewayError, UpstreamError, forget
+from reward_gateway.identity import ClientLabels, model_identity
 from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.scorer import Scorer
 from reward_gateway.share import Share, followed
@@ -97,6 +99,7 @@ class Backend:
     client: VllmClient
     scorer: Scorer
     scores: Any  # its reward_gateway_score child
+    identity: dict[str, Any] = field(default_factory=dict)  # what its answers say of it (reward_gateway.identity)
 
 
 def candidate_backend(config: GatewayConfig, canary: CanaryConfig, metrics: GatewayMetrics) -> Backend:
@@ -113,7 +116,12 @@ def candidate_backend(config: GatewayConfig, canary: CanaryConfig, metrics: Gate
         canary=None,
     )
     client = VllmClient(own, metrics, label=canary.name)
-    return Backend("candidate", canary.name, own, client, Scorer(own, client), metrics.scores.labels(canary.name))
+    observer = MetricsObserver(metrics, canary.name, ClientLabels(config.coalesce.weights))
+    scorer = Scorer(own, client, observer)
+    # The candidate is the same RewardModel's: its generation is the stable model's where none is its own.
+    revision = dataclasses.replace(canary.identity, generation=canary.identity.generation or config.identity.generation)
+    identity = model_identity(own.model_name, "candidate", revision)
+    return Backend("candidate", canary.name, own, client, scorer, metrics.scores.labels(canary.name), identity)
 
 
 def bucket(salt: bytes, key: bytes) -> int:

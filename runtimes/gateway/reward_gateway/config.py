@@ -15,7 +15,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PREFIX = "REWARD_GATEWAY_"
@@ -98,6 +98,15 @@ def parse_kserve_args(argv: list[str]) -> tuple[KServeArgs, list[str]]:
 
 
 @dataclass(frozen=True)
+class ModelIdentity:
+    """What an answer says about the model that scored it (reward_gateway.identity)."""
+
+    revision: str | None = None  # the storage URI it was loaded from
+    digest: str | None = None  # a content digest, where the storage path names one
+    generation: int | None = None  # the RewardModel's metadata.generation that rendered this gateway
+
+
+@dataclass(frozen=True)
 class CanaryConfig:
     """A candidate reward model rolled out beside the stable one (reward_gateway.canary)."""
 
@@ -114,6 +123,7 @@ class CanaryConfig:
     half_life_s: float | None = 600.0  # None: the window keeps everything since start
     # The candidate's own template where it has one; None: the stable model's.
     chat_template: ChatTemplate | None = None
+    identity: ModelIdentity = ModelIdentity()
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,19 @@ class ScalerConfig:
     def metric_name(self) -> str:
         """The metric's name in GetMetricSpec (KEDA's HPA sees it as s<trigger>-<name>)."""
         return f"inflight-{self.metric}"
+
+
+@dataclass(frozen=True)
+class CoalesceConfig:
+    """Concurrent scoring calls merged into fewer vLLM calls, and shared fairly (reward_gateway.coalesce)."""
+
+    enabled: bool = False  # off until its effect on held requests and memory is measured (README)
+    max_wait_s: float = 0.005  # the longest a call waits for others while vLLM is busy (never while idle)
+    max_items: int = 64  # texts per merged call
+    max_batches: int = 4  # merged calls in flight at once; the rest queue in the gateway
+    fair_share: bool = True  # the queue in weighted fair order between clients (else arrival order)
+    weights: Mapping[str, float] = field(default_factory=dict)  # by client; others weigh default_weight
+    default_weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -187,6 +210,8 @@ class GatewayConfig:
     pipeline_role: str | None = None
     pipeline_rewards: tuple[PipelineReward, ...] = ()
     pipeline_best_of_n: int | None = None
+    coalesce: CoalesceConfig = CoalesceConfig()
+    identity: ModelIdentity = ModelIdentity()
 
     @property
     def v1_names(self) -> tuple[str, ...]:
@@ -242,6 +267,8 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         pipeline_role=role,
         pipeline_rewards=_load_pipeline_rewards(reader, role),
         pipeline_best_of_n=_load_best_of_n(reader, role),
+        coalesce=_load_coalesce(reader),
+        identity=_load_identity(reader),
     )
     if config.model_kind == "process" and not config.step_tag:
         raise ConfigError(f"{PREFIX}STEP_TAG must not be empty for a process reward model")
@@ -350,6 +377,45 @@ def _load_canary(reader: _Reader, model_name: str) -> CanaryConfig | None:
         shadow_wait_s=reader.seconds(c + "SHADOW_WAIT_SECONDS", 2.0, allow_zero=True),
         half_life_s=half_life or None,
         chat_template=_load_template(reader, c),
+        identity=_load_identity(reader, c),
+    )
+
+
+def _load_coalesce(reader: _Reader) -> CoalesceConfig:
+    fair_share = reader.choice("FAIR_SHARE", ("true", "false"), "true") == "true"
+    raw = reader.text("CLIENT_WEIGHTS", "")
+    weights: dict[str, float] = {}
+    if raw:
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{PREFIX}CLIENT_WEIGHTS: not JSON ({error})") from None
+        if not isinstance(parsed, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+            for k, v in parsed.items()
+        ):
+            raise ConfigError(f"{PREFIX}CLIENT_WEIGHTS: expected a JSON object of client names to positive numbers")
+        weights = {name: float(weight) for name, weight in parsed.items()}
+    enabled = reader.choice("COALESCE", ("true", "false"), "false") == "true"
+    if weights and not enabled:
+        raise ConfigError(f"{PREFIX}CLIENT_WEIGHTS applies to the gateway's queue: it needs {PREFIX}COALESCE=true")
+    return CoalesceConfig(
+        enabled=enabled,
+        max_wait_s=reader.number("COALESCE_MAX_WAIT_MS", 5.0, allow_zero=True, unit=" of milliseconds") / 1000,
+        max_items=reader.integer("COALESCE_MAX_ITEMS", 64, minimum=1),
+        max_batches=reader.integer("COALESCE_MAX_BATCHES", 4, minimum=1),
+        fair_share=fair_share,
+        weights=weights,
+        default_weight=reader.number("CLIENT_DEFAULT_WEIGHT", 1.0),
+    )
+
+
+def _load_identity(reader: _Reader, prefix: str = "") -> ModelIdentity:
+    generation = reader.text(prefix + "MODEL_GENERATION", "")
+    return ModelIdentity(
+        revision=reader.text(prefix + "MODEL_REVISION", "") or None,
+        digest=reader.text(prefix + "MODEL_DIGEST", "") or None,
+        generation=reader.integer(prefix + "MODEL_GENERATION", 0, minimum=1) if generation else None,
     )
 
 

@@ -18,9 +18,11 @@ from typing import Any, TypeVar
 
 from reward_gateway.auth import BearerTokenCheck
 from reward_gateway.canary import Backend, Caller, Canary
+from reward_gateway.coalesce import MetricsObserver
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized, forget
 from reward_gateway.extract import Score
+from reward_gateway.identity import DEFAULT_CLIENT, ClientLabels, client_identity, identity_headers, model_identity
 from reward_gateway.kinds import CLASSIFY_KINDS, CLASSIFY_PATH
 from reward_gateway.load import CURRENT, Held, Load
 from reward_gateway.metrics import GatewayMetrics
@@ -62,6 +64,7 @@ class _Tally:
     and who sent it, for a rollout's sticky key."""
 
     caller: Caller
+    client: str = DEFAULT_CLIENT  # who asks, for the fair share (reward_gateway.identity)
     items: int = 0
     backend: Backend | None = None  # the model whose scores (or failure) the answer carries
 
@@ -82,16 +85,18 @@ class Gateway:
         self.load = Load(config.max_held_requests)
         self.scaler: Any = None  # reward_gateway.scaler.Scaler, started with the app where configured
         self.client = VllmClient(config, self.metrics, load=self.load)
-        self.scorer = Scorer(config, self.client)
         model = config.model_name
-        self.stable = Backend("stable", model, config, self.client, self.scorer, self.metrics.scores.labels(model))
+        labels = ClientLabels(config.coalesce.weights)
+        self.scorer = Scorer(config, self.client, MetricsObserver(self.metrics, model, labels))
+        identity = model_identity(model, "stable", config.identity)
+        scores = self.metrics.scores.labels(model)
+        self.stable = Backend("stable", model, config, self.client, self.scorer, scores, identity)
         self.canary = Canary.build(config, self.metrics, self.stable) if config.canary is not None else None
-        # The header a sticky split reads the client's identity from (None: not read).
-        self.client_header = (
-            config.canary.client_header.encode("latin-1")
-            if config.canary is not None and config.canary.sticky == "client"
-            else None
+        # The header naming the client: its fair share, and a sticky split's key where the rollout says so.
+        self.client_header = (config.canary.client_header if config.canary is not None else "x-reward-client").encode(
+            "latin-1"
         )
+        self.sticky_client = config.canary is not None and config.canary.sticky == "client"
         self.auth = BearerTokenCheck(config.auth_token_file) if config.auth_token_file else None
         # What vLLM's answers add to a request's memory charge per byte (reward_gateway.asgi).
         self.answer_cost_per_byte = self.scorer.kind.answer_cost_per_byte
@@ -141,15 +146,19 @@ class Gateway:
     async def answer(self, route: str, body: bytes, authorization: str | None, client: str | None = None) -> Answer:
         """Run one route and record requests, items, latency and in-flight count.
 
-        `client`: the value of the rollout's client header, where a sticky split reads one."""
-        tally = _Tally(Caller(client, authorization, body))
+        `client`: the value of the client header (X-Reward-Client, or the rollout's own)."""
+        tally = _Tally(Caller(client if self.sticky_client else None, authorization, body))
         started = time.perf_counter()
         self._inflight.inc()
         request = CURRENT.set(Held())  # its calls held for the predictor count as one request
         counted = False
         try:
-            if not self.authorized(authorization):
-                raise Unauthorized()
+            token_name = None
+            if self.auth is not None:
+                token_name = self.auth.name_of(authorization)
+                if token_name is None:
+                    raise Unauthorized()
+            tally.client = client_identity(token_name, client)
             # Counted for the autoscaler once authorized: a stranger's request never wakes the GPU.
             self.load.begin()
             counted = True
@@ -166,8 +175,10 @@ class Gateway:
             if counted:
                 self.load.end(tally.items)
             self._inflight.dec()
-        if self.canary is not None and tally.backend is not None:
-            answer.headers = {**answer.headers, MODEL_HEADER: tally.backend.role}
+        if tally.backend is not None:
+            answer.headers = {**answer.headers, **identity_headers(tally.backend.identity)}
+            if self.canary is not None:
+                answer.headers[MODEL_HEADER] = tally.backend.role
         self._durations[route].observe(time.perf_counter() - started)
         requests, items = self._outcome(route, answer.status)
         requests.inc()
@@ -200,14 +211,17 @@ class Gateway:
         answer: dict[str, Any] = {"model": self.config.model_name, "rewards": [score.reward for score in scores]}
         if self.config.model_kind == "process":
             answer["step_scores"] = [score.step_scores for score in scores]
+        answer["identity"] = _identity(tally)
         return answer
 
     async def predict_v1(self, body: bytes, tally: _Tally) -> dict[str, Any]:
         request = parse(PredictRequest, body, self.config.max_items)
         scores = await self._score(scoring_items(request.instances, self.config.step_tag), tally)
         if self.config.model_kind == "process":
-            return {"predictions": [{"reward": s.reward, "step_scores": s.step_scores} for s in scores]}
-        return {"predictions": [score.reward for score in scores]}
+            predictions: list[Any] = [{"reward": s.reward, "step_scores": s.step_scores} for s in scores]
+        else:
+            predictions = [score.reward for score in scores]
+        return {"predictions": predictions, "identity": _identity(tally)}
 
     async def pipeline_reward(self, body: bytes, tally: _Tally) -> dict[str, Any]:
         """An RLHFPipeline graph's reward step (reward_gateway.pipeline): its prompts and responses
@@ -235,7 +249,7 @@ class Gateway:
         # its prompts, where sent, tell which completions answer one prompt (a group).
         items = [ScoringItem(text=q) for q in request.query]
         rewards = [score.reward for score in await self._score(items, tally, request.prompts)]
-        return {"rewards": rewards, "scores": rewards, "extra_logs": {}}
+        return {"rewards": rewards, "scores": rewards, "extra_logs": {}, "identity": _identity(tally)}
 
     async def classify(self, body: bytes, tally: _Tally) -> dict[str, Any]:
         kind = self.scorer.kind
@@ -270,14 +284,15 @@ class Gateway:
         """Scores items with one model; `groups` (default: the items' own) key the comparison of two."""
         self._admit(len(items), tally)
         if not items:
+            tally.backend = self.stable  # nobody scored: the answer still names the model asked
             return []
         if self.canary is None:  # the common case, kept as lean as before rollouts existed
             tally.backend = self.stable
-            scores = await self.scorer.score(items)
+            scores = await self.scorer.score(items, tally.client)
         else:
 
             async def score(backend: Backend) -> list[Score]:
-                return await backend.scorer.score(items)
+                return await backend.scorer.score(items, tally.client)
 
             if groups is None:
                 groups = [item.group for item in items]
@@ -313,6 +328,11 @@ class Gateway:
         histogram = tally.backend.scores if tally.backend is not None else self.stable.scores
         for score in scores:
             histogram.observe(score.reward)
+
+
+def _identity(tally: _Tally) -> dict[str, Any]:
+    """The identity of the model whose scores the answer carries."""
+    return tally.backend.identity if tally.backend is not None else {}
 
 
 def _rewards(scores: list[Score]) -> list[float]:

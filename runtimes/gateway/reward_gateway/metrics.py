@@ -18,6 +18,9 @@ SCORE_BUCKETS = (-20, -10, -7.5, -5, -4, -3, -2, -1.5, -1, -0.5, -0.25, 0, 0.25,
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180)
 # A hold lasts from a retry (0.5 s) to a cold start: scheduling, image, weights, vLLM's load.
 HOLD_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 150, 180, 300)
+# A queued call waits a few ms while vLLM is busy (the merge's wait), seconds when a client floods.
+QUEUE_WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+BATCH_ITEM_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 class GatewayMetrics:
@@ -61,4 +64,21 @@ class GatewayMetrics:
             "How long a held request waited for the predictor (answered or given up).",
             ["model"],
             buckets=HOLD_BUCKETS,
+        )
+        self.client_queue_items = gauge(
+            "reward_gateway_client_queue_items",
+            "Items queued in the gateway for vLLM now, by client (reward_gateway.coalesce).",
+            ["model", "client"],
+        )
+        self.client_queue_wait = histogram(
+            "reward_gateway_client_queue_wait_seconds",
+            "How long a call waited in the gateway's queue before it went to vLLM, by client.",
+            ["model", "client"],
+            buckets=QUEUE_WAIT_BUCKETS,
+        )
+        self.batch_items = histogram(
+            "reward_gateway_upstream_batch_items",
+            "Texts per merged call to vLLM (reward_gateway.coalesce).",
+            ["model"],
+            buckets=BATCH_ITEM_BUCKETS,
         )

@@ -3,7 +3,9 @@
 Items of one group go to vLLM in one call, so completions that share a prompt
 are scheduled together and vLLM's prefix cache can hit; other items go one per
 call. Calls run concurrently (the upstream client bounds how many), and the
-scores come back in the order of the items.
+scores come back in the order of the items. Calls of texts go through the model's
+coalescer where it is on (reward_gateway.coalesce): merged with other requests'
+calls into fewer vLLM calls, queued fairly by client.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reward_gateway.chat_template import ChatTemplateRenderer
+from reward_gateway.coalesce import Coalescer, QueueObserver
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, UpstreamError, all_or_first_failure
 from reward_gateway.extract import Score
@@ -39,7 +42,7 @@ class _Call:
 
 
 class Scorer:
-    def __init__(self, config: GatewayConfig, client: VllmClient):
+    def __init__(self, config: GatewayConfig, client: VllmClient, observer: QueueObserver | None = None):
         self.config = config
         self.client = client
         self.kind = KINDS[config.model_kind]
@@ -48,15 +51,22 @@ class Scorer:
         if config.template_mode == "gateway" and config.chat_template is not None:
             self.renderer = ChatTemplateRenderer(config.chat_template)
         self._learning_bos = asyncio.Lock()
+        self.coalescer: Coalescer | None = None
+        if config.coalesce.enabled:
+            fields = {**self._text_fields(), **self._fields}
+            self.coalescer = Coalescer(
+                client, self.kind.path, fields, config.coalesce, config.request_timeout_s, observer
+            )
 
-    async def score(self, items: list[ScoringItem]) -> list[Score]:
+    async def score(self, items: list[ScoringItem], client: str = "default") -> list[Score]:
+        """Scores in the items' order; ``client``: who asks, for the fair share of the coalescer's queue."""
         if self.renderer is not None and self.renderer.needs_bos:
             await self._learn_bos()
         calls = self.plan(items)
         results: list[Score | None] = [None] * len(items)
 
         async def run(call: _Call) -> None:
-            scores = await self._send(call)
+            scores = await self._send(call, client)
             for position, score in zip(call.positions, scores, strict=True):
                 results[position] = score
 
@@ -112,17 +122,27 @@ class Scorer:
                 "this item has none (send steps, or put the tag after each step)"
             )
 
-    async def _send(self, call: _Call) -> list[Score]:
-        body: dict[str, Any] = {"model": self.config.model_name}
-        if call.messages is not None:
-            body["messages"] = call.messages
-        else:
-            body["input"] = call.texts
-            body["add_special_tokens"] = False
+    def _text_fields(self) -> dict[str, Any]:
+        """What every call of texts carries besides its input and the kind's settings."""
+        body: dict[str, Any] = {"model": self.config.model_name, "add_special_tokens": False}
         if self.config.truncate_prompt_tokens is not None:
             body["truncate_prompt_tokens"] = self.config.truncate_prompt_tokens
-        body.update(self._fields)
-        response = await self.client.post(self.kind.path, body)
+        return body
+
+    async def _send(self, call: _Call, client: str) -> list[Score]:
+        if call.messages is None and self.coalescer is not None:
+            response: Any = {"data": await self.coalescer.call(call.texts or [], client)}
+        else:
+            body: dict[str, Any] = {"model": self.config.model_name}
+            if call.messages is not None:
+                body["messages"] = call.messages
+            else:
+                body = self._text_fields()
+                body["input"] = call.texts
+            if self.config.truncate_prompt_tokens is not None:
+                body["truncate_prompt_tokens"] = self.config.truncate_prompt_tokens
+            body.update(self._fields)
+            response = await self.client.post(self.kind.path, body)
         scores = self.kind.extract(response, len(call.positions), self.config.step_aggregate)
         if self.config.model_kind == "process":
             self._check_step_count(call, scores)

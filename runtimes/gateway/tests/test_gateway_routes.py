@@ -6,6 +6,9 @@ import pytest
 
 from reward_testing.fake_vllm import STEP_TAG, conversation_text, logit, sigmoid, step_probability
 
+# What a gateway started with no identity settings says of its model.
+IDENTITY = {"model": "rm", "revision": None, "digest": None, "generation": None, "role": "stable"}
+
 
 def pair(prompt: str, response: str) -> str:
     return conversation_text([{"role": "user", "content": prompt}, {"role": "assistant", "content": response}])
@@ -17,7 +20,7 @@ def test_rewards_for_sequence_model_are_raw_logits_in_order(start_gateway, backe
     answer = gateway.post("/v1/rewards", json={"items": items})
     assert answer.status_code == 200, answer.text
     expected = [logit(pair(f"q{i}", f"answer number {i}")) for i in range(40)]
-    assert answer.json() == {"model": "rm", "rewards": pytest.approx(expected)}
+    assert answer.json() == {"model": "rm", "rewards": pytest.approx(expected), "identity": IDENTITY}
     # The raw logit, not vLLM's default sigmoid (which would lie in 0..1).
     assert all(body["use_activation"] is False for _, body in backend.calls)
     assert {path for path, _ in backend.calls} == {"/classify"}
@@ -38,13 +41,19 @@ def test_token_model_reward_is_the_last_tokens_value(start_gateway, backend):
     answer = gateway.post("/get_reward", json={"query": ["the cat sat", "<s>a dog ran far"]})
     assert answer.status_code == 200, answer.text
     expected = [logit("the cat sat"), logit("<s>a dog ran far")]
-    assert answer.json() == {"rewards": pytest.approx(expected), "scores": pytest.approx(expected), "extra_logs": {}}
+    assert answer.json() == {
+        "rewards": pytest.approx(expected),
+        "scores": pytest.approx(expected),
+        "extra_logs": {},
+        "identity": IDENTITY,
+    }
     for path, body in backend.calls:
         assert path == "/pooling"
         assert body["task"] == "token_classify"
         # OpenRLHF's text, scored as its serve_rm.py tokenises it: unchanged, nothing added.
         assert body["add_special_tokens"] is False
-    assert [body["input"] for _, body in backend.calls] == [["the cat sat"], ["<s>a dog ran far"]]
+    sent = sorted(text for _, body in backend.calls for text in body["input"])
+    assert sent == ["<s>a dog ran far", "the cat sat"]
 
 
 def test_process_model_returns_one_score_per_step(start_gateway, backend):
@@ -96,7 +105,7 @@ def test_openrlhf_empty_query_answers_empty_lists(start_gateway, backend):
     gateway = start_gateway()
     answer = gateway.post("/get_reward", json={"query": [], "prompts": [], "labels": []})
     assert answer.status_code == 200
-    assert answer.json() == {"rewards": [], "scores": [], "extra_logs": {}}
+    assert answer.json() == {"rewards": [], "scores": [], "extra_logs": {}, "identity": IDENTITY}
     assert backend.calls == []
 
 
@@ -123,13 +132,19 @@ def test_kserve_v1_predict_scores_instances(start_gateway, backend):
     instances = [{"prompt": "a", "response": "b"}, {"prompt": "c", "response": "d"}]
     answer = gateway.post("/v1/models/rm:predict", json={"instances": instances})
     assert answer.status_code == 200, answer.text
-    assert answer.json() == {"predictions": pytest.approx([logit(pair("a", "b")), logit(pair("c", "d"))])}
+    assert answer.json() == {
+        "predictions": pytest.approx([logit(pair("a", "b")), logit(pair("c", "d"))]),
+        "identity": IDENTITY,
+    }
     assert gateway.get("/v1/models/rm").json() == {"name": "rm", "ready": True}
 
 
 def test_items_of_one_group_go_to_vllm_in_one_call(start_gateway, backend):
+    # The planner's calls, before the coalescer merges them (test_gateway_coalesce.py).
     gateway = start_gateway(
-        chat_template_mode="gateway", chat_template="{% for m in messages %}[{{ m.content }}]{% endfor %}"
+        chat_template_mode="gateway",
+        chat_template="{% for m in messages %}[{{ m.content }}]{% endfor %}",
+        coalesce="false",
     )
     items = [{"prompt": f"p{i % 3}", "response": f"r{i}", "group": f"g{i % 3}"} for i in range(12)]
     items.append({"prompt": "alone", "response": "x"})
@@ -241,7 +256,7 @@ def test_message_forms_the_gateway_cannot_score_are_400_naming_why(start_gateway
 def test_text_items_are_scored_as_given_without_a_template(start_gateway, backend, mode):
     """A standard (non-chat) dataset's prompt + completion, as TRL's own reward model scores it."""
     settings = {"chat_template_mode": "gateway", "chat_template": TOOL_TEMPLATE} if mode == "gateway" else {}
-    gateway = start_gateway(**settings)
+    gateway = start_gateway(coalesce="false", **settings)  # the planner's calls, before any merge
     items = [{"text": "2+2= 4", "group": "p"}, {"text": "2+2= 5", "group": "p"}, {"text": "<s>other"}]
     answer = gateway.post("/v1/rewards", json={"items": items})
     assert answer.status_code == 200, answer.text

@@ -1,0 +1,129 @@
+"""Coalescing in front of a real vLLM (the pinned CPU build) serving a tiny random-weight sequence model.
+
+- 64 concurrent OpenRLHF requests of 1-4 texts each, one of them over-long among them: every request
+  gets its own scores (vLLM's for the same text sent alone), in order; the over-long one alone gets
+  vLLM's 400, the others are not poisoned by it.
+- Completions of one prompt sent as separate concurrent requests end up in one vLLM call, and vLLM's
+  own prefix-cache counters (vllm:prefix_cache_hits_total / _queries_total) count the shared blocks.
+
+The gateway runs as the operator renders it, with REWARD_GATEWAY_COALESCE=true. One vLLM for the
+module; without the vLLM venv the module skips (or fails where REWARD_OPERATOR_REQUIRE_VLLM=1).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+
+import httpx
+import pytest
+
+from reward_operator.render import render_reward_model
+from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
+from reward_testing.ports import free_port
+from reward_testing.tiny_model_maker import WORD_LIST
+from reward_testing.vllm_server import started_vllm, wait_healthy
+
+WORDS = WORD_LIST.split()
+TOLERANCE = 1e-4
+
+
+def reward_model() -> dict:
+    return {
+        "apiVersion": "serving.rlhf.dev/v1alpha1",
+        "kind": "RewardModel",
+        "metadata": {"name": "tiny-sequence", "namespace": "test", "uid": "00000000-0000-4000-8000-000000000002"},
+        "spec": {
+            "model": {"uri": "hf://tiny/reward-model", "kind": "sequence", "dtype": "float32"},
+            "resources": {"gpus": 0},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def served(tiny_models, tmp_path_factory) -> Iterator[tuple[str, str, str]]:
+    """(vLLM's URL, the coalescing gateway's URL, the served model name)."""
+    workdir = tmp_path_factory.mktemp("coalesce")
+    isvc = next(o for o in render_reward_model(reward_model()) if o["kind"] == "InferenceService")
+    with ExitStack() as stack:
+        vllm = stack.enter_context(started_vllm(isvc, tiny_models["sequence"].path, workdir / "vllm"))
+        wait_healthy(vllm)
+        env, args = rendered_gateway(isvc)
+        port = free_port()
+        env.update(
+            {
+                "REWARD_GATEWAY_PORT": str(port),
+                "REWARD_GATEWAY_UPSTREAM_URL": vllm.url,
+                "REWARD_GATEWAY_COALESCE": "true",
+                "REWARD_GATEWAY_COALESCE_MAX_WAIT_MS": "10",
+            }
+        )
+        log = workdir / "gateway.log"
+        stack.enter_context(gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], log))
+        yield vllm.url, f"http://127.0.0.1:{port}", env["REWARD_GATEWAY_MODEL_NAME"]
+
+
+def sentence(seed: int, words: int) -> str:
+    return " ".join(WORDS[(seed * 7 + i * 13) % len(WORDS)] for i in range(words))
+
+
+def alone(vllm: str, model: str, text: str) -> float:
+    """vLLM's raw logit for one text sent alone, as the gateway sends finished text."""
+    body = {"model": model, "input": [text], "add_special_tokens": False, "use_activation": False}
+    answer = httpx.post(f"{vllm}/classify", json=body, timeout=120).json()
+    return answer["data"][0]["probs"][-1]
+
+
+def test_each_of_64_concurrent_requests_gets_its_own_scores_and_a_poisoned_one_fails_alone(served):
+    vllm, gateway, model = served
+    queries = [[sentence(i * 5 + j, 3 + (i + j) % 11) for j in range(1 + i % 4)] for i in range(64)]
+    poisoned = 17
+    queries[poisoned] = [sentence(1, 4), " ".join(["reward"] * 3000)]  # past the model's 1024 positions
+
+    def ask(query: list[str]) -> httpx.Response:
+        return httpx.post(f"{gateway}/get_reward", json={"query": query}, timeout=300)
+
+    with ThreadPoolExecutor(64) as pool:
+        answers = list(pool.map(ask, queries))
+    bad = answers[poisoned]
+    assert bad.status_code == 400 and bad.json()["error"], bad.text
+    for index, (query, answer) in enumerate(zip(queries, answers, strict=True)):
+        if index == poisoned:
+            continue
+        assert answer.status_code == 200, answer.text
+        want = [alone(vllm, model, text) for text in query]
+        assert answer.json()["rewards"] == pytest.approx(want, abs=TOLERANCE)
+    batches = _metric(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count")
+    assert batches < 63, f"{batches} vLLM calls for 63 requests: nothing was merged"
+
+
+def test_completions_of_one_prompt_in_separate_requests_share_one_call_and_hit_the_prefix_cache(served):
+    vllm, gateway, _ = served
+    prompt = sentence(99, 400)  # several of vLLM's 128-token blocks on the CPU
+    completions = [f"{prompt} answer {sentence(i, 6)}" for i in range(8)]
+    before_metrics = httpx.get(f"{vllm}/metrics").text
+    before = _metric(before_metrics, "vllm:prefix_cache_hits_total")
+    calls_before = _metric(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count")
+    # A request in flight first, so that the eight queue behind it and go together.
+    with ThreadPoolExecutor(9) as pool:
+        first = pool.submit(httpx.post, f"{gateway}/get_reward", json={"query": [sentence(7, 900)]}, timeout=300)
+        answers = list(
+            pool.map(lambda text: httpx.post(f"{gateway}/get_reward", json={"query": [text]}, timeout=300), completions)
+        )
+        assert first.result().status_code == 200
+    assert all(answer.status_code == 200 for answer in answers)
+    hits = _metric(httpx.get(f"{vllm}/metrics").text, "vllm:prefix_cache_hits_total") - before
+    calls = _metric(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count") - calls_before
+    assert calls <= 3, f"the eight completions took {calls - 1} vLLM calls"
+    assert hits >= 128 * 6, f"vLLM counted {hits} prefix-cache hits for eight completions of one prompt"
+
+
+def _metric(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        match = re.match(rf"{re.escape(name)}(\{{[^}}]*\}})? ([0-9.e+-]+)$", line)
+        if match:
+            total += float(match.group(2))
+    return total

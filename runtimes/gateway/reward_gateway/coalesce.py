@@ -1,0 +1,233 @@
+"""Coalesces concurrent scoring calls to one model into fewer vLLM calls.
+
+Trainers that send one sample per request (OpenRLHF, slime, verl per sample) make vLLM pay its
+per-request cost (parsing, tokenizing, scheduling, an answer) once per sample. Here each call of
+texts the scorer would make (a "part": one item, or one group's items) joins a queue
+(reward_gateway.fair_queue), and the queued parts go to vLLM together as one call (a batch) when
+
+- no batch is in flight (vLLM idle, as far as this gateway knows): at once, with only the parts
+  that arrived in the same turn of the event loop, so an idle gateway adds no wait;
+- the queue holds a batch's worth of items (max_items); or
+- the oldest part has waited max_wait_s.
+
+At most max_batches are in flight; the rest wait here, which is where fair share acts. A part
+waits at most the request timeout for its batch (then 503 with Retry-After, as for a slot).
+
+Within a batch the texts go in sorted order, so that texts sharing a prompt sit side by side and
+vLLM's prefix cache (filled and matched block by block) is hit by all but the first of them, also
+for completions of one prompt that arrived in separate requests. The answer's entries are mapped
+back to each part in its own order.
+
+Failures stay with their owners: each part is validated before it is queued (Scorer.plan), a
+batch that vLLM refuses as a whole with a 4xx (an over-long text, most often) is sent again part
+by part so that only the part at fault gets the 400, and any other failure (5xx, a timeout, a
+broken answer) fails exactly the parts of that batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from reward_gateway.config import CoalesceConfig
+from reward_gateway.errors import UpstreamError, upstream_unavailable
+from reward_gateway.extract import ordered_data
+from reward_gateway.fair_queue import FairQueue
+from reward_gateway.identity import ClientLabels
+from reward_gateway.load import CURRENT, Held
+from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.upstream import RETRY_AFTER_S, VllmClient
+
+logger = logging.getLogger("reward_gateway")
+
+# The queue's own answer when a part waited its whole timeout without being sent.
+QUEUE_FULL_MESSAGE = "no room in a vLLM call within {timeout:g} s (the gateway's queue is full)"
+
+
+@dataclass(eq=False)
+class _Part:
+    texts: list[str]
+    client: str
+    future: asyncio.Future[list[dict[str, Any]]]
+    enqueued: float
+    dispatched: bool = False
+    expiry: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+    @property
+    def items(self) -> int:
+        return len(self.texts)
+
+    def wanted(self) -> bool:
+        return not self.future.done()
+
+
+class Coalescer:
+    """One model's queue of parts and the batches it sends to one vLLM route."""
+
+    def __init__(
+        self,
+        client: VllmClient,
+        path: str,
+        fields: dict[str, Any],
+        settings: CoalesceConfig,
+        timeout_s: float,
+        observe: QueueObserver | None = None,
+    ):
+        self.client = client
+        self.path = path
+        self.fields = fields  # every call's body besides its input: the model, the kind's settings
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self.observe = observe or QueueObserver()
+        self.queue: FairQueue[_Part] = FairQueue(settings.weights, settings.default_weight, settings.fair_share)
+        self.in_flight = 0
+        self._kicked = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def call(self, texts: list[str], client: str) -> list[dict[str, Any]]:
+        """vLLM's answer entries for ``texts``, in their order (``index`` 0..n-1)."""
+        loop = asyncio.get_running_loop()
+        part = _Part(texts, client, loop.create_future(), loop.time())
+        part.expiry = loop.call_at(part.enqueued + self.timeout_s, self._expire, part)
+        self.queue.push(part)
+        self.observe.queued(client, self.queue.depth.get(client, 0))
+        self._kick()
+        try:
+            return await part.future
+        finally:
+            part.expiry.cancel()
+
+    def _kick(self) -> None:
+        """Dispatch at the end of this turn of the loop: parts queued in the same turn go together."""
+        if not self._kicked:
+            self._kicked = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._kicked = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        loop = asyncio.get_running_loop()
+        while self.in_flight < self.settings.max_batches:
+            oldest = self.queue.oldest()
+            if oldest is None:
+                return
+            due = (
+                self.in_flight == 0
+                or self.queue.items >= self.settings.max_items
+                or loop.time() - oldest >= self.settings.max_wait_s
+            )
+            if not due:
+                self._timer = loop.call_at(oldest + self.settings.max_wait_s, self._dispatch)
+                return
+            batch = self.queue.take(self.settings.max_items)
+            if not batch:
+                continue
+            now = loop.time()
+            for part in batch:
+                self.observe.sent(part.client, self.queue.depth.get(part.client, 0), now - part.enqueued)
+            self.in_flight += 1
+            # The batch is no request's own: it is held for a cold predictor as one request of its own.
+            context = contextvars.copy_context()
+            context.run(CURRENT.set, Held())
+            task = loop.create_task(self._send(batch), context=context)
+            self._tasks.add(task)  # a task is kept until done: the loop holds it only weakly
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[_Part]) -> None:
+        try:
+            await self._answer(batch)
+        finally:
+            self.in_flight -= 1
+            self._kick()
+
+    async def _answer(self, batch: list[_Part]) -> None:
+        try:
+            entries = await self._post([text for part in batch for text in part.texts])
+        except UpstreamError as error:
+            if error.status == 400 and len(batch) > 1:
+                # vLLM refused the call's input: each part alone tells whose input it was.
+                await asyncio.gather(*(self._answer([part]) for part in batch))
+                return
+            for part in batch:
+                _settle(part, exception=_copy(error))
+            return
+        except Exception as error:  # a bug: each request answers 500 with its own error, never waits
+            for part in batch:
+                _settle(part, exception=RuntimeError(f"coalesced call failed: {error!r}"))
+            logger.exception("a coalesced call to vLLM failed in the gateway itself")
+        start = 0
+        for part in batch:
+            own = entries[start : start + part.items]
+            start += part.items
+            _settle(part, result=[{**entry, "index": index} for index, entry in enumerate(own)])
+
+    async def _post(self, texts: list[str]) -> list[dict[str, Any]]:
+        """One vLLM call for ``texts``: sent in sorted order, answered in theirs."""
+        order = sorted(range(len(texts)), key=texts.__getitem__)
+        response = await self.client.post(self.path, {**self.fields, "input": [texts[i] for i in order]})
+        sent = ordered_data(response, len(texts))
+        answered: list[dict[str, Any]] = [{}] * len(texts)
+        for position, entry in zip(order, sent, strict=True):
+            answered[position] = entry
+        self.observe.batch(len(texts))
+        return answered
+
+    def _expire(self, part: _Part) -> None:
+        if not part.dispatched and not part.future.done():
+            part.future.set_exception(
+                upstream_unavailable(QUEUE_FULL_MESSAGE.format(timeout=self.timeout_s), RETRY_AFTER_S, "timeout")
+            )
+
+
+class QueueObserver:
+    """Where the queue's figures go (reward_gateway.metrics' children; nowhere by default)."""
+
+    def queued(self, client: str, depth: int) -> None:
+        """A part of ``client``'s joined the queue; ``depth``: its items queued now."""
+
+    def sent(self, client: str, depth: int, waited_s: float) -> None:
+        """A part of ``client``'s left the queue after ``waited_s``."""
+
+    def batch(self, items: int) -> None:
+        """A call of ``items`` texts was answered."""
+
+
+def _settle(part: _Part, result: list[dict[str, Any]] | None = None, exception: BaseException | None = None) -> None:
+    if part.future.done():  # its request gave up meanwhile
+        return
+    if exception is not None:
+        part.future.set_exception(exception)
+    else:
+        part.future.set_result(result)  # type: ignore[arg-type]
+
+
+def _copy(error: UpstreamError) -> UpstreamError:
+    """One error per request: each raises and clears its own (reward_gateway.errors.forget)."""
+    return UpstreamError(error.reason, error.status, error.message, dict(error.headers))
+
+
+class MetricsObserver(QueueObserver):
+    """The queue's figures as reward_gateway_client_queue_* and reward_gateway_upstream_batch_items."""
+
+    def __init__(self, metrics: GatewayMetrics, model: str, labels: ClientLabels):
+        self.metrics = metrics
+        self.model = model
+        self.labels = labels
+        self._batch = metrics.batch_items.labels(model)
+
+    def queued(self, client: str, depth: int) -> None:
+        self.metrics.client_queue_items.labels(self.model, self.labels.label(client)).set(depth)
+
+    def sent(self, client: str, depth: int, waited_s: float) -> None:
+        label = self.labels.label(client)
+        self.metrics.client_queue_items.labels(self.model, label).set(depth)
+        self.metrics.client_queue_wait.labels(self.model, label).observe(waited_s)
+
+    def batch(self, items: int) -> None:
+        self._batch.observe(items)
