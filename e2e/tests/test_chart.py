@@ -277,7 +277,8 @@ NEEDED = [
     # the predictor's replicas: listed per reconcile, watched so the status follows KEDA, HPA and Knative
     ("list", "deployments.apps"),
     ("watch", "deployments.apps"),
-    *[(verb, "configmaps") for verb in ("get", "create", "patch")],
+    # a chat template's ConfigMap; a rollout's share ConfigMap, also pruned by label once spec.canary goes
+    *[(verb, "configmaps") for verb in ("get", "create", "patch", "list", "delete")],
     # gateway.allowedClients: applied, then pruned by label once no longer rendered
     *[(verb, "networkpolicies.networking.k8s.io") for verb in ("create", "patch", "list", "delete")],
     # scale to zero in Standard mode: KEDA's ScaledObject and the gateway's headless scaler Service,
@@ -314,8 +315,7 @@ NOT_NEEDED = [
     ("create", "secrets"),
     ("create", "pods"),
     ("delete", "pods"),
-    ("list", "configmaps"),
-    ("delete", "configmaps"),
+    ("watch", "configmaps"),
     ("watch", "networkpolicies.networking.k8s.io"),
     ("update", "networkpolicies.networking.k8s.io"),
     ("watch", "services"),
