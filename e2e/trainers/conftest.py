@@ -60,6 +60,7 @@ class Served:
     model: TinyModel
     where: str
     namespace: str | None = None  # node: where its pods run
+    name: str = NAME
 
 
 @pytest.fixture(scope="session")

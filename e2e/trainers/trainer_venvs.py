@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,6 @@ REPO = HERE.parents[1]
 DRIVERS = HERE / "drivers"
 CACHE = Path(os.environ.get("TRAINERS_CACHE", Path.home() / ".cache" / "reward-operator" / "trainers"))
 REQUIRED = "REWARD_OPERATOR_REQUIRE_TRAINERS"
-RUN_TIMEOUT_S = 540  # the slowest, verl's loop on a local Ray, takes about 30 s alone on 2 cores
 
 sys.path.insert(0, str(DRIVERS))
 from common import snippet  # noqa: E402  (stdlib only: shared with the drivers)
@@ -50,10 +50,16 @@ def trainer_python(trainer: str) -> Path:
 
 
 def run_driver(
-    trainer: str, driver: str, payload: dict[str, Any], wrap: Callable[[list[str]], list[str]] = lambda c: c
+    trainer: str,
+    driver: str,
+    payload: dict[str, Any],
+    wrap: Callable[[list[str]], list[str]] = lambda c: c,
+    on_line: Callable[[str], str | None] = lambda line: None,
 ) -> dict[str, Any]:
     """Run drivers/<driver>.py under the trainer's venv with ``payload``; its answer, or a failure
-    carrying its output's tail."""
+    carrying its output's tail. ``on_line`` sees each line the driver prints, as it prints it, and
+    what it returns is written to the driver's stdin: a test acts on a trainer's progress (TRL's
+    driver prints ``STEP <n>`` after each optimizer step, and can wait there for the test's line)."""
     command = wrap([str(trainer_python(trainer)), str(DRIVERS / f"{driver}.py")])
     env = {
         **os.environ,
@@ -65,11 +71,22 @@ def run_driver(
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
     }
-    run = subprocess.run(
-        command, input=json.dumps(payload), capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
-    assert run.returncode == 0 and lines, (
-        f"{driver} exited {run.returncode}:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
-    )
-    return json.loads(lines[-1].removeprefix("RESULTS "))
+    with tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True,
+                                   env=env)  # fmt: skip
+        process.stdin.write(json.dumps(payload) + "\n")
+        process.stdin.flush()
+        printed = []
+        for line in process.stdout:  # ends when the driver exits; pytest-timeout bounds a hang
+            printed.append(line.rstrip("\n"))
+            reply = on_line(printed[-1])
+            if reply is not None:
+                process.stdin.write(reply + "\n")
+                process.stdin.flush()
+        process.stdin.close()
+        returncode = process.wait()
+        errors.seek(0)
+        stderr = errors.read()
+    results = [line for line in printed if line.startswith("RESULTS ")]
+    assert returncode == 0 and results, f"{driver} exited {returncode}:\n{printed[-40:]}\n{stderr[-6000:]}"
+    return json.loads(results[-1].removeprefix("RESULTS "))

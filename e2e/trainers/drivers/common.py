@@ -28,7 +28,13 @@ def snippet(name: str) -> str:
 
 
 def request() -> dict[str, Any]:
-    return json.load(sys.stdin)
+    """The request: the first line of stdin (stdin stays open: a test may answer on it later)."""
+    return json.loads(sys.stdin.readline())
+
+
+def wait_for_test() -> str:
+    """Block until the test writes its next line on stdin (it acts, e.g. deletes a pod, meanwhile)."""
+    return sys.stdin.readline()
 
 
 def answer(results: dict[str, Any]) -> None:

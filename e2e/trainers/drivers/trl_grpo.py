@@ -1,7 +1,8 @@
 """TRL's GRPOTrainer trains a tiny random policy on the CPU, its reward the gateway's
 (``reward_gateway_client.trl.GatewayReward``), run under the TRL venv.
 
-Request: ``{"url": status.url, "tokenizer": folder, "output_dir": folder, "prompts": [str, ...]}``.
+Request: ``{"url": status.url, "tokenizer": folder, "output_dir": folder, "prompts": [str, ...],
+"pause_after_step"?: n}`` (after step n it prints ``STEP n`` and waits for the test's line on stdin).
 The policy is a random 2-layer LlamaForCausalLM over the reward model's own tokenizer (the same
 family, as a policy and its reward model are). The trainer is built by the docs' snippet
 ``trl`` (docs/trainers.md), then trained. Answer: TRL's version, the optimizer steps it made, and
@@ -18,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 import transformers
 import trl
-from common import answer, request, snippet
+from common import answer, request, snippet, wait_for_test
 from datasets import Dataset
 
 POLICY_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
@@ -27,8 +28,9 @@ POLICY_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers"
 class StepCapture(transformers.TrainerCallback):
     """At each log (every step: the snippet's logging_steps=1), what TRL logged for the step."""
 
-    def __init__(self, trainer, reward_name: str):
+    def __init__(self, trainer, reward_name: str, pause_after_step: int | None):
         self.trainer, self.reward_name, self.steps = trainer, reward_name, []
+        self.pause_after_step = pause_after_step
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or f"rewards/{self.reward_name}/mean" not in logs:
@@ -43,6 +45,9 @@ class StepCapture(transformers.TrainerCallback):
                 "mean": logs[f"rewards/{self.reward_name}/mean"],
             }
         )
+        print(f"STEP {state.global_step}", flush=True)
+        if state.global_step == self.pause_after_step:
+            wait_for_test()  # the test acts between two steps (deletes the predictor pod)
 
 
 def main() -> None:
@@ -67,7 +72,7 @@ def main() -> None:
     }
     exec(snippet("trl"), scope)  # defines `reward` and `trainer`, as the docs do
     trainer, reward = scope["trainer"], scope["reward"]
-    capture = StepCapture(trainer, reward.__name__)
+    capture = StepCapture(trainer, reward.__name__, asked.get("pause_after_step"))
     trainer.add_callback(capture)
     trainer.train()
     answer({"trainer": "trl", "version": trl.__version__, "optimizer_steps": trainer.state.global_step,
