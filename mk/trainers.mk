@@ -8,6 +8,8 @@ TRAINERS := trl openrlhf verl
 trainers-venvs: ## each trainer's pinned venv under ~/.cache/reward-operator/trainers, torch shared (e2e/trainers/venvs)
 	@for trainer in $(TRAINERS); do TRAINER=$$trainer e2e/trainers/venvs/install.sh || exit 1; done
 
+# The timeout covers the session fixture too: a test bed with the real node (its vLLM image imported
+# into containerd: 8 min on 2 busy cores), then the RewardModel Ready (up to 15 min).
 # TRAINERS_SERVE=local serves the model as local processes instead of the real node (no test bed).
 trainers: venv vllm-venv trainers-venvs testenv-build host-packages ## TRL's GRPO, OpenRLHF's and verl's reward clients against a RewardModel's status.url on the real node; prints each one's max |diff| vs transformers
-	REWARD_OPERATOR_REQUIRE_TRAINERS=1 $(PY) -m pytest e2e/trainers -q -p no:cacheprovider
+	REWARD_OPERATOR_REQUIRE_TRAINERS=1 $(PY) -m pytest e2e/trainers -q -p no:cacheprovider --timeout=2400

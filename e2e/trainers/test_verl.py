@@ -4,7 +4,8 @@ drivers/verl_reward_loop.py runs, under the verl venv, verl's ``RewardLoopManage
 with the overrides of the docs' snippet ``verl``: our ``compute_score`` loaded through
 ``reward.custom_reward_function``, its URL the RewardModel's. The token-level tensor it returns must
 hold transformers' score for each prompt and response (as verl decoded the response) at the
-response's last valid token, and zero everywhere else.
+response's last valid token, and zero everywhere else. The same settings under the top-level
+``custom_reward_function.`` key that older docs show load nothing: verl falls back to its default scorer.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def test_verl_reward_loop_puts_the_models_score_at_each_last_token(served, trans
         got.append(row[last])
         assert all(value == 0 for i, value in enumerate(row) if i != last), row
     diff = max_diff(got, want)
+    # the older docs' top-level key: verl composes it and never loads the function (its default scorer runs)
+    assert ran["legacy_key_loads"] is False
     report(f"verl {ran['version']} RewardLoopManager ({ran['workers']} Ray workers) on {served.where}: "
            f"{len(SAMPLES)} samples scored, max |diff| vs transformers {diff:.2e}")  # fmt: skip
     assert diff <= TOLERANCE

@@ -11,7 +11,8 @@ What runs is verl's own: its ``ppo_trainer`` config composed by Hydra with those
 ``RewardLoopManager.compute_rm_score`` on a local Ray: its ``reward.num_workers`` workers each call
 ``load_reward_manager`` (which loads our ``compute_score`` from ``reward.custom_reward_function``)
 and the naive reward manager's ``run_single`` per sample. Answer: the version, the
-``rm_scores`` tensor, and per sample the response verl decoded and its last valid token's index.
+``rm_scores`` tensor, and per sample the response verl decoded and its last valid token's index;
+and whether the same settings under the top-level key of older docs load our function at all.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from common import answer, request
 from hydra import compose, initialize_config_dir
 from verl import DataProto
 from verl.experimental.reward_loop import RewardLoopManager
+from verl.trainer.ppo.reward import get_custom_reward_fn
 
 CONFIG_DIR = Path(verl.__file__).parent / "trainer" / "config"
 
@@ -73,10 +75,22 @@ def rollout_batch(tokenizer, samples: list[dict]) -> tuple[DataProto, list[list[
     return batch, responses
 
 
+def composed(overrides: list[str]):
+    """verl's ppo_trainer config with these overrides, as main_ppo composes it."""
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def legacy_key_loads(overrides: list[str]) -> bool:
+    """Whether the same settings under the top-level ``custom_reward_function.`` of older docs load
+    a reward function at all (verl's get_custom_reward_fn, which load_reward_manager calls)."""
+    legacy = [o.replace("reward.custom_reward_function.", "custom_reward_function.", 1) for o in overrides]
+    return get_custom_reward_fn(composed(legacy)) is not None
+
+
 def main() -> None:
     asked = request()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        config = compose(config_name="ppo_trainer", overrides=asked["overrides"])
+    config = composed(asked["overrides"])
     tokenizer = transformers.AutoTokenizer.from_pretrained(asked["tokenizer"])
     batch, responses = rollout_batch(tokenizer, asked["samples"])
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=asked["ray_dir"],
@@ -93,6 +107,7 @@ def main() -> None:
         # naive.py's solution_str: the valid response ids decoded without special tokens
         "responses": [tokenizer.decode(ids, skip_special_tokens=True) for ids in responses],
         "last_token": [len(ids) - 1 for ids in responses],
+        "legacy_key_loads": legacy_key_loads(asked["overrides"]),
     })  # fmt: skip
 
 
