@@ -58,9 +58,6 @@ def served(tiny_models, tmp_path_factory) -> Iterator[tuple[str, str, str]]:
                 "REWARD_GATEWAY_UPSTREAM_URL": vllm.url,
                 "REWARD_GATEWAY_COALESCE": "true",
                 "REWARD_GATEWAY_COALESCE_MAX_WAIT_MS": "10",
-                # one merged call in flight: what arrives meanwhile queues and goes together when it
-                # returns, however the arrivals spread on a loaded machine (the wait bound alone is 10 ms)
-                "REWARD_GATEWAY_COALESCE_MAX_BATCHES": "1",
             }
         )
         log = workdir / "gateway.log"
