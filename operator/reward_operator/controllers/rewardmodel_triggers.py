@@ -38,6 +38,8 @@ def register(
         apply_defaults,
         runner_metrics,
         cluster,
+        # it decides from an InferenceService's copy; a predictor Deployment's only triggers a read of it
+        decides_from=(kserve.INFERENCE_SERVICE_KIND,),
     )
     resource = (GROUP, VERSION, REWARD_MODEL_PLURAL)
 

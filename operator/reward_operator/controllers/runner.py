@@ -73,9 +73,14 @@ class Runner:
         prepare: Callable[[dict[str, Any]], dict[str, Any]],
         metrics: OperatorMetrics,
         cluster: Cluster,
+        decides_from: tuple[str, ...] | None = None,
     ):
         self.api_version = api_version
         self.cluster = cluster
+        # The kinds of changed children whose copy the sync decides from, so a stale one must be read
+        # again (None: every kind). A copy the sync only takes as a trigger (a predictor Deployment,
+        # after which it reads the InferenceService itself) costs no read.
+        self.decides_from = decides_from
         self.kind = kind
         self.sync = sync
         # Fills schema defaults: the API server does it too, but not for objects
@@ -123,7 +128,10 @@ class Runner:
                     return "deleted"
                 found = self.prepare(found)
                 trigger = _child_key(changed_child)
-                if changed_child is not None and not self._copy_is_current(key, trigger, changed_child):
+                checked = changed_child is not None and (
+                    self.decides_from is None or changed_child.get("kind") in self.decides_from
+                )
+                if checked and not self._copy_is_current(key, trigger, changed_child):
                     delivered = _version(changed_child)
                     changed_child = _as_stored(self.cluster, changed_child, namespace)
                     trigger = _child_key(changed_child)  # None: it is gone, and the sync restores it
