@@ -349,7 +349,7 @@ def serve_in_thread(app, port: int | None = None, **settings: Any):
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("server did not start")
-        time.sleep(0.02)  # noqa: TID251 uvicorn's `started` is a plain flag, with no event to wait on
+        time.sleep(0.02)  # noqa: TID251  # allow-sleep: uvicorn's `started` is a plain flag, no event to wait on
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
