@@ -29,7 +29,7 @@ lint: venv ## ruff, and the import contracts between layers (pyproject.toml, [to
 	$(VENV)/bin/lint-imports --no-cache
 
 unit: venv testenv-build ## unit tests (no cluster; the chart and rule tests use the built helm and promtool)
-	$(call PYTEST,-m "not integration")
+	$(call PYTEST,-m "not integration" $(addprefix --ignore=,$(OPT_IN_SUITES)))
 
 testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's (no-op when cached; `up` and `demo` build only what they run)
 	$(TESTENV) build
