@@ -12,6 +12,7 @@ module; without the vLLM venv the module skips (or fails where REWARD_OPERATOR_R
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
 from reward_testing.ports import free_port
 from reward_testing.tiny_model_maker import WORD_LIST
 from reward_testing.vllm_server import started_vllm, wait_healthy
+from reward_testing.waiting import wait_until
 
 WORDS = WORD_LIST.split()
 TOLERANCE = 1e-4
@@ -58,6 +60,8 @@ def served(tiny_models, tmp_path_factory) -> Iterator[tuple[str, str, str]]:
                 "REWARD_GATEWAY_UPSTREAM_URL": vllm.url,
                 "REWARD_GATEWAY_COALESCE": "true",
                 "REWARD_GATEWAY_COALESCE_MAX_WAIT_MS": "10",
+                "REWARD_GATEWAY_COALESCE_MAX_ITEMS": "16",
+                "REWARD_GATEWAY_COALESCE_MAX_BATCHES": "1",
             }
         )
         log = workdir / "gateway.log"
@@ -106,9 +110,15 @@ def test_completions_of_one_prompt_in_separate_requests_share_one_call_and_hit_t
     before_metrics = httpx.get(f"{vllm}/metrics").text
     before = _metric(before_metrics, "vllm:prefix_cache_hits_total")
     calls_before = _metric(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count")
-    # A request in flight first, so that the eight queue behind it and go together.
+    # A long call in flight first (64 texts near the model's 1024 positions), so that the eight, sent
+    # while vLLM is busy with it, queue behind it and go together, however spread their arrivals are.
+    blocker = [sentence(7 + i, 900) for i in range(64)]
+    sent = "reward_gateway_client_queue_wait_seconds_count"  # parts that left the queue for vLLM
+    sent_before = _metric(httpx.get(f"{gateway}/metrics").text, sent)
     with ThreadPoolExecutor(9) as pool:
-        first = pool.submit(httpx.post, f"{gateway}/get_reward", json={"query": [sentence(7, 900)]}, timeout=300)
+        first = pool.submit(httpx.post, f"{gateway}/get_reward", json={"query": blocker}, timeout=300)
+        left = lambda: _metric(httpx.get(f"{gateway}/metrics").text, sent) > sent_before  # noqa: E731
+        wait_until("the long call on its way to vLLM", left, timeout=60, interval=0.005)
         answers = list(
             pool.map(lambda text: httpx.post(f"{gateway}/get_reward", json={"query": [text]}, timeout=300), completions)
         )
@@ -127,3 +137,44 @@ def _metric(text: str, name: str) -> float:
         if match:
             total += float(match.group(2))
     return total
+
+
+def test_a_flooding_client_does_not_hold_a_light_one_behind_its_backlog(served):
+    """Fair share's bound: a light client's request waits for the calls in flight and its own, never for
+    a flooding client's backlog. Judged by order, not time: when the light answer is in, most of the
+    flood queued before it is still queued."""
+    _, gateway, _ = served
+    heavy_queued = 'reward_gateway_client_queue_items{client="heavy",model="tiny-sequence"}'
+
+    def queued() -> float:
+        return _metric(httpx.get(f"{gateway}/metrics").text, heavy_queued)
+
+    async def flood_and_probe() -> tuple[int, float, float]:
+        limits = httpx.Limits(max_connections=None)
+        async with (
+            httpx.AsyncClient(base_url=gateway, timeout=600, limits=limits) as flood,
+            httpx.AsyncClient(base_url=gateway, timeout=600) as own,
+        ):
+            assert (await own.get("/metrics")).status_code == 200  # its connection open before the flood
+            body = lambda i: {"query": [sentence(1000 + i, 200)]}  # noqa: E731
+            heavy = [
+                asyncio.ensure_future(flood.post("/get_reward", json=body(i), headers={"X-Reward-Client": "heavy"}))
+                for i in range(384)
+            ]
+            await asyncio.to_thread(wait_until, "the flood queued at the gateway", lambda: queued() >= 256, 120, 0.01)
+            before = queued()
+            light = await own.post(
+                "/get_reward", json={"query": [sentence(5, 50)]}, headers={"X-Reward-Client": "light"}
+            )
+            after = queued()
+            answers = await asyncio.gather(*heavy)
+            assert all(answer.status_code == 200 for answer in answers)
+            return light.status_code, before, after
+
+    status, before, after = asyncio.run(flood_and_probe())
+    assert status == 200
+    # Ahead of the light request: the call in flight (MAX_ITEMS, 16), and the flood's items that share
+    # its call; a few more calls may leave while the metric is read again. First come, first served
+    # would have sent every queued flood item (at least 256) before it.
+    waited = before - after
+    assert waited <= 6 * 16, f"the light request waited for {waited:.0f} of {before:.0f} queued flood items"
