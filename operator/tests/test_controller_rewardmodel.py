@@ -219,10 +219,39 @@ def test_a_predictor_scaled_by_its_autoscaler_refreshes_the_status_alone(cluster
 
 def test_scaled_to_zero_goes_with_a_minimum_above_zero(cluster):
     body = reward_model(settled=False)  # minReplicas 1
+    cluster.put(stored_inference_service(body))  # KServe has reported on it
     outcome = sync(cluster, body)
     assert conditions.SCALED_TO_ZERO in outcome.removed_conditions
     assert all(condition.type != conditions.SCALED_TO_ZERO for condition in outcome.conditions)
     assert outcome.fields["replicas"] == 1
+
+
+def test_an_inference_service_kserve_has_not_reported_on_costs_no_read_of_its_replicas_or_pods(cluster):
+    """A RewardModel's first reconcile creates its InferenceService: KServe has made no predictor and no
+    pod yet, so neither is listed; the status says so, and KServe's first report brings the next reconcile."""
+    body = scale_to_zero_model()
+    body["status"] = {}
+    outcome = sync(cluster, body)
+    listed = [method for method, _, _ in cluster.calls if method in ("predictor_replicas", "inference_service_pods")]
+    assert listed == []
+    assert "replicas" not in outcome.fields
+    assert (outcome.ready.status, outcome.ready.reason) == ("Unknown", conditions.AWAITING_KSERVE)
+    (asleep,) = outcome.conditions
+    assert (asleep.type, asleep.status) == (conditions.SCALED_TO_ZERO, "Unknown")
+    assert asleep.reason == conditions.AWAITING_KSERVE
+
+
+def test_the_outcome_names_the_inference_service_version_it_decided_from(cluster):
+    """The runner reads a later copy of the InferenceService again while it may be older than this."""
+    body = reward_model(settled=True)
+    stored = stored_inference_service(body)
+    outcome = sync(cluster, body, stored)  # holds our fields: decided from the watch's copy as delivered
+    assert outcome.decided_from == ((("serving.kserve.io/v1beta1", "InferenceService", "skywork-rm"), "7"),)
+    outcome = sync(cluster, reward_model(settled=False))  # a full reconcile: the apply's answer
+    applied = cluster.stored(kserve.INFERENCE_SERVICE_KIND, "skywork-rm")
+    assert outcome.decided_from == (
+        (("serving.kserve.io/v1beta1", "InferenceService", "skywork-rm"), applied["metadata"]["resourceVersion"]),
+    )
 
 
 def test_a_predictor_change_before_the_spec_is_reconciled_is_a_full_reconcile(cluster):
