@@ -89,6 +89,20 @@ def test_every_child_is_applied_and_pruned_otherwise(cluster, why):
     assert "NetworkPolicy" in cluster.pruned
 
 
+def test_a_new_reward_models_first_reconcile_lists_nothing_to_prune(cluster):
+    """Nothing it owns can be unrendered before its spec first changes: an earlier reconcile of the same
+    spec that failed before writing the status applied what this one renders."""
+    body = reward_model(settled=False)
+    body["metadata"]["generation"] = 1
+    body["status"] = {}
+    sync(cluster, body)
+    assert cluster.applied == ["ConfigMap", "NetworkPolicy", "NetworkPolicy", kserve.INFERENCE_SERVICE_KIND]
+    assert cluster.pruned == []
+    body["status"] = {"observedGeneration": 1}  # reconciled before (by another version of the operator, maybe)
+    sync(cluster, body)
+    assert "NetworkPolicy" in cluster.pruned
+
+
 def test_a_cpu_model_asks_for_the_cpu_runtime_and_its_gap_is_invalid_spec(cluster):
     asked = []
 

@@ -275,9 +275,16 @@ def apply_children(
             applied.append(cluster.apply(child))
         except Refused as error:
             raise Rejected(child, error) from error
-    if not decision.child_only:
+    if not decision.child_only and not _as_created(reward_model):
         _prune(reward_model, children, cluster, logger)
     return applied
+
+
+def _as_created(reward_model: dict[str, Any]) -> bool:
+    """The spec is the one it was created with and no reconcile has written the status yet: nothing
+    of it can be pruned (a reconcile that failed before writing applied what this one renders)."""
+    observed = (reward_model.get("status") or {}).get("observedGeneration")
+    return reward_model["metadata"].get("generation") == 1 and not observed
 
 
 def _is_rollout_share(child: dict[str, Any]) -> bool:
