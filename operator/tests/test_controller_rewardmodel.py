@@ -89,6 +89,20 @@ def test_every_child_is_applied_and_pruned_otherwise(cluster, why):
     assert "NetworkPolicy" in cluster.pruned
 
 
+def test_a_new_reward_models_first_reconcile_lists_nothing_to_prune(cluster):
+    """Nothing it owns can be unrendered before its spec first changes: an earlier reconcile of the same
+    spec that failed before writing the status applied what this one renders."""
+    body = reward_model(settled=False)
+    body["metadata"]["generation"] = 1
+    body["status"] = {}
+    sync(cluster, body)
+    assert cluster.applied == ["ConfigMap", "NetworkPolicy", "NetworkPolicy", kserve.INFERENCE_SERVICE_KIND]
+    assert cluster.pruned == []
+    body["status"] = {"observedGeneration": 1}  # reconciled before (by another version of the operator, maybe)
+    sync(cluster, body)
+    assert "NetworkPolicy" in cluster.pruned
+
+
 def test_a_cpu_model_asks_for_the_cpu_runtime_and_its_gap_is_invalid_spec(cluster):
     asked = []
 
@@ -219,10 +233,39 @@ def test_a_predictor_scaled_by_its_autoscaler_refreshes_the_status_alone(cluster
 
 def test_scaled_to_zero_goes_with_a_minimum_above_zero(cluster):
     body = reward_model(settled=False)  # minReplicas 1
+    cluster.put(stored_inference_service(body))  # KServe has reported on it
     outcome = sync(cluster, body)
     assert conditions.SCALED_TO_ZERO in outcome.removed_conditions
     assert all(condition.type != conditions.SCALED_TO_ZERO for condition in outcome.conditions)
     assert outcome.fields["replicas"] == 1
+
+
+def test_an_inference_service_kserve_has_not_reported_on_costs_no_read_of_its_replicas_or_pods(cluster):
+    """A RewardModel's first reconcile creates its InferenceService: KServe has made no predictor and no
+    pod yet, so neither is listed; the status says so, and KServe's first report brings the next reconcile."""
+    body = scale_to_zero_model()
+    body["status"] = {}
+    outcome = sync(cluster, body)
+    listed = [method for method, _, _ in cluster.calls if method in ("predictor_replicas", "inference_service_pods")]
+    assert listed == []
+    assert "replicas" not in outcome.fields
+    assert (outcome.ready.status, outcome.ready.reason) == ("Unknown", conditions.AWAITING_KSERVE)
+    (asleep,) = outcome.conditions
+    assert (asleep.type, asleep.status) == (conditions.SCALED_TO_ZERO, "Unknown")
+    assert asleep.reason == conditions.AWAITING_KSERVE
+
+
+def test_the_outcome_names_the_inference_service_version_it_decided_from(cluster):
+    """The runner reads a later copy of the InferenceService again while it may be older than this."""
+    body = reward_model(settled=True)
+    stored = stored_inference_service(body)
+    outcome = sync(cluster, body, stored)  # holds our fields: decided from the watch's copy as delivered
+    assert outcome.decided_from == ((("serving.kserve.io/v1beta1", "InferenceService", "skywork-rm"), "7"),)
+    outcome = sync(cluster, reward_model(settled=False))  # a full reconcile: the apply's answer
+    applied = cluster.stored(kserve.INFERENCE_SERVICE_KIND, "skywork-rm")
+    assert outcome.decided_from == (
+        (("serving.kserve.io/v1beta1", "InferenceService", "skywork-rm"), applied["metadata"]["resourceVersion"]),
+    )
 
 
 def test_a_predictor_change_before_the_spec_is_reconciled_is_a_full_reconcile(cluster):

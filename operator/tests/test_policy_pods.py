@@ -233,6 +233,7 @@ def test_kserves_own_failure_reason_is_kept_and_no_pod_is_read():
     ("found", "gateway_enabled", "components"),
     [
         (None, True, ()),
+        (isvc(), True, ()),  # KServe has not reported on it: it has made no pod yet
         (isvc(("Ready", "True"), ("PredictorReady", "True"), ("TransformerReady", "True")), True, ()),
         (
             isvc(("Ready", "True"), ("PredictorReady", "True"), ("TransformerReady", "False", "X", "y")),

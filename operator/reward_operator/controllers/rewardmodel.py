@@ -4,13 +4,15 @@
    the InferenceService as stored (only when a decision reads it), Knative mode's
    candidate InferenceService, the shared model cache (made or brought to the spec
    here: KServe binds it at the InferenceService's admission, so it exists before
-   anything is decided), the predictor's replicas, the gateways' rollout figures;
+   anything is decided), the gateways' rollout figures;
 2. **decide**: pure policy on that observation (the cache binding, the rollout's
    next share);
 3. **render**: every child, once, with the decided share;
 4. **apply**: one pass over the children in order, then prune;
 5. **report**: one :class:`Outcome` (Ready, the status fields, the conditions and
-   events), which the runner writes.
+   events, the versions of the InferenceServices it decided from), which the runner
+   writes; the predictor's replicas and its pods are read here, only once KServe has
+   reported on the InferenceService as applied (before, it has made neither).
 
 Every trigger (create, update, resume, a change to its InferenceService or its
 predictor's replicas, the re-check, drift and rollout timers) runs the same
@@ -23,7 +25,7 @@ operator's API calls saved at a thousand objects (make bench-operator).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -38,7 +40,6 @@ from ..policy import cache as cache_policy
 from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness, scaling
-from ..policy.scaling import PredictorReplicas
 from ..policy.status import Condition, not_ready, settled
 from ..render import (
     PRUNED_KINDS,
@@ -52,7 +53,7 @@ from ..render.cache import local_model_cache
 from ..render.canary import CanaryIdentity
 from ..render.rewardmodel import candidate_runtime, model_runtime
 from ..settings import Settings
-from .runner import Outcome
+from .runner import ChildKey, Outcome, child_version
 from .seen import SeenChildren
 
 KIND = REWARD_MODEL_KIND
@@ -72,7 +73,6 @@ class Observation:
     candidate: dict[str, Any] | None = None  # Knative mode's candidate InferenceService
     cache: dict[str, Any] | None = None  # the shared cache, made or brought to the spec
     cache_conflict: str | None = None
-    replicas: PredictorReplicas | None = None
     figures: list[dict[str, Any]] | None = None  # the gateways' GET /canary, while the candidate is Ready
     released: tuple[str, str, str | None] | None = None  # a cache this RewardModel no longer uses
 
@@ -125,8 +125,7 @@ def observe(reward_model: dict[str, Any], changed_child: dict[str, Any] | None, 
     figures = None
     if "canary" in spec and _candidate_ready(reward_model, stored, candidate):
         figures = cluster.rollout_figures(namespace, name)
-    replicas = cluster.predictor_replicas(namespace, name)
-    return Observation(stored, candidate, cache, conflict, replicas, figures, released)
+    return Observation(stored, candidate, cache, conflict, figures, released)
 
 
 def _candidate_ready(
@@ -276,9 +275,16 @@ def apply_children(
             applied.append(cluster.apply(child))
         except Refused as error:
             raise Rejected(child, error) from error
-    if not decision.child_only:
+    if not decision.child_only and not _as_created(reward_model):
         _prune(reward_model, children, cluster, logger)
     return applied
+
+
+def _as_created(reward_model: dict[str, Any]) -> bool:
+    """The spec is the one it was created with and no reconcile has written the status yet: nothing
+    of it can be pruned (a reconcile that failed before writing applied what this one renders)."""
+    observed = (reward_model.get("status") or {}).get("observedGeneration")
+    return reward_model["metadata"].get("generation") == 1 and not observed
 
 
 def _is_rollout_share(child: dict[str, Any]) -> bool:
@@ -315,12 +321,13 @@ def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], cluster
 def report(
     reward_model: dict[str, Any],
     applied: list[dict[str, Any]],
-    seen: Observation,
     decision: Decision,
     cluster: Cluster,
 ) -> Outcome:
     """Ready from KServe's report on the InferenceService as applied (and, when KServe says not Ready
-    without a reason, Kubernetes' reason from its pods: one list, only then), and every other condition."""
+    without a reason, Kubernetes' reason from its pods: one list, only then), the predictor's replicas
+    (one list, once KServe has reported: it makes the predictor in the reconcile that first writes its
+    status, and that write's event brings the next reconcile here), and every other condition."""
     metadata, spec = reward_model["metadata"], reward_model["spec"]
     namespace, name = metadata["namespace"], metadata["name"]
     cache, rollout = decision.cache, decision.rollout
@@ -336,9 +343,10 @@ def report(
         )
     isvc = _inference_service(applied, name)
     fields = {**readiness.inference_service_fields(isvc), **cache.fields}
-    if seen.replicas is not None:
-        fields["replicas"] = seen.replicas.ready
-    asleep = scaling.scaled_to_zero(spec["serving"], seen.replicas)
+    replicas = cluster.predictor_replicas(namespace, name) if readiness.kserve_reported(isvc) else None
+    if replicas is not None:
+        fields["replicas"] = replicas.ready
+    asleep = scaling.scaled_to_zero(spec["serving"], replicas)
     scale_conditions = (asleep,) if asleep is not None else ()
     unscaled = () if asleep is not None else (conditions.SCALED_TO_ZERO,)
     gateway_enabled = spec["gateway"]["enabled"]
@@ -396,7 +404,13 @@ def sync(
         # the children stay as they were: nothing already serving is lost
         existing = _changed(changed_child, name) or cluster.get(*ISVC, name, namespace)
         fields = {**readiness.inference_service_fields(existing), **_kept_rollout(reward_model)}
-        return Outcome(not_ready(conditions.INVALID_SPEC, problem), fields, "invalid", scope="none")
+        return Outcome(
+            not_ready(conditions.INVALID_SPEC, problem),
+            fields,
+            "invalid",
+            scope="none",
+            decided_from=_decided_from(existing),
+        )
     try:
         observed = observe(reward_model, changed_child, cluster)
         decision = decide(reward_model, observed, changed_child, cluster.now())
@@ -414,7 +428,20 @@ def sync(
     isvc = _inference_service(applied, name)
     if seen is not None and isvc is not None and not decision.child_only:
         seen.record(isvc)  # the handler records a changed_child itself
-    return report(reward_model, applied, observed, decision, cluster)
+    outcome = report(reward_model, applied, decision, cluster)
+    return replace(outcome, decided_from=_decided_from(observed.stored, observed.candidate, *applied))
+
+
+def _decided_from(*read: dict[str, Any] | None) -> tuple[tuple[ChildKey, str], ...]:
+    """The InferenceServices among ``read`` with their versions (for the runner: a copy of one that may be
+    older is read again); of one read twice, the later (an apply's answer after the read it decided from)."""
+    versions: dict[ChildKey, str] = {}
+    for child in read:
+        if child is not None and child.get("kind") == kserve.INFERENCE_SERVICE_KIND:
+            entry = child_version(child)
+            if entry is not None:
+                versions[entry[0]] = entry[1]
+    return tuple(versions.items())
 
 
 def _inference_service(applied: list[dict[str, Any]], name: str) -> dict[str, Any] | None:

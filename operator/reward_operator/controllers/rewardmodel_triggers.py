@@ -38,8 +38,6 @@ def register(
         apply_defaults,
         runner_metrics,
         cluster,
-        # it decides from an InferenceService's copy; a predictor Deployment's only triggers a read of it
-        decides_from=(kserve.INFERENCE_SERVICE_KIND,),
     )
     resource = (GROUP, VERSION, REWARD_MODEL_PLURAL)
 
@@ -99,6 +97,7 @@ def register(
                 logger.info("InferenceService %s was deleted; restored in %.2fs", owner, time.monotonic() - started)
             return
         child = dict(body)
+        runner.observe_child(namespace, owner, child)  # every copy: how far the watch got (see the runner)
         if seen.unchanged(child):
             return
         runner.reconcile(namespace, owner, logger, changed_child=child)

@@ -175,7 +175,6 @@ def register(
         lambda obj: apply_defaults(obj, RLHF_PIPELINE),
         runner_metrics,
         cluster,
-        decides_from=(),  # its sync reads its children as applied, never a changed child's copy
     )
     resource = (GROUP, VERSION, RLHF_PIPELINE_PLURAL)
 

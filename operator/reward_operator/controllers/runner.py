@@ -11,10 +11,10 @@ reads no object from the API server: kopf hands every watch event to
 :meth:`Runner.observe` before any handler runs. The status it wrote last stands in
 for the stored one until the watch brings that write back, so a reconcile that
 starts in between neither writes it twice nor posts its event twice. Likewise a
-changed child's copy from the watch is decided from as delivered only when it is at
-least as new as what the last decision read (:meth:`Runner._copy_is_current`);
-otherwise the child is read again, so an older copy never takes Ready back (and
-announces it again).
+changed child's copy from the watch is decided from as delivered unless it may be
+older than the version a decision last read of that child (an Outcome's
+``decided_from``, see :meth:`Runner._copy_is_current`); such a copy is read again, so
+an older copy never takes Ready back (and announces it again).
 """
 
 from __future__ import annotations
@@ -33,9 +33,26 @@ from ..policy import status
 
 Logger = logging.Logger | logging.LoggerAdapter
 
+# The versions of each child kept as delivered by the watch: a decision's read is usually among the
+# last (the echo of its apply, or a write the watch delivered just before the read).
+DELIVERED_KEPT = 4
+
 # Seconds before kopf retries a reconcile that hit an API error (5xx,
 # throttling, conflicts): soon, but without a retry storm.
 RETRY_DELAY = 10
+
+
+ChildKey = tuple[str, str, str]  # apiVersion, kind, name (in the owner's namespace)
+
+
+def child_key(child: dict[str, Any]) -> ChildKey:
+    return child.get("apiVersion", ""), child.get("kind", ""), child["metadata"]["name"]
+
+
+def child_version(child: dict[str, Any]) -> tuple[ChildKey, str] | None:
+    """``child``'s entry for :attr:`Outcome.decided_from` (None: no resourceVersion to tell copies by)."""
+    version = child["metadata"].get("resourceVersion")
+    return None if version is None else (child_key(child), version)
 
 
 @dataclass(frozen=True)
@@ -57,6 +74,9 @@ class Outcome:
     # Events the sync decided on (type, reason, message): posted once the status is written, so a
     # reconcile that fails to write posts none, and the next one, deciding from the same status, does.
     events: tuple[tuple[str, str, str], ...] = ()
+    # The children this decision read, each with the resourceVersion read (an apply's answer, a read, the
+    # watch's copy; see :func:`child_version`): a later copy of one of them that may be older is read again.
+    decided_from: tuple[tuple[ChildKey, str], ...] = ()
 
 
 # (the object, defaults applied; its logger; the child whose change triggered this reconcile,
@@ -73,14 +93,9 @@ class Runner:
         prepare: Callable[[dict[str, Any]], dict[str, Any]],
         metrics: OperatorMetrics,
         cluster: Cluster,
-        decides_from: tuple[str, ...] | None = None,
     ):
         self.api_version = api_version
         self.cluster = cluster
-        # The kinds of changed children whose copy the sync decides from, so a stale one must be read
-        # again (None: every kind). A copy the sync only takes as a trigger (a predictor Deployment,
-        # after which it reads the InferenceService itself) costs no read.
-        self.decides_from = decides_from
         self.kind = kind
         self.sync = sync
         # Fills schema defaults: the API server does it too, but not for objects
@@ -93,10 +108,10 @@ class Runner:
         self._latest: dict[tuple[str, str], dict[str, Any]] = {}
         # (namespace, name) -> the status this runner wrote, until the watch delivers it back
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
-        # (namespace, name) -> the child whose change triggered the last reconcile (None: another trigger), and
-        # the child's version read from the API server, until the watch delivers that version
-        self._last_trigger: dict[tuple[str, str], tuple[str, str, str] | None] = {}
-        self._child_read: dict[tuple[str, str], tuple[tuple[str, str, str] | None, str | None]] = {}
+        # (namespace, name) -> per child: the last few resourceVersions the watch delivered of it (newest last)
+        self._delivered: dict[tuple[str, str], dict[ChildKey, tuple[str, ...]]] = {}
+        # (namespace, name) -> per child: the version the last decision read, until the watch delivers it
+        self._awaited: dict[tuple[str, str], dict[ChildKey, str]] = {}
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._guard:
@@ -127,24 +142,11 @@ class Runner:
                 if found is None or found["metadata"].get("deletionTimestamp"):
                     return "deleted"
                 found = self.prepare(found)
-                trigger = _child_key(changed_child)
-                checked = changed_child is not None and (
-                    self.decides_from is None or changed_child.get("kind") in self.decides_from
-                )
-                if checked and not self._copy_is_current(key, trigger, changed_child):
-                    delivered = _version(changed_child)
-                    changed_child = _as_stored(self.cluster, changed_child, namespace)
-                    trigger = _child_key(changed_child)  # None: it is gone, and the sync restores it
-                    with self._guard:
-                        if _version(changed_child) != delivered:  # the watch has yet to deliver it
-                            self._child_read[key] = (trigger, _version(changed_child))
-                        else:
-                            self._child_read.pop(key, None)
+                if changed_child is not None and not self._copy_is_current(key, changed_child):
+                    changed_child = _as_stored(self.cluster, changed_child, namespace)  # None: gone, restored
                 outcome = self.sync(found, logger, changed_child)
+                self._record_decision(key, outcome.decided_from)
                 self._write_status(found, outcome, logger)
-                with self._guard:
-                    if key in self._locks:  # not forgotten meanwhile
-                        self._last_trigger[key] = trigger
             except ClusterError as error:
                 self.metrics.errors.labels(kind=kind).inc()
                 self.metrics.reconciles.labels(kind=kind, result="error", scope="none").inc()
@@ -152,26 +154,60 @@ class Runner:
         self.metrics.reconciles.labels(kind=kind, result=outcome.result, scope=outcome.scope).inc()
         return outcome.result
 
-    def _copy_is_current(self, key: tuple[str, str], trigger: Any, child: dict[str, Any]) -> bool:
-        """Whether the watch's copy of a changed child is at least as new as what this object's last
-        decision read, so a reconcile may decide from it as delivered.
-
-        Not when the last decision came from another trigger (a change of the object, a timer, another
-        child), which read the API server: the copy may be older than that read (its handler waited for
-        the object's lock, or in kopf's queue) and would take Ready back, and forward again on the next
-        event, one event each way (the demo's second InferenceServiceReady). Nor, after such a read of
-        this child, until the watch delivers the version read: copies queued before it are older. Once
-        it has, kopf delivers this child's copies in order, each newer than the last."""
+    def observe_child(self, namespace: str, owner: str, child: dict[str, Any]) -> None:
+        """A watch event of a child of ``owner``: every one, also those no reconcile follows (the echo
+        of our own apply), as the watch delivered them, in order."""
+        version = child["metadata"].get("resourceVersion")
+        if version is None:
+            return
+        key, copied = (namespace, owner), child_key(child)
         with self._guard:
-            if self._last_trigger.get(key) != trigger:
-                return False
-            read = self._child_read.get(key)
-            if read is None or read[0] != trigger:
+            if key not in self._locks and key not in self._latest:
+                return  # an owner not known (yet, or any more): nothing of it to compare with
+            delivered = self._delivered.setdefault(key, {})
+            delivered[copied] = (*delivered.get(copied, ())[1 - DELIVERED_KEPT :], version)
+            awaited = self._awaited.get(key)
+            if awaited is not None and awaited.get(copied) == version:
+                del awaited[copied]  # the watch has caught up with the decision's read
+
+    def _copy_is_current(self, key: tuple[str, str], child: dict[str, Any]) -> bool:
+        """Whether the watch's copy of a changed child may be decided from as delivered: unless the last
+        decision read a version of it that the watch has not delivered yet.
+
+        kopf delivers an object's copies in order, each newer than the last; so once the version a
+        decision read (an apply's answer, a read from another trigger) has been delivered, every later
+        copy is at least as new. Before that, a copy may be older than the read (its handler waited for
+        the object's lock, or in kopf's queue) and would take Ready back, and forward again on the next
+        event, one event each way (the demo's second InferenceServiceReady): it is read again. A copy
+        that is not the version awaited may also be newer (kopf's batching skipped the awaited one):
+        resourceVersions are compared only for equality, so that costs a read too."""
+        copied, version = child_key(child), child["metadata"].get("resourceVersion")
+        with self._guard:
+            awaited = self._awaited.get(key) or {}
+            if copied not in awaited:
                 return True
-            if read[1] != _version(child):
+            if awaited[copied] != version:
                 return False
-            del self._child_read[key]  # the watch has caught up with the read
+            del awaited[copied]
             return True
+
+    def _record_decision(self, key: tuple[str, str], decided_from: tuple[tuple[ChildKey, str], ...]) -> None:
+        """The versions a decision read: a later copy of one is decided from only once the watch has
+        delivered that version (:meth:`_copy_is_current`)."""
+        if not decided_from:
+            return
+        with self._guard:
+            if key not in self._locks:  # forgotten meanwhile
+                return
+            delivered = self._delivered.get(key) or {}
+            awaited = self._awaited.setdefault(key, {})
+            for child, version in decided_from:
+                if version in delivered.get(child, ()):
+                    awaited.pop(child, None)  # copies after a delivered version are newer
+                else:
+                    awaited[child] = version
+            if not awaited:
+                del self._awaited[key]
 
     def _write_status(self, obj: dict[str, Any], outcome: Outcome, logger: Logger) -> None:
         metadata = obj["metadata"]
@@ -235,16 +271,8 @@ class Runner:
                 self._locks.pop((namespace, name), None)
                 self._latest.pop((namespace, name), None)
                 self._written.pop((namespace, name), None)
-                self._last_trigger.pop((namespace, name), None)
-                self._child_read.pop((namespace, name), None)
-
-
-def _child_key(child: dict[str, Any] | None) -> tuple[str, str, str] | None:
-    return None if child is None else (child.get("apiVersion", ""), child.get("kind", ""), child["metadata"]["name"])
-
-
-def _version(child: dict[str, Any] | None) -> str | None:
-    return None if child is None else child["metadata"].get("resourceVersion")
+                self._delivered.pop((namespace, name), None)
+                self._awaited.pop((namespace, name), None)
 
 
 def _as_stored(cluster: Cluster, child: dict[str, Any], namespace: str) -> dict[str, Any] | None:

@@ -117,12 +117,19 @@ def _explained_by_kserve(reason: str) -> bool:
     return reason in conditions.KSERVE_FAILURE_REASONS or reason.endswith(conditions.DEGRADED_SUFFIX)
 
 
+def kserve_reported(isvc: dict[str, Any] | None) -> bool:
+    """KServe has reported on ``isvc`` (its Ready condition is there). KServe writes it in the reconcile
+    that makes the predictor: before, there are no replicas and no pods to read."""
+    return isvc is not None and "Ready" in _conditions_by_type(isvc)
+
+
 def pod_components(isvc: dict[str, Any] | None, ready: Condition, gateway_enabled: bool = True) -> tuple[str, ...]:
     """The components whose pods may explain ``ready`` (decided from ``isvc`` alone): none while it is
-    True, or KServe gave a failure reason of its own, or there is no InferenceService; else the ones
-    KServe does not report Ready (the predictor and the gateway when it reports neither yet). Empty:
-    no pod is read, so a settled Ready object costs nothing more."""
-    if isvc is None or ready.status == "True" or _explained_by_kserve(ready.reason):
+    True, or KServe gave a failure reason of its own, or there is no InferenceService, or KServe has not
+    reported on it yet (:func:`kserve_reported`); else the ones KServe does not report Ready (the
+    predictor and the gateway when it reports neither yet). Empty: no pod is read, so a settled Ready
+    object costs nothing more."""
+    if isvc is None or not kserve_reported(isvc) or ready.status == "True" or _explained_by_kserve(ready.reason):
         return ()
     found = _conditions_by_type(isvc)
     wanted = (PREDICTOR_COMPONENT, TRANSFORMER_COMPONENT) if gateway_enabled else (PREDICTOR_COMPONENT,)
