@@ -48,6 +48,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from reward_operator.api.kserve import cluster_local_url, transformer_name
 from reward_testing.paths import REPO
 from reward_testing.scoring_cases import TOLERANCE
 from reward_testing.tiny_models import reference_scores, tar_model
@@ -190,9 +191,8 @@ class Sleeping:
         counts["held"] = sum(float(value) for value in held)
         return counts
 
-    def at_zero(self, what: str, timeout: float) -> float:
-        """Waits for the predictor at 0 replicas and its pods gone; returns when 0 was first seen."""
-        since = time.time() - timeout
+    def at_zero(self, what: str, timeout: float, since: float = 0.0) -> float:
+        """Waits for the predictor at 0 replicas and its pods gone; returns when 0 was first seen after ``since``."""
         self.predictor.wait(what, lambda spec, ready: spec == 0 and ready == 0, timeout=timeout)
         wait_until(f"{what}: no predictor pod left", lambda: not self.pods(PREDICTOR), timeout=120, interval=1)
         return self.predictor.when(since, lambda spec, ready: spec == 0)
@@ -228,21 +228,22 @@ def sleeping(keda_cluster, operator, runtimes, tiny_models, tmp_path_factory) ->
             timeout=120,
         )  # fmt: skip
         scaler_host = scaled["spec"]["triggers"][0]["metadata"]["scalerAddress"].rsplit(":", 1)[0]
-        url = wait_until("a URL for the RewardModel", lambda: _url(cluster, namespace), timeout=300, interval=2)
-        host = url.split("://", 1)[1].split("/", 1)[0]
-        service = json.loads(cluster.kubectl("get", "service", host.split(".", 1)[0], "-n", namespace, "-o",
-                                             "json").stdout)  # fmt: skip
-        ports = [p["port"] for p in service["spec"]["ports"]]
-        port = 80 if 80 in ports else ports[0]  # the URL names no port
         with ExitStack() as stack:
             sleeping = Sleeping(
-                cluster, namespace, url, f"{service['spec']['clusterIP']}:{port}", predictor, cluster.hosts,
+                cluster, namespace, "", "", predictor, cluster.hosts,
                 [scaler_host, scaler_host.removesuffix(".cluster.local")], stack,
             )  # fmt: skip
             sleeping.point_keda_at_the_gateway()
             # KServe may create the predictor at one replica: its first start, then idle, then zero
             zero = sleeping.at_zero("the predictor idle at 0 replicas (KEDA)", WAKE_TIMEOUT_S + 300)
-            print(f"\n{NAME} at zero pods on {node.NAME} ({time.time() - zero:.0f}s ago); status.url {url}")
+            sleeping.url, where = _url(cluster, namespace)
+            host = sleeping.url.split("://", 1)[1].split("/", 1)[0]
+            service = json.loads(cluster.kubectl("get", "service", host.split(".", 1)[0], "-n", namespace, "-o",
+                                                 "json").stdout)  # fmt: skip
+            ports = [p["port"] for p in service["spec"]["ports"]]
+            port = 80 if 80 in ports else ports[0]  # the URL names no port
+            sleeping.address = f"{service['spec']['clusterIP']}:{port}"
+            print(f"\n{NAME} at zero pods on {node.NAME} ({time.time() - zero:.0f}s ago); {where} {sleeping.url}")
             yield sleeping
     finally:
         predictor.stop()
@@ -251,12 +252,18 @@ def sleeping(keda_cluster, operator, runtimes, tiny_models, tmp_path_factory) ->
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def _url(cluster, namespace: str) -> str | None:
-    """status.url, or, while the RewardModel is not Ready (at zero), the InferenceService's address."""
+def _url(cluster, namespace: str) -> tuple[str, str]:
+    """status.url; where a RewardModel at zero has none yet (KServe sets its address once the predictor
+    was Ready), the InferenceService's address, else the gateway's Service (KServe's transformer), as named."""
     rm = json.loads(cluster.kubectl("get", "rewardmodel", NAME, "-n", namespace, "-o", "json").stdout)
-    isvc = json.loads(cluster.kubectl("get", "inferenceservice", NAME, "-n", namespace, "-o", "json",
-                                      check=False).stdout or "{}")  # fmt: skip
-    return rm.get("status", {}).get("url") or (isvc.get("status", {}).get("address") or {}).get("url")
+    if url := rm.get("status", {}).get("url"):
+        return url, "status.url"
+    isvc = json.loads(cluster.kubectl("get", "inferenceservice", NAME, "-n", namespace, "-o", "json").stdout)
+    if url := (isvc.get("status", {}).get("address") or {}).get("url"):
+        return url, "no status.url at zero; the InferenceService's address.url"
+    return cluster_local_url(
+        transformer_name(NAME), namespace
+    ), "no status.url nor address at zero; the gateway Service"
 
 
 def _burst() -> list[tuple[str, dict, list[str]]]:
@@ -343,7 +350,7 @@ def test_a_burst_at_zero_wakes_the_real_vllm_and_every_request_gets_the_models_r
     sleeping.cold_start_s = max(done) - sent
 
     idle = max(done)
-    zero = sleeping.at_zero("idle: the predictor back at 0 replicas", timeout=300)
+    zero = sleeping.at_zero("idle: the predictor back at 0 replicas", timeout=300, since=idle)
     print(f"  idle -> 0 replicas {zero - idle:.1f} s after the last answer (KEDA's cooldown {COOLDOWN_S} s)")
 
 
@@ -377,7 +384,7 @@ def test_openrlhfs_retry_loop_meets_the_gateways_503_while_the_model_wakes_and_e
 
     wait_until(f"the gateway rolled out with a {hold} s hold", rolled_out, timeout=300, interval=2)
     sleeping.point_keda_at_the_gateway()
-    sleeping.at_zero("the predictor at 0 replicas before OpenRLHF's calls", timeout=300)
+    sleeping.at_zero("the predictor at 0 replicas before OpenRLHF's calls", timeout=WAKE_TIMEOUT_S)
 
     host = sleeping.url.split("://", 1)[1].split("/", 1)[0]
     hosts = keda.HostsFile.create(tmp_path / "hosts")
