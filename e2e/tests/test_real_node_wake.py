@@ -337,9 +337,13 @@ def test_a_burst_at_zero_wakes_the_real_vllm_and_every_request_gets_the_models_r
           f"query, {GROUPS} /v1/rewards of a group of {GROUP}) at t=0")  # fmt: skip
     for what, at in sorted(events.items(), key=lambda event: event[1]):
         print(f"  {what:<52} +{at - sent:6.2f} s")
+    print("  (the pod's created/started/done: Kubernetes' whole seconds; vLLM's line: its log's stamp; replicas: "
+          "seen within 0.2 s)")  # fmt: skip
     lost = len(calls) - len(done) - len(failed)
-    after_vllm = events["first answer"] - timeline["vLLM ready (its log)"]
-    print(f"  the gateway after vLLM's own ready line: first answer +{after_vllm:.2f} s; "
+    probes = pod_ready - timeline["vLLM ready (its log)"]
+    gateway = events["first answer"] - pod_ready
+    print(f"  vLLM's ready line -> first answer {probes + gateway:.2f} s: the kubelet's probes until the pod is Ready "
+          f"(the Service's endpoint) {probes:.2f} s, then the gateway {gateway:.2f} s; "
           f"{len(done)} answered, {len(failed)} failed, {lost} lost, {held:.0f} held by the gateway; "
           f"max |diff| vs transformers {max(diffs, default=float('nan')):.2e}")  # fmt: skip
     assert not failed, failed
@@ -400,6 +404,8 @@ def test_openrlhfs_retry_loop_meets_the_gateways_503_while_the_model_wakes_and_e
         )  # fmt: skip
         took = time.time() - started
     after = sleeping.gateway_counts()
+    woke = sleeping.predictor.when(started, lambda spec, ready: spec >= 1) - started
+    up = sleeping.predictor.when(started, lambda spec, ready: ready >= 1) - started
     refused = after.get("503", 0) - before.get("503", 0)
 
     outputs = ran["samples"]
@@ -411,8 +417,9 @@ def test_openrlhfs_retry_loop_meets_the_gateways_503_while_the_model_wakes_and_e
     batched = max(abs(g - w) for g, w in zip(ran["batched"][0]["rewards"], want, strict=True))
     print(f"\nOpenRLHF {ran['version']} SingleTurnAgentExecutor from zero, the gateway's hold {hold} s (cold start "
           f"{cold:.0f} s before): {len(outputs)} per-sample calls met {refused:.0f} 503s from the gateway and "
-          f"ended with the model's rewards {took:.1f} s after the first call, max |diff| vs transformers "
-          f"{max(diff, batched):.2e} (then 1 batched call of {len(outputs)})")  # fmt: skip
+          f"ended with the model's rewards, max |diff| vs transformers {max(diff, batched):.2e} (then 1 batched "
+          f"call of {len(outputs)}); from the driver's start (its imports included): predictor scaled up at "
+          f"+{woke:.1f} s (its first call), Ready at +{up:.1f} s, the driver done at +{took:.1f} s")  # fmt: skip
     assert refused >= 1, "the model woke within the hold: OpenRLHF's retry loop met no 503"
     assert diff <= TOLERANCE and batched <= TOLERANCE
     sleeping.at_zero("idle: the predictor back at 0 replicas", timeout=300)
