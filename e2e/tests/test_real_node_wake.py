@@ -343,7 +343,7 @@ def test_a_burst_at_zero_wakes_the_real_vllm_and_every_request_gets_the_models_r
     probes = pod_ready - timeline["vLLM ready (its log)"]
     gateway = events["first answer"] - pod_ready
     print(f"  vLLM's ready line -> first answer {probes + gateway:.2f} s: the kubelet's probes until the pod is Ready "
-          f"(the Service's endpoint) {probes:.2f} s, then the gateway {gateway:.2f} s; "
+          f"{probes:.2f} s, then the Service's endpoint on the host (kube-proxy) and the gateway {gateway:.2f} s; "
           f"{len(done)} answered, {len(failed)} failed, {lost} lost, {held:.0f} held by the gateway; "
           f"max |diff| vs transformers {max(diffs, default=float('nan')):.2e}")  # fmt: skip
     assert not failed, failed
