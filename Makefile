@@ -39,7 +39,8 @@ testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's
 # test_real_vllm_coalesce.py: the gateway's coalescing (off by default) against a real vLLM; it does
 # not pass yet on a loaded machine (arrivals spread past the 10 ms wait go one call each; a poisoned
 # request splits its whole merged call), so it is run by hand until the scheduler work lands.
-OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_vllm_coalesce.py
+# test_real_node_wake.py: wake from zero on the real node (`make wake-real`), two cold starts of vLLM.
+OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_vllm_coalesce.py e2e/tests/test_real_node_wake.py
 # The chaos, fuzz and scale-to-zero suites run on targets of their own (in `make test` too), with
 # -s: their counts and times (objects, restarts, generated specs, wake-up) are printed into the log.
 OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_validation_differential.py \
@@ -65,6 +66,14 @@ keda-test: venv keda-build ## build KEDA into the testenv cache and run its test
 .PHONY: scale-to-zero
 scale-to-zero: venv testenv-build keda-build ## a RewardModel at zero with KServe's controller, KEDA and the operator: a burst wakes it, load scales it, idle puts it back to 0
 	$(NO_NODE) $(PY) -m pytest e2e/tests/test_rewardmodel_scale_to_zero.py -q -s
+
+# The same wake on the real node, nothing standing in: KServe's storage initializer, the pinned vLLM's CPU
+# build and the gateway in containerd, KEDA beside them (TESTENV_KEDA=1). Not in `make test`: the vLLM
+# image's import into containerd (about 3 min) and two cold starts of vLLM on 2 cores; OpenRLHF's part
+# needs its venv (`TRAINER=openrlhf e2e/trainers/venvs/install.sh`, no-op when built; skipped without it).
+.PHONY: wake-real
+wake-real: venv testenv-build keda-build host-packages ## a RewardModel at zero on the real node: a burst of 64 wakes the real vLLM (timeline printed), then OpenRLHF's retry loop meets 503s from zero
+	TESTENV_KEDA=1 $(PY) -m pytest e2e/tests/test_real_node_wake.py -q -s -p no:cacheprovider --timeout=3600
 
 # chaos and scale-to-zero mostly wait (kopf's and KEDA's timeouts, peer lifetimes, cooldowns), each on a
 # control plane of its own: they run side by side, each one's output printed whole when it ends.
