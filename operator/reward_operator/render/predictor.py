@@ -14,8 +14,8 @@ from ..api.kserve import GPU_RESOURCE, KNATIVE_PROGRESS_DEADLINE, MODEL_FORMAT, 
 from ..api.types import CredentialsSpec, EnvVar, ResourcesSpec, ServingSpec, Toleration
 
 # How long Knative gives a new revision to become ready: the download by
-# KServe's storage initializer, then the runtime's startup probe budget (180 x
-# 10 s in runtimes/vllm-reward.yaml). Knative's 600 s default would fail a cold
+# KServe's storage initializer, then the runtime's startup probe budget (900 x
+# 2 s in runtimes/vllm-reward.yaml). Knative's 600 s default would fail a cold
 # 8B model mid-load.
 KNATIVE_PROGRESS_DEADLINE_SECONDS = 3600
 
