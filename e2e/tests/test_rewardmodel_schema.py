@@ -214,6 +214,31 @@ INVALID = {
         _set("spec.gateway", {"monitoringNamespaceSelector": {}}),
         "gateway.monitoringNamespaceSelector admits scrapers past the policies gateway.allowedClients makes",
     ),
+    # gateway.scheduling (coalescing and fair share)
+    "scheduling-tuned-with-coalescing-off": (
+        _set("spec.gateway", {"scheduling": {"coalesce": False, "maxWaitMilliseconds": 5}}),
+        "gateway.scheduling.maxWaitMilliseconds, maxItemsPerCall and maxCallsInFlight tune coalescing",
+    ),
+    "scheduling-weights-with-coalescing-off": (
+        _set("spec.gateway", {"scheduling": {"coalesce": False, "clients": [{"name": "a", "weight": 2}]}}),
+        "gateway.scheduling.clients and defaultClientWeight weigh clients in the gateway's queue",
+    ),
+    "scheduling-weights-with-fair-share-off": (
+        _set("spec.gateway", {"scheduling": {"fairShare": False, "defaultClientWeight": 2}}),
+        "gateway.scheduling.clients and defaultClientWeight are fair-share weights",
+    ),
+    "scheduling-client-twice": (
+        _set("spec.gateway", {"scheduling": {"clients": [{"name": "a", "weight": 1}, {"name": "a", "weight": 2}]}}),
+        "Duplicate value",
+    ),
+    "scheduling-weight-zero": (
+        _set("spec.gateway", {"scheduling": {"clients": [{"name": "a", "weight": 0}]}}),
+        "should be greater than or equal to 0.001",
+    ),
+    "scheduling-without-gateway": (
+        _set("spec.gateway", {"enabled": False, "scheduling": {"coalesce": True}}),
+        "gateway.scheduling tunes how the gateway calls vLLM, so it needs gateway.enabled: true",
+    ),
     # spec.canary (the canary rollout)
     "canary-share-in-shadow": (
         _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "percent": 10}),
@@ -429,6 +454,27 @@ def test_load_scaling_settings_are_accepted_where_an_autoscaler_honours_them(clu
             "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(knative), check=False
         )
         assert result.returncode == 0, f"{serving}: {result.stderr}"
+
+
+def test_a_gateway_scheduling_is_accepted(cluster, namespace):
+    """The positive side of the scheduling rules: weights with coalescing left unset, and every field at once."""
+    for scheduling in (
+        {"clients": [{"name": "grpo-main", "weight": 3}, {"name": "ppo-ablation", "weight": 0.5}]},
+        {
+            "coalesce": True,
+            "maxWaitMilliseconds": 0,
+            "maxItemsPerCall": 65536,
+            "maxCallsInFlight": 4096,
+            "fairShare": True,
+            "defaultClientWeight": 1000,
+        },
+        {"coalesce": False, "fairShare": False},
+    ):
+        manifest = with_changes(_set("spec.gateway", {"scheduling": scheduling}))
+        result = cluster.kubectl(
+            "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False
+        )
+        assert result.returncode == 0, f"{scheduling}: {result.stderr}"
 
 
 def test_every_sample_is_accepted(cluster, namespace):
