@@ -568,7 +568,7 @@ def test_kserves_webhook_validates_knative_renderings(cluster, namespace):
         pytest.skip("KServe's webhooks are not installed on this cluster")
     reward_model = yaml.safe_load((GOLDEN / "inputs" / "token-knative.yaml").read_text())
     reward_model["metadata"].update(namespace=namespace, uid="00000000-0000-4000-8000-000000000000")
-    (isvc,) = render_reward_model(reward_model)
+    (isvc,) = [child for child in render_reward_model(reward_model) if child["kind"] == "InferenceService"]
     isvc["spec"]["predictor"]["deploymentStrategy"] = {"type": "Recreate"}
     result = cluster.kubectl(
         "apply", "--server-side", "--dry-run=server", "--field-manager=reward-operator", "-f", "-",

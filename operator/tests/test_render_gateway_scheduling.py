@@ -1,6 +1,6 @@
-"""spec.gateway.scheduling and the model's identity as the gateway's environment, and the gateway's own
-loader reading what the operator renders (the two programs never import each other at run time).
-The whole children are in the golden files (sequence-scheduling); these say what matters in them."""
+"""spec.gateway.scheduling as the gateway's environment, and the gateway's own loader reading what the operator
+renders (the two programs never import each other at run time). The whole children are in the golden files
+(sequence-scheduling); these say what matters in them. The model's identity: test_render_model_identity.py."""
 
 from __future__ import annotations
 
@@ -11,12 +11,10 @@ import pytest
 from reward_gateway.config import ConfigError, load_config
 from reward_operator.api.validation import validate
 from reward_operator.render import render_reward_model
-from reward_operator.render.model_identity import digest, revision
 from reward_testing.paths import golden_input
 
 SCHEDULED = golden_input("sequence-scheduling")
 PLAIN = golden_input("sequence-standard")
-SPLIT = golden_input("sequence-canary-split-allowed-clients")
 
 PREFIX = "REWARD_GATEWAY_"
 
@@ -101,47 +99,6 @@ def test_a_weighted_client_name_reaches_the_gateway_verbatim():
     clients = [{"name": name, "weight": 1 + index} for index, name in enumerate(names)]
     weights = load_config(env(with_scheduling({"clients": clients}))).coalesce.weights
     assert list(weights) == names
-
-
-def test_the_gateway_says_which_weights_scored_with_the_revision_and_the_pinned_digest(tmp_path):
-    identity = load_config(loadable(env(SCHEDULED), tmp_path)).identity
-    uri = SCHEDULED["spec"]["model"]["uri"]
-    assert identity.revision == uri
-    assert identity.digest == uri.rpartition(":")[2]
-    plain = load_config(env(PLAIN)).identity
-    assert (plain.revision, plain.digest) == (PLAIN["spec"]["model"]["uri"], None)
-
-
-def test_the_candidate_has_its_own_revision(tmp_path):
-    rendered = env(SPLIT)
-    rendered[PREFIX + "CANARY_PERCENT_FILE"] = str(tmp_path / "percent")  # read when it runs, not at load
-    rendered.pop(PREFIX + "CHAT_TEMPLATE_FILE", None)
-    rendered.pop(PREFIX + "CANARY_CHAT_TEMPLATE_FILE", None)
-    rendered[PREFIX + "CHAT_TEMPLATE_MODE"] = "upstream"
-    config = load_config(rendered)
-    assert config.identity.revision == SPLIT["spec"]["model"]["uri"]
-    assert config.canary.identity.revision == SPLIT["spec"]["canary"]["model"]["uri"]
-
-
-@pytest.mark.parametrize(
-    ("uri", "shown", "pinned"),
-    [
-        ("hf://org/model", "hf://org/model", None),
-        ("hf://org/model:main", "hf://org/model:main", None),  # a branch moves: no digest
-        ("hf://org/model:" + "a" * 40, "hf://org/model:" + "a" * 40, "a" * 40),
-        ("oci://registry.local/rm:1", "oci://registry.local/rm:1", None),
-        (
-            "oci://registry.local/rm@sha256:" + "b" * 64,
-            "oci://registry.local/rm@sha256:" + "b" * 64,
-            "sha256:" + "b" * 64,
-        ),
-        ("s3://bucket/rm", "s3://bucket/rm", None),
-        # what only the download needs is never repeated to trainers
-        ("https://user:pw@files.local/rm.tar.gz?X-Amz-Signature=abc#x", "https://files.local/rm.tar.gz", None),
-    ],
-)
-def test_the_revision_shown_and_the_digest_a_uri_pins(uri, shown, pinned):
-    assert (revision(uri), digest(uri)) == (shown, pinned)
 
 
 def test_the_schema_refuses_the_weights_the_gateway_would_not_start_with():

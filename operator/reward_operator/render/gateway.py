@@ -26,7 +26,7 @@ from .gateway_container import (
     memory_limit_env,
 )
 from .gateway_scheduling import scheduling_settings
-from .model_identity import identity_settings
+from .model_identity import generation_settings, identity_settings
 
 # Where they were first defined: the cluster layer and the tests import them from here.
 __all__ = ["DEFAULT_GATEWAY_RESOURCES", "GATEWAY_PORT", "RESTRICTED_CONTAINER_SECURITY", "transformer"]
@@ -112,6 +112,7 @@ def transformer(
         )
     if gateway["chatTemplateMode"] == "gateway":
         mounts.add(chat_template.volume(isvc), chat_template.volume_mount())
+    settings.update(generation_settings(isvc, mounts))
     keda = scales_through_keda(serving)
     if keda:
         settings.update(scaler.gateway_env(isvc, namespace, serving))
