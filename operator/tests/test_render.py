@@ -137,7 +137,13 @@ def test_rendered_gateway_environment_is_one_the_gateway_accepts(tmp_path):
 
     token = tmp_path / "token"
     token.write_text("secret\n")
-    for case in ("sequence-standard", "sequence-gateway-auth", "process-knative", "token-standard"):
+    for case in (
+        "sequence-standard",
+        "sequence-gateway-auth",
+        "process-knative",
+        "token-standard",
+        "sequence-scheduling",
+    ):
         children = render_reward_model(CASES[case])
         isvc = inference_service(CASES[case])
         env = gateway_env(isvc)

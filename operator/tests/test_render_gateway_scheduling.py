@@ -9,6 +9,7 @@ import copy
 import pytest
 
 from reward_gateway.config import ConfigError, load_config
+from reward_operator.api.schema.rewardmodel.gateway import SCHEDULING
 from reward_operator.api.validation import validate
 from reward_operator.render import render_reward_model
 from reward_testing.paths import golden_input
@@ -65,6 +66,7 @@ def test_every_scheduling_field_reaches_the_gateway_under_the_name_it_reads():
         "clients": [{"name": "a", "weight": 2.5}],
         "defaultClientWeight": 0.25,
     }
+    assert set(scheduling) == set(SCHEDULING["properties"]), "a new scheduling field needs a case here"
     config = load_config(env(with_scheduling(scheduling))).coalesce
     assert (config.enabled, config.fair_share) == (True, True)
     assert (config.max_wait_s, config.max_items, config.max_batches) == (pytest.approx(0.007), 9, 3)
