@@ -233,7 +233,7 @@ INVALID = {
     ),
     "scheduling-weight-zero": (
         _set("spec.gateway", {"scheduling": {"clients": [{"name": "a", "weight": 0}]}}),
-        "should be greater than or equal to 0.001",
+        "gateway.scheduling.clients[].weight must be at least 0.001",
     ),
     "scheduling-without-gateway": (
         _set("spec.gateway", {"enabled": False, "scheduling": {"coalesce": True}}),

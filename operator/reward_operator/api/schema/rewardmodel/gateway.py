@@ -26,13 +26,21 @@ CLIENT_NAME_MAX_LENGTH = 128
 MIN_CLIENT_WEIGHT, MAX_CLIENT_WEIGHT = 0.001, 1000
 
 
-def _weight(description: str) -> dict[str, object]:
+def _weight(description: str, field: str) -> dict[str, object]:
     return {
         "type": "number",
         "format": "double",
         "minimum": MIN_CLIENT_WEIGHT,
         "maximum": MAX_CLIENT_WEIGHT,
         "description": description,
+        # The API server checks an integer against minimum cut to an integer (0), so 0 would pass it alone.
+        "x-kubernetes-validations": [
+            rule(
+                f"self >= {MIN_CLIENT_WEIGHT}",
+                f"gateway.scheduling.{field} must be at least {MIN_CLIENT_WEIGHT}: a weight of 0 or less would "
+                "give a client no share",
+            )
+        ],
     }
 
 
@@ -85,7 +93,8 @@ SCHEDULING = obj(
                         pattern=r"^\S+$",
                     ),
                     "weight": _weight(
-                        f"Its weight, relative to the others' ({MIN_CLIENT_WEIGHT} to {MAX_CLIENT_WEIGHT})."
+                        f"Its weight, relative to the others' ({MIN_CLIENT_WEIGHT} to {MAX_CLIENT_WEIGHT}).",
+                        "clients[].weight",
                     ),
                 },
                 required=["name", "weight"],
@@ -96,7 +105,8 @@ SCHEDULING = obj(
         ),
         "defaultClientWeight": _weight(
             "The weight of every client not named in clients (the gateway's default: 1). Setting it turns "
-            "coalescing on."
+            "coalescing on.",
+            "defaultClientWeight",
         ),
     },
     **{
