@@ -277,7 +277,8 @@ NEEDED = [
     # the predictor's replicas: listed per reconcile, watched so the status follows KEDA, HPA and Knative
     ("list", "deployments.apps"),
     ("watch", "deployments.apps"),
-    # a chat template's ConfigMap; a rollout's share ConfigMap, also pruned by label once spec.canary goes
+    # a chat template's ConfigMap; a rollout's share ConfigMap, also pruned by label once spec.canary goes;
+    # the gateway's identity ConfigMap (the RewardModel's generation), pruned by label once the gateway goes
     *[(verb, "configmaps") for verb in ("get", "create", "patch", "list", "delete")],
     # gateway.allowedClients: applied, then pruned by label once no longer rendered
     *[(verb, "networkpolicies.networking.k8s.io") for verb in ("create", "patch", "list", "delete")],

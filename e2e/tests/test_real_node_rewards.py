@@ -239,7 +239,38 @@ def test_a_token_model_scores_through_its_url(cluster, served_namespace, model_u
     openrlhf = rewards(cluster, served_namespace, url, "/get_reward", {"query": [OWN_QUERY]})
     expected = [want["conversation"]["reward"], want["prompt_response"]["reward"], want["query"]["reward"]]
     assert_close(answer["rewards"] + openrlhf["rewards"], expected)
+    generation = served["metadata"]["generation"]
+    assert answer["identity"] == {
+        "model": "tok", "revision": model_uris["token"], "digest": None, "generation": generation, "role": "stable"
+    }  # fmt: skip
+    assert_generation_moves_without_a_new_gateway_pod(cluster, served_namespace, url, generation)
     finished(cluster, served_namespace, "tok")
+
+
+def assert_generation_moves_without_a_new_gateway_pod(cluster, namespace: str, url: str, generation: int) -> None:
+    """A spec edit that changes no pod (NetworkPolicies admitting everyone): the answers' generation follows
+    the identity ConfigMap, as the kubelet projects it into the running gateway, which is neither replaced
+    nor restarted."""
+
+    def gateway_pods() -> list[tuple[str, str, int]]:
+        selector = "serving.kserve.io/inferenceservice=tok,component=transformer"
+        listed = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)
+        return sorted(
+            (pod["metadata"]["name"], pod["metadata"]["uid"], pod["status"]["containerStatuses"][0]["restartCount"])
+            for pod in listed["items"]
+        )
+
+    before = gateway_pods()
+    everyone = {"spec": {"gateway": {"allowedClients": [{"namespaceSelector": {}}]}}}
+    cluster.kubectl("patch", "rewardmodel", "tok", "-n", namespace, "--type=merge", "-p", json.dumps(everyone))
+
+    def answered_generation() -> bool:
+        answer = rewards(cluster, namespace, url, "/get_reward", {"query": [OWN_QUERY]})
+        return answer["identity"]["generation"] == generation + 1
+
+    # the kubelet's sync period plus its ConfigMap cache: about a minute each at most
+    wait_until("the answers carry the new generation", answered_generation, timeout=240, interval=5)
+    assert gateway_pods() == before, "the gateway's pods were neither replaced nor restarted"
 
 
 def test_a_process_model_scores_each_step_through_its_url(

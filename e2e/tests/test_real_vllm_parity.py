@@ -118,7 +118,7 @@ def served(tiny_models, tmp_path_factory) -> Iterator[dict[str, Served]]:
             for mode in modes:  # the modes differ in the gateway only: one vLLM serves them all
                 rendered = render_reward_model(reward_model(kind, model, mode, template))
                 for child in rendered:
-                    if child["kind"] == "ConfigMap":  # model.chatTemplate, mounted in a pod
+                    if rendered_template.FILE_NAME in child.get("data", {}):  # model.chatTemplate, mounted in a pod
                         template_file.write_text(child["data"][rendered_template.FILE_NAME])
                 (isvcs[mode],) = [child for child in rendered if child["kind"] == "InferenceService"]
                 predictor = isvcs[mode]["spec"]["predictor"]["model"]

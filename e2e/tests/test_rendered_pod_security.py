@@ -45,7 +45,7 @@ def gateway_pod_parts(auth: bool) -> tuple[list[dict], list[dict]]:
     reward_model["metadata"].update(namespace="x", uid="00000000-0000-4000-8000-000000000000")
     if auth:
         reward_model["spec"]["gateway"] = {"authSecretRef": {"name": "trainer-tokens"}}
-    (isvc,) = render_reward_model(reward_model)
+    (isvc,) = [child for child in render_reward_model(reward_model) if child["kind"] == "InferenceService"]
     transformer = isvc["spec"]["transformer"]
     return transformer["containers"], transformer["volumes"]
 

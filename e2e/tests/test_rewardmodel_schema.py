@@ -214,6 +214,31 @@ INVALID = {
         _set("spec.gateway", {"monitoringNamespaceSelector": {}}),
         "gateway.monitoringNamespaceSelector admits scrapers past the policies gateway.allowedClients makes",
     ),
+    # gateway.scheduling (coalescing and fair share)
+    "scheduling-tuned-with-coalescing-off": (
+        _set("spec.gateway", {"scheduling": {"coalesce": False, "maxWaitMilliseconds": 5}}),
+        "gateway.scheduling.maxWaitMilliseconds, maxItemsPerCall and maxCallsInFlight tune coalescing",
+    ),
+    "scheduling-weights-with-coalescing-off": (
+        _set("spec.gateway", {"scheduling": {"coalesce": False, "clients": [{"name": "a", "weight": 2}]}}),
+        "gateway.scheduling.clients and defaultClientWeight weigh clients in the gateway's queue",
+    ),
+    "scheduling-weights-with-fair-share-off": (
+        _set("spec.gateway", {"scheduling": {"fairShare": False, "defaultClientWeight": 2}}),
+        "gateway.scheduling.clients and defaultClientWeight are fair-share weights",
+    ),
+    "scheduling-client-twice": (
+        _set("spec.gateway", {"scheduling": {"clients": [{"name": "a", "weight": 1}, {"name": "a", "weight": 2}]}}),
+        "Duplicate value",
+    ),
+    "scheduling-weight-zero": (
+        _set("spec.gateway", {"scheduling": {"clients": [{"name": "a", "weight": 0}]}}),
+        "gateway.scheduling.clients[].weight must be at least 0.001",
+    ),
+    "scheduling-without-gateway": (
+        _set("spec.gateway", {"enabled": False, "scheduling": {"coalesce": True}}),
+        "gateway.scheduling tunes how the gateway calls vLLM, so it needs gateway.enabled: true",
+    ),
     # spec.canary (the canary rollout)
     "canary-share-in-shadow": (
         _set("spec.canary", {"model": {"uri": "hf://org/rm-v2"}, "percent": 10}),
@@ -431,6 +456,27 @@ def test_load_scaling_settings_are_accepted_where_an_autoscaler_honours_them(clu
         assert result.returncode == 0, f"{serving}: {result.stderr}"
 
 
+def test_a_gateway_scheduling_is_accepted(cluster, namespace):
+    """The positive side of the scheduling rules: weights with coalescing left unset, and every field at once."""
+    for scheduling in (
+        {"clients": [{"name": "grpo-main", "weight": 3}, {"name": "ppo-ablation", "weight": 0.5}]},
+        {
+            "coalesce": True,
+            "maxWaitMilliseconds": 0,
+            "maxItemsPerCall": 65536,
+            "maxCallsInFlight": 4096,
+            "fairShare": True,
+            "defaultClientWeight": 1000,
+        },
+        {"coalesce": False, "fairShare": False},
+    ):
+        manifest = with_changes(_set("spec.gateway", {"scheduling": scheduling}))
+        result = cluster.kubectl(
+            "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False
+        )
+        assert result.returncode == 0, f"{scheduling}: {result.stderr}"
+
+
 def test_every_sample_is_accepted(cluster, namespace):
     for sample in sorted((REPO / "manifests" / "samples").glob("rewardmodel-*.yaml")):
         cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(sample))
@@ -522,7 +568,7 @@ def test_kserves_webhook_validates_knative_renderings(cluster, namespace):
         pytest.skip("KServe's webhooks are not installed on this cluster")
     reward_model = yaml.safe_load((GOLDEN / "inputs" / "token-knative.yaml").read_text())
     reward_model["metadata"].update(namespace=namespace, uid="00000000-0000-4000-8000-000000000000")
-    (isvc,) = render_reward_model(reward_model)
+    (isvc,) = [child for child in render_reward_model(reward_model) if child["kind"] == "InferenceService"]
     isvc["spec"]["predictor"]["deploymentStrategy"] = {"type": "Recreate"}
     result = cluster.kubectl(
         "apply", "--server-side", "--dry-run=server", "--field-manager=reward-operator", "-f", "-",

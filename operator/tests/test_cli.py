@@ -28,7 +28,15 @@ def test_render_prints_the_children_of_each_sample(capsys):
     assert sum(c["kind"] == "NetworkPolicy" for c in children) == 2
     # and the sample with spec.cache its model cache
     assert sum(c["kind"] == "LocalModelNamespaceCache" for c in children) == 1
-    assert {c["kind"] for c in children} == {"InferenceService", "NetworkPolicy", "LocalModelNamespaceCache"}
+    # each gateway's identity ConfigMap, its generation unknown until the RewardModel is stored
+    identities = [c for c in children if c["kind"] == "ConfigMap"]
+    assert [c["data"] for c in identities] == [{"generation": ""}] * len(samples)
+    assert {c["kind"] for c in children} == {
+        "InferenceService",
+        "NetworkPolicy",
+        "LocalModelNamespaceCache",
+        "ConfigMap",
+    }
     assert {c["metadata"]["namespace"] for c in children} == {"team-a"}
 
 

@@ -85,7 +85,14 @@ def test_every_child_is_applied_and_pruned_otherwise(cluster, why):
     if why == "a status waiting on something outside the spec":
         body["status"]["conditions"][0]["reason"] = conditions.APPLY_FAILED
     sync(cluster, body, child)
-    assert cluster.applied == ["ConfigMap", "NetworkPolicy", "NetworkPolicy", kserve.INFERENCE_SERVICE_KIND]
+    # the identity's ConfigMap and the chat template's
+    assert cluster.applied == [
+        "ConfigMap",
+        "ConfigMap",
+        "NetworkPolicy",
+        "NetworkPolicy",
+        kserve.INFERENCE_SERVICE_KIND,
+    ]
     assert "NetworkPolicy" in cluster.pruned
 
 
@@ -96,11 +103,27 @@ def test_a_new_reward_models_first_reconcile_lists_nothing_to_prune(cluster):
     body["metadata"]["generation"] = 1
     body["status"] = {}
     sync(cluster, body)
-    assert cluster.applied == ["ConfigMap", "NetworkPolicy", "NetworkPolicy", kserve.INFERENCE_SERVICE_KIND]
+    assert cluster.applied == [
+        "ConfigMap",
+        "ConfigMap",
+        "NetworkPolicy",
+        "NetworkPolicy",
+        kserve.INFERENCE_SERVICE_KIND,
+    ]
     assert cluster.pruned == []
     body["status"] = {"observedGeneration": 1}  # reconciled before (by another version of the operator, maybe)
     sync(cluster, body)
     assert "NetworkPolicy" in cluster.pruned
+
+
+def test_the_identity_config_map_goes_with_the_gateway_and_the_chat_templates_stays(cluster):
+    body = apply_defaults(golden_input("sequence-gateway-auth"))
+    sync(cluster, body)
+    assert ("ConfigMap", "guarded-rm-identity") in cluster.applied_names
+    body["spec"]["gateway"] = {"enabled": False, "chatTemplateMode": "upstream"}
+    body["metadata"]["generation"] += 1
+    sync(cluster, body)
+    assert {key[3] for key in cluster.objects if key[1] == "ConfigMap"} == {"guarded-rm-chat-template"}
 
 
 def test_a_cpu_model_asks_for_the_cpu_runtime_and_its_gap_is_invalid_spec(cluster):
@@ -272,7 +295,7 @@ def test_a_predictor_change_before_the_spec_is_reconciled_is_a_full_reconcile(cl
     body = scale_to_zero_model()
     body["status"]["observedGeneration"] = 1
     sync(cluster, body, predictor_deployment(0))
-    assert cluster.applied == ["Service", kserve.INFERENCE_SERVICE_KIND, "ScaledObject"] and cluster.pruned
+    assert cluster.applied == ["ConfigMap", "Service", kserve.INFERENCE_SERVICE_KIND, "ScaledObject"] and cluster.pruned
 
 
 def cached_reward_model(copies: dict) -> tuple[dict, dict]:

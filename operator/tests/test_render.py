@@ -137,7 +137,13 @@ def test_rendered_gateway_environment_is_one_the_gateway_accepts(tmp_path):
 
     token = tmp_path / "token"
     token.write_text("secret\n")
-    for case in ("sequence-standard", "sequence-gateway-auth", "process-knative", "token-standard"):
+    for case in (
+        "sequence-standard",
+        "sequence-gateway-auth",
+        "process-knative",
+        "token-standard",
+        "sequence-scheduling",
+    ):
         children = render_reward_model(CASES[case])
         isvc = inference_service(CASES[case])
         env = gateway_env(isvc)
@@ -145,7 +151,7 @@ def test_rendered_gateway_environment_is_one_the_gateway_accepts(tmp_path):
             env["REWARD_GATEWAY_AUTH_TOKEN_FILE"] = str(token)
         if "REWARD_GATEWAY_CHAT_TEMPLATE_FILE" in env:
             # the file the ConfigMap child puts at that path in the pod
-            (config_map,) = [child for child in children if child["kind"] == "ConfigMap"]
+            (config_map,) = [child for child in children if child["metadata"]["name"].endswith("-chat-template")]
             template = tmp_path / "chat_template.jinja"
             template.write_text(config_map["data"]["chat_template.jinja"])
             env["REWARD_GATEWAY_CHAT_TEMPLATE_FILE"] = str(template)
@@ -194,7 +200,7 @@ def test_every_optional_gateway_setting_reaches_the_gateway():
 def test_chat_template_reaches_vllm_and_the_gateway_as_a_file_never_inline():
     """KServe parses the model container as a Go template: a Jinja '{{' there is refused."""
     reward_model = CASES["sequence-gateway-auth"]
-    config_map, isvc = render_reward_model(reward_model)
+    _, config_map, isvc = render_reward_model(reward_model)  # the identity's ConfigMap first
     assert config_map["kind"] == "ConfigMap" and config_map["metadata"]["name"] == "guarded-rm-chat-template"
     assert config_map["data"]["chat_template.jinja"] == reward_model["spec"]["model"]["chatTemplate"]
     assert config_map["metadata"]["ownerReferences"] == isvc["metadata"]["ownerReferences"]

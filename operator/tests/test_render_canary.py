@@ -102,7 +102,7 @@ def test_pruning_the_rollouts_config_maps_selects_it_and_never_a_chat_template()
     selector = {**owner_labels, **ROLLOUT_PRUNE_LABELS}
     children = render_reward_model(SPLIT)
     config_maps = [c for c in children if (c["apiVersion"], c["kind"]) in ROLLOUT_PRUNED_KINDS]
-    assert len(config_maps) == 3, "the two chat templates' and the rollout's"
+    assert len(config_maps) == 4, "the two chat templates', the rollout's and the identity's"
     selected = [c["metadata"]["name"] for c in config_maps if selector.items() <= c["metadata"]["labels"].items()]
     assert selected == ["internlm2-rm-rollout"]
 
@@ -129,7 +129,12 @@ def test_the_gateway_takes_the_rendered_share_from_the_mounted_config_map(tmp_pa
 def test_the_candidates_own_template_reaches_its_vllm_and_the_gateway():
     children = render_reward_model(SPLIT)
     names = [c["metadata"]["name"] for c in children if c["kind"] == "ConfigMap"]
-    assert names == ["internlm2-rm-rollout", "internlm2-rm-chat-template", "internlm2-rm-candidate-chat-template"]
+    assert names == [
+        "internlm2-rm-rollout",
+        "internlm2-rm-identity",
+        "internlm2-rm-chat-template",
+        "internlm2-rm-candidate-chat-template",
+    ]
     predictor = isvc(SPLIT)["spec"]["canary"][0]["predictor"]
     assert predictor["volumes"] == [
         {"name": "chat-template", "configMap": {"name": "internlm2-rm-candidate-chat-template"}}

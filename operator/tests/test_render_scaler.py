@@ -164,7 +164,7 @@ def test_the_hpas_window_follows_the_delay_up_to_its_limit_and_is_left_alone_unl
 def test_knatives_autoscaling_settings_are_annotations_on_the_inference_service():
     """KServe copies the InferenceService's annotations onto the predictor's and the gateway's revisions
     (they scale together in Knative mode) and checks initial-scale there against allow-zero-initial-scale."""
-    (isvc,) = render_reward_model(golden_input("sequence-knative-autoscaling"))
+    isvc = by_kind(render_reward_model(golden_input("sequence-knative-autoscaling")))["InferenceService"]
     annotations = isvc["metadata"]["annotations"]
     assert annotations == {
         "serving.kserve.io/deploymentMode": "Knative",
@@ -177,7 +177,7 @@ def test_knatives_autoscaling_settings_are_annotations_on_the_inference_service(
     assert (predictor["scaleMetric"], predictor["scaleTarget"]) == ("concurrency", 8)
     assert not any(key.startswith("autoscaling.knative.dev/") for key in predictor["annotations"])
     # unset, Knative's defaults stand: nothing is rendered
-    (plain,) = render_reward_model(golden_input("sequence-knative"))
+    plain = by_kind(render_reward_model(golden_input("sequence-knative")))["InferenceService"]
     assert not any(key.startswith("autoscaling.knative.dev/") for key in plain["metadata"]["annotations"])
 
 
@@ -185,7 +185,7 @@ def test_knatives_autoscaling_settings_are_annotations_on_the_inference_service(
 def test_knative_durations_are_rendered_in_whole_seconds(given: str, rendered: str):
     reward_model = golden_input("sequence-knative-autoscaling")
     reward_model["spec"]["serving"].update(scalingWindow=given, scaleDownDelay=given)
-    (isvc,) = render_reward_model(reward_model)
+    isvc = by_kind(render_reward_model(reward_model))["InferenceService"]
     assert isvc["metadata"]["annotations"]["autoscaling.knative.dev/window"] == rendered
     assert isvc["metadata"]["annotations"]["autoscaling.knative.dev/scale-down-delay"] == rendered
 

@@ -106,6 +106,15 @@ def test_rules_see_the_defaults_and_nulls_are_pruned_first():
     assert [p.path for p in validate(document)] == [".spec.serving"]
 
 
+def test_an_integer_meets_a_fractional_bound_as_the_api_server_checks_it():
+    """kube-openapi compares an integer with the bound cut to an integer, and CEL sees a number as a double."""
+    document = _with(REWARD_MODEL, lambda d: d["spec"].update(gateway={"scheduling": {"defaultClientWeight": 0}}))
+    [problem] = validate(document)
+    assert problem.path == ".spec.gateway.scheduling.defaultClientWeight"
+    assert "must be at least 0.001" in problem.message, "the rule, not the minimum, refuses it"
+    assert evaluate("self >= 0.001", 1.0) and not evaluate("self >= 0.001", 0.0)
+
+
 def test_transition_rules_are_skipped_offline():
     # serving.mode == oldSelf.mode needs a stored object: on create the API server skips it too
     assert validate(_with(REWARD_MODEL, lambda d: d["spec"]["serving"].update(mode="Knative"))) == []

@@ -113,6 +113,11 @@ def valid(schema: dict) -> st.SearchStrategy[Any]:
         low, high = INT_BOUNDS[schema.get("format", "int64")]
         low, high = schema.get("minimum", low), schema.get("maximum", high)
         return st.one_of(st.sampled_from([low, high, min(low + 1, high)]), st.integers(low, high))
+    if kind == "number":
+        low, high = schema.get("minimum", -1e9), schema.get("maximum", 1e9)
+        bounds = [high, low] if not schema.get("exclusiveMinimum") else [high]
+        inside = st.floats(low, high, exclude_min=bool(schema.get("exclusiveMinimum")), allow_nan=False)
+        return st.one_of(st.sampled_from(bounds), inside)
     if kind == "boolean":
         return st.booleans()
     if kind == "string":
@@ -156,6 +161,12 @@ def invalid(schema: dict) -> st.SearchStrategy[tuple[Any, str]]:
         if "maximum" in schema:
             options.append((schema["maximum"] + 1, "above maximum"))
         options += [("7", "wrong type"), (1.5, "wrong type"), (True, "wrong type"), ([1], "wrong type")]
+    elif kind == "number":
+        if "minimum" in schema:
+            options.append((schema["minimum"] if schema.get("exclusiveMinimum") else -1e9, "below minimum"))
+        if "maximum" in schema:
+            options.append((schema["maximum"] * 2 + 1, "above maximum"))
+        options += [("7", "wrong type"), (True, "wrong type"), ([1], "wrong type")]
     elif kind == "boolean":
         options += [("true", "wrong type"), (1, "wrong type")]
     elif kind == "string":
@@ -379,6 +390,26 @@ SCENARIOS: dict[str, st.SearchStrategy[dict[tuple[str, ...], Any]]] = {
     ),
     "hugging face token": st.builds(lambda ref: {("credentials", "huggingFaceToken"): ref}, _key_ref()),
     "gateway auth": st.builds(lambda ref: {("gateway", "authSecretRef"): ref}, _key_ref()),
+    # the scheduling rules' corners: coalescing or fair share off with weights or tuning, clients named twice
+    "gateway scheduling": st.builds(
+        lambda coalesce, fair, clients, tuned: {
+            ("gateway", "scheduling"): {k: v for k, v in (("coalesce", coalesce), ("fairShare", fair)) if v is not None}
+            | ({"clients": clients} if clients else {})
+            | ({"maxWaitMilliseconds": 5} if tuned else {})
+        },
+        st.sampled_from([None, True, False]),
+        st.sampled_from([None, True, False]),
+        st.lists(
+            st.fixed_dictionaries(
+                {
+                    "name": st.sampled_from(["grpo", "ppo", "eval", "a b", ""]),
+                    "weight": st.sampled_from([1, 3, 0.5, 0.001, 0, 1e4]),
+                }
+            ),
+            max_size=3,
+        ),
+        st.booleans(),
+    ),
     "service account": st.builds(lambda a: {("credentials", "serviceAccountName"): a}, st.sampled_from(ACCOUNTS)),
     "no gateway": st.just({("gateway",): {"enabled": False}}),
     # a node group of the local test bed's LocalModel setup (testenv.localmodel), or none at all

@@ -32,6 +32,11 @@ def rollout_config_map_name(owner_name: str) -> str:
     return f"{owner_name}-rollout"
 
 
+def identity_config_map_name(owner_name: str) -> str:
+    """The ConfigMap with the RewardModel's generation, which the gateway's pods mount and follow."""
+    return f"{owner_name}-identity"
+
+
 def candidate_isvc_name(owner_name: str) -> str:
     """Knative mode: the candidate's InferenceService (its predictor Service is <owner>-canary-predictor, the
     name KServe gives the canary predictor in Standard mode)."""

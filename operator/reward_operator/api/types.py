@@ -93,6 +93,21 @@ class NetworkPeer(TypedDict, total=False):
     podSelector: LabelSelector
 
 
+class ClientWeight(TypedDict):
+    name: str
+    weight: float
+
+
+class SchedulingSpec(TypedDict, total=False):
+    coalesce: bool
+    maxWaitMilliseconds: int
+    maxItemsPerCall: int
+    maxCallsInFlight: int
+    fairShare: bool
+    clients: list[ClientWeight]
+    defaultClientWeight: float
+
+
 class GatewaySpec(TypedDict):
     enabled: bool  # defaulted
     chatTemplateMode: str  # upstream | gateway (defaulted)
@@ -110,6 +125,7 @@ class GatewaySpec(TypedDict):
     resources: NotRequired[GatewayResources]
     allowedClients: NotRequired[list[NetworkPeer]]
     monitoringNamespaceSelector: NotRequired[LabelSelector]
+    scheduling: NotRequired[SchedulingSpec]
 
 
 class CandidateModelSpec(TypedDict):

@@ -42,6 +42,7 @@ from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness, scaling
 from ..policy.status import Condition, not_ready, settled
 from ..render import (
+    IDENTITY_PRUNE_LABELS,
     PRUNED_KINDS,
     ROLLOUT_PRUNE_LABELS,
     ROLLOUT_PRUNED_KINDS,
@@ -295,7 +296,8 @@ def _is_rollout_share(child: dict[str, Any]) -> bool:
 
 def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], cluster: Cluster, logger: Logger) -> None:
     """Delete the children of the kinds that come and go with the spec which it no longer renders
-    (the NetworkPolicies once gateway.allowedClients is removed; the rollout's share ConfigMap, and in
+    (the NetworkPolicies once gateway.allowedClients is removed; the identity's ConfigMap while the gateway
+    is disabled; the rollout's share ConfigMap, and in
     Knative mode the candidate's InferenceService, once spec.canary is, listed only while a rollout is or
     was just on; the scaler Service and ScaledObject once serving.minReplicas is above 0, listed only where
     KEDA is installed)."""
@@ -309,6 +311,9 @@ def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], cluster
         kinds += [(kind, {**labels, **ROLLOUT_PRUNE_LABELS}) for kind in ROLLOUT_PRUNED_KINDS]
         if reward_model["spec"]["serving"]["mode"] == "Knative":
             kinds.append((ISVC, labels))
+    if not reward_model["spec"]["gateway"]["enabled"]:
+        # the identity's ConfigMap, by its component label as the rollout's (the chat template's stay)
+        kinds.append((("v1", "ConfigMap"), {**labels, **IDENTITY_PRUNE_LABELS}))
     for (api_version, kind), selector in kinds:
         keep = {c["metadata"]["name"] for c in children if (c["apiVersion"], c["kind"]) == (api_version, kind)}
         for pruned in cluster.prune(api_version, kind, metadata["namespace"], selector, metadata["uid"], keep):

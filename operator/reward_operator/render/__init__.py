@@ -14,6 +14,7 @@ from ..api.schema import RLHF_PIPELINE
 from . import rewardmodel
 from .canary import CanaryIdentity
 from .rewardmodel import (
+    IDENTITY_PRUNE_LABELS,
     PRUNED_KINDS,
     ROLLOUT_PRUNE_LABELS,
     ROLLOUT_PRUNED_KINDS,
@@ -24,6 +25,7 @@ from .rlhfpipeline import pipeline_children
 from .scaler import DEFAULT_KEDA_NAMESPACE
 
 __all__ = [
+    "IDENTITY_PRUNE_LABELS",
     "PRUNED_KINDS",
     "ROLLOUT_PRUNED_KINDS",
     "ROLLOUT_PRUNE_LABELS",

@@ -55,6 +55,7 @@ from ..api.types import CanarySpec, ModelSpec, ResourcesSpec, RewardModelSpec
 from . import chat_template
 from .gateway_container import Mounts
 from .metadata import child_metadata
+from .model_identity import identity_settings
 from .pooling_model import pooling_model
 from .predictor import model_env, predictor
 
@@ -232,6 +233,7 @@ def gateway_rollout(
     if candidate_served_name != stable_served_name:
         env["CANARY_MODEL_NAME"] = candidate_served_name
     env["CANARY_NAME"] = name
+    env.update(identity_settings(canary["model"]["uri"], "CANARY_"))
     env["CANARY_MODE"] = canary["mode"]
     env["CANARY_PERCENT_FILE"] = ROLLOUT_PATH
     if canary["mode"] == "split":

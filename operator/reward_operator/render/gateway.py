@@ -25,6 +25,8 @@ from .gateway_container import (
     gateway_volumes,
     memory_limit_env,
 )
+from .gateway_scheduling import scheduling_settings
+from .model_identity import generation_settings, identity_settings
 
 # Where they were first defined: the cluster layer and the tests import them from here.
 __all__ = ["DEFAULT_GATEWAY_RESOURCES", "GATEWAY_PORT", "RESTRICTED_CONTAINER_SECURITY", "transformer"]
@@ -60,6 +62,7 @@ def _settings(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_
     settings = {
         "UPSTREAM_URL": upstream_url,
         "MODEL_NAME": served_name,
+        **identity_settings(model["uri"]),
         "MODEL_KIND": model["kind"],
         "CHAT_TEMPLATE_MODE": gateway["chatTemplateMode"],
         "PORT": str(GATEWAY_PORT),
@@ -69,6 +72,7 @@ def _settings(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_
     for field, variable in _OPTIONAL_ENV:
         if field in gateway:
             settings[variable] = str(gateway[field])
+    settings.update(scheduling_settings(gateway.get("scheduling", {})))
     if "authSecretRef" in gateway:
         settings["AUTH_TOKEN_FILE"] = f"{AUTH_MOUNT}/token"
     return settings
@@ -108,6 +112,7 @@ def transformer(
         )
     if gateway["chatTemplateMode"] == "gateway":
         mounts.add(chat_template.volume(isvc), chat_template.volume_mount())
+    settings.update(generation_settings(isvc, mounts))
     keda = scales_through_keda(serving)
     if keda:
         settings.update(scaler.gateway_env(isvc, namespace, serving))

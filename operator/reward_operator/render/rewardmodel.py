@@ -1,4 +1,5 @@
-"""RewardModel -> its children: during a rollout (spec.canary) a ConfigMap with the
+"""RewardModel -> its children: with the gateway, a ConfigMap with the RewardModel's generation
+(render/model_identity.py); during a rollout (spec.canary) a ConfigMap with the
 candidate's share, a ConfigMap with its chat template (when it has
 one), NetworkPolicies for the gateway's allowed clients (when it names them), the
 InferenceService (vLLM pooling predictor, reward gateway transformer) and, where
@@ -16,7 +17,7 @@ from ..api.naming import candidate_isvc_name
 from ..api.types import RewardModel
 from . import cache as cache_render
 from . import canary as canary_render
-from . import chat_template, networkpolicy, scaler
+from . import chat_template, model_identity, networkpolicy, scaler
 from .canary import CanaryIdentity
 from .gateway import transformer
 from .inferenceservice import annotations, inference_service, storage_secret
@@ -39,6 +40,8 @@ SCALER_PRUNED_KINDS = (
 # never by kind alone: the selector reaches the rollout's ConfigMap only.
 ROLLOUT_PRUNED_KINDS = (("v1", "ConfigMap"),)
 ROLLOUT_PRUNE_LABELS = {COMPONENT_LABEL: canary_render.ROLLOUT_COMPONENT}
+# The same, for the identity's ConfigMap once the gateway is disabled (its labels, as the rollout's).
+IDENTITY_PRUNE_LABELS = {COMPONENT_LABEL: model_identity.IDENTITY_COMPONENT}
 
 
 def served_name(reward_model: RewardModel) -> str:
@@ -74,6 +77,8 @@ def reward_model_children(
     if "cache" in reward_model["spec"]:
         # before the InferenceService: KServe binds a cache to it only when it is admitted
         children.append(cache_render.local_model_cache(reward_model))
+    if reward_model["spec"]["gateway"]["enabled"]:
+        children.append(model_identity.identity_config_map(reward_model))  # mounted by the gateway: applied first
     if template := reward_model["spec"]["model"].get("chatTemplate"):
         children.append(chat_template.config_map(reward_model, template))  # mounted: applied first
     if canary and (candidate_template := canary_render.template_config_map(reward_model, canary)):

@@ -35,6 +35,8 @@ def build_app(gateway: Gateway) -> ScoringFront:
             await gateway.scaler.start()
         if gateway.canary is not None:
             gateway.canary.start()  # follows the candidate's share where a file gives it (reward_gateway.share)
+        if gateway.generation is not None:
+            gateway.generation.start()  # follows the RewardModel's generation (reward_gateway.generation)
         try:
             yield
         finally:

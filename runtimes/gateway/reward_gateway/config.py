@@ -104,6 +104,8 @@ class ModelIdentity:
     revision: str | None = None  # the storage URI it was loaded from
     digest: str | None = None  # a content digest, where the storage path names one
     generation: int | None = None  # the RewardModel's metadata.generation that rendered this gateway
+    # Where the generation is followed from instead, while the gateway runs (reward_gateway.generation).
+    generation_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -412,10 +414,17 @@ def _load_coalesce(reader: _Reader) -> CoalesceConfig:
 
 def _load_identity(reader: _Reader, prefix: str = "") -> ModelIdentity:
     generation = reader.text(prefix + "MODEL_GENERATION", "")
+    # The candidate is the same RewardModel's: it follows the stable model's file (reward_gateway.generation).
+    generation_file = "" if prefix else reader.text("MODEL_GENERATION_FILE", "")
+    if generation and generation_file:
+        raise ConfigError(
+            f"{PREFIX}MODEL_GENERATION and {PREFIX}MODEL_GENERATION_FILE are both set: the generation comes from one"
+        )
     return ModelIdentity(
         revision=reader.text(prefix + "MODEL_REVISION", "") or None,
         digest=reader.text(prefix + "MODEL_DIGEST", "") or None,
         generation=reader.integer(prefix + "MODEL_GENERATION", 0, minimum=1) if generation else None,
+        generation_file=Path(generation_file) if generation_file else None,
     )
 
 

@@ -22,6 +22,8 @@ from reward_gateway.coalesce import MetricsObserver
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized, forget
 from reward_gateway.extract import Score
+from reward_gateway.generation import Generation
+from reward_gateway.generation import followed as followed_generation
 from reward_gateway.identity import DEFAULT_CLIENT, ClientLabels, client_identity, identity_headers, model_identity
 from reward_gateway.kinds import CLASSIFY_KINDS, CLASSIFY_PATH
 from reward_gateway.load import CURRENT, Held, Load
@@ -92,6 +94,7 @@ class Gateway:
         scores = self.metrics.scores.labels(model)
         self.stable = Backend("stable", model, config, self.client, self.scorer, scores, identity)
         self.canary = Canary.build(config, self.metrics, self.stable) if config.canary is not None else None
+        self.generation = self._followed_generation()
         # The header naming the client: its fair share, and a sticky split's key where the rollout says so.
         self.client_header = (config.canary.client_header if config.canary is not None else "x-reward-client").encode(
             "latin-1"
@@ -135,7 +138,24 @@ class Gateway:
         """How many models may score one request at once (the ASGI front charges its memory as many times)."""
         return 1 if self.canary is None else 2
 
+    def _followed_generation(self) -> Generation | None:
+        """The RewardModel's generation followed from its file, where one gives it: in the stable model's
+        answers, and in the candidate's unless it has its own (reward_gateway.generation)."""
+        path = self.config.identity.generation_file
+        if path is None:
+            return None
+        identities = [self.stable.identity]
+        if (
+            self.canary is not None
+            and self.config.canary is not None
+            and self.config.canary.identity.generation is None
+        ):
+            identities.append(self.canary.backends["candidate"].identity)
+        return followed_generation(str(path), identities)
+
     async def close(self) -> None:
+        if self.generation is not None:
+            await self.generation.stop()
         await self.client.close()
         if self.canary is not None:
             await self.canary.close()

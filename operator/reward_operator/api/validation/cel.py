@@ -97,7 +97,7 @@ def _walk(value: Any, schema: Schema, path: str, found: list[Problem]) -> None:
     if value is None:
         return
     rules = [rule for rule in schema.get("x-kubernetes-validations") or [] if not TRANSITION.search(rule["rule"])]
-    activation = {"self": celpy.json_to_cel(value)} if rules else {}  # once for all the node's rules
+    activation = {"self": celpy.json_to_cel(_typed(value, schema))} if rules else {}  # once for all the node's rules
     for rule in rules:
         problem = _check(rule, activation, value, path)
         if problem is not None:
@@ -108,6 +108,22 @@ def _walk(value: Any, schema: Schema, path: str, found: list[Problem]) -> None:
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, sub in enumerate(value):
             _walk(sub, schema["items"], item(path, index), found)
+
+
+def _typed(value: Any, schema: Schema) -> Any:
+    """``value`` with CEL's types as the API server gives them: an integer where the schema says number is a
+    double (so ``self >= 0.001`` compares two doubles, as in cel-go, instead of failing on an int)."""
+    if isinstance(value, dict):
+        properties, extra = schema.get("properties") or {}, schema.get("additionalProperties")
+        return {
+            key: _typed(sub, properties.get(key) or (extra if isinstance(extra, dict) else {}))
+            for key, sub in value.items()
+        }
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_typed(sub, schema["items"]) for sub in value]
+    if schema.get("type") == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
 
 
 def _check(rule: dict[str, Any], activation: dict[str, Any], value: Any, path: str) -> Problem | None:

@@ -214,6 +214,10 @@ def _is_date_time(value: str) -> bool:
 
 
 def _check_number(value: float, schema: Schema, path: str, found: list[Problem]) -> None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        # kube-openapi checks an integer against the bounds cut to integers (Go's int64(), towards zero): 0 passes
+        # minimum 0.001 on the API server, so a rule that must refuse it is a CEL rule (as the clients' weights have)
+        schema = {**schema, **{key: int(schema[key]) for key in ("minimum", "maximum") if key in schema}}
     if "minimum" in schema:
         if schema.get("exclusiveMinimum") and value <= schema["minimum"]:
             found.append(_invalid(path, value, f"should be greater than {schema['minimum']}"))

@@ -16,6 +16,121 @@ from ..common import DNS_SUBDOMAIN_PATTERN, array, defaulted_obj, integer, label
 GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS = 150
 GATEWAY_REQUEST_TIMEOUT_SECONDS = 180
 
+# The gateway's metrics label at most this many clients, those with a weight first
+# (reward_gateway.identity.MAX_CLIENT_LABELS): every client given a weight keeps its own series.
+MAX_WEIGHTED_CLIENTS = 32
+# A client's name as the gateway knows it: a bearer token's name (a word of the token file's
+# `name token` line) or the X-Reward-Client header, which the gateway cuts at 128 characters.
+CLIENT_NAME_MAX_LENGTH = 128
+# Weights are relative; this range keeps the lightest client's share above a millionth of the heaviest's.
+MIN_CLIENT_WEIGHT, MAX_CLIENT_WEIGHT = 0.001, 1000
+
+
+def _weight(description: str, field: str) -> dict[str, object]:
+    return {
+        "type": "number",
+        "format": "double",
+        "minimum": MIN_CLIENT_WEIGHT,
+        "maximum": MAX_CLIENT_WEIGHT,
+        "description": description,
+        # The API server checks an integer against minimum cut to an integer (0), so 0 would pass it alone.
+        "x-kubernetes-validations": [
+            rule(
+                f"self >= {MIN_CLIENT_WEIGHT}",
+                f"gateway.scheduling.{field} must be at least {MIN_CLIENT_WEIGHT}: a weight of 0 or less would "
+                "give a client no share",
+            )
+        ],
+    }
+
+
+SCHEDULING = obj(
+    "How the gateway schedules its calls to vLLM: concurrent requests coalesced into fewer vLLM calls, and the "
+    "gateway's queue shared fairly between trainers (runtimes/gateway/README.md, Scheduling). Each field unset "
+    "leaves the gateway's own default.",
+    {
+        "coalesce": {
+            "type": "boolean",
+            "description": "Merge concurrent calls of texts to the model into fewer vLLM calls (one per group or "
+            "item otherwise), so single-sample trainers (OpenRLHF, slime, verl per sample) share vLLM's per-request "
+            "cost and completions of one prompt share its prefix cache. Unset: the gateway's default, except that "
+            "clients or defaultClientWeight turn it on (the queue is where the weights act).",
+        },
+        "maxWaitMilliseconds": integer(
+            "The longest a call waits for others to merge with while a merged call is in flight (never while none "
+            "is: an idle gateway sends at once). 0: merge only what arrives together.",
+            minimum=0,
+            maximum=1000,
+        ),
+        "maxItemsPerCall": integer(
+            "Texts per merged vLLM call (a request's group larger than this goes alone, whole). Not gateway.maxItems, "
+            "which bounds one request.",
+            minimum=1,
+            maximum=65536,
+        ),
+        "maxCallsInFlight": integer(
+            "Merged vLLM calls in flight at once per gateway replica; the rest wait in the gateway's queue, where "
+            "fair share orders them.",
+            minimum=1,
+            maximum=4096,
+        ),
+        "fairShare": {
+            "type": "boolean",
+            "description": "Order the gateway's queue by weighted fair share between clients (false: first come, "
+            "first served). Unset: the gateway's default.",
+        },
+        "clients": array(
+            "Weights of named clients in the fair share: under contention each busy client gets vLLM's capacity in "
+            "proportion to its weight. A client is the name of its bearer token (a `name token` line in "
+            "gateway.authSecretRef's file), else its X-Reward-Client header. Setting any turns coalescing on.",
+            obj(
+                "A client and its weight.",
+                {
+                    "name": string(
+                        "The client's name: a bearer token's name, or the X-Reward-Client header's value.",
+                        minLength=1,
+                        maxLength=CLIENT_NAME_MAX_LENGTH,
+                        pattern=r"^\S+$",
+                    ),
+                    "weight": _weight(
+                        f"Its weight, relative to the others' ({MIN_CLIENT_WEIGHT} to {MAX_CLIENT_WEIGHT}).",
+                        "clients[].weight",
+                    ),
+                },
+                required=["name", "weight"],
+            ),
+            minItems=1,
+            maxItems=MAX_WEIGHTED_CLIENTS,
+            **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        ),
+        "defaultClientWeight": _weight(
+            "The weight of every client not named in clients (the gateway's default: 1). Setting it turns "
+            "coalescing on.",
+            "defaultClientWeight",
+        ),
+    },
+    **{
+        "x-kubernetes-validations": [
+            rule(
+                "!has(self.coalesce) || self.coalesce || (!has(self.maxWaitMilliseconds) "
+                "&& !has(self.maxItemsPerCall) && !has(self.maxCallsInFlight))",
+                "gateway.scheduling.maxWaitMilliseconds, maxItemsPerCall and maxCallsInFlight tune coalescing, "
+                "which gateway.scheduling.coalesce: false turns off: remove them, or coalesce",
+            ),
+            rule(
+                "!has(self.coalesce) || self.coalesce || (!has(self.clients) && !has(self.defaultClientWeight))",
+                "gateway.scheduling.clients and defaultClientWeight weigh clients in the gateway's queue, which "
+                "only coalescing has: they need gateway.scheduling.coalesce: true (or unset)",
+            ),
+            rule(
+                "!has(self.fairShare) || self.fairShare || (!has(self.clients) && !has(self.defaultClientWeight))",
+                "gateway.scheduling.clients and defaultClientWeight are fair-share weights: they need "
+                "gateway.scheduling.fairShare: true (or unset)",
+            ),
+        ]
+    },
+)
+
 GATEWAY = defaulted_obj(
     "The reward gateway, deployed as the InferenceService's transformer: trainers' wire formats "
     "(OpenRLHF /get_reward, verl /classify, /v1/rewards, KServe v1 predict), the model's chat template "
@@ -113,12 +228,17 @@ GATEWAY = defaulted_obj(
             "allowedClients is set; they reach the metrics ports only. Unset: scrapers must be listed in "
             "allowedClients."
         ),
+        "scheduling": SCHEDULING,
     },
     **{
         "x-kubernetes-validations": [
             rule(
                 "!has(self.allowedClients) || self.enabled",
                 "gateway.allowedClients restricts who reaches the gateway, so it needs gateway.enabled: true",
+            ),
+            rule(
+                "!has(self.scheduling) || self.enabled",
+                "gateway.scheduling tunes how the gateway calls vLLM, so it needs gateway.enabled: true",
             ),
             rule(
                 "!has(self.monitoringNamespaceSelector) || has(self.allowedClients)",
