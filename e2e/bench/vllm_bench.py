@@ -19,8 +19,8 @@ Traffic shapes (issue "The gateway as a scheduler"):
 2. verl per sample: 16 prompts x 8 completions, each completion its own request, interleaved.
 3. TRL: groups of 8 completions in one request (``/v1/rewards``).
 4. Fair share: a light client at 0.4 of the gateway's measured capacity, a flooding one at 4x the
-   light one's rate (open loop, so the flood's backlog grows), with fair share on (``coalesce``) and off (``fifo``); the light
-   client's p99 against its p99 alone.
+   light one's rate (open loop, so the flood's backlog grows), with fair share on (``coalesce``)
+   and off (``fifo``); the light client's p99 against its p99 alone.
 
 Printed, never asserted. BENCH_SCALE (default 1) multiplies the request counts.
 """
