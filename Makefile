@@ -36,11 +36,9 @@ testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's
 
 # KEDA's own test (hand-made ScaledObjects and scalers, 0 -> 1 -> 3 -> 0, polled and pushed) runs
 # on `make keda-test`: `make test` runs KEDA through the operator's objects (scale-to-zero) instead.
-# test_real_vllm_coalesce.py: the gateway's coalescing (off by default) against a real vLLM; it does
-# not pass yet on a loaded machine (arrivals spread past the 10 ms wait go one call each; a poisoned
-# request splits its whole merged call), so it is run by hand until the scheduler work lands.
-# test_real_node_wake.py: wake from zero on the real node (`make wake-real`), two cold starts of vLLM.
-OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_vllm_coalesce.py e2e/tests/test_real_node_wake.py
+# test_real_node_wake.py: wake from zero on the real node (`make wake-real`), two cold starts of vLLM
+# (12-13 min).
+OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_node_wake.py
 # The chaos, fuzz and scale-to-zero suites run on targets of their own (in `make test` too), with
 # -s: their counts and times (objects, restarts, generated specs, wake-up) are printed into the log.
 OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_validation_differential.py \
