@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import re
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,7 @@ import httpx
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_process import gateway_process, rendered_gateway
 from reward_testing.ports import free_port
+from reward_testing.prometheus_text import sample_sum
 from reward_testing.tiny_model_maker import WORD_LIST
 from reward_testing.tiny_models import make_tiny_models
 from reward_testing.vllm_server import started_vllm, wait_healthy
@@ -177,16 +177,7 @@ class Vllm:
 
     def prefix_counters(self) -> tuple[float, float]:
         text = httpx.get(f"{self.url}/metrics", timeout=30).text
-        return _metric(text, "vllm:prefix_cache_hits_total"), _metric(text, "vllm:prefix_cache_queries_total")
-
-
-def _metric(text: str, name: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        match = re.match(rf"{re.escape(name)}(\{{[^}}]*\}})? ([0-9.e+-]+)$", line)
-        if match:
-            total += float(match.group(2))
-    return total
+        return sample_sum(text, "vllm:prefix_cache_hits_total"), sample_sum(text, "vllm:prefix_cache_queries_total")
 
 
 @dataclass

@@ -102,3 +102,17 @@ def server_dry_run(cluster, docs: list[dict], namespace: str | None = None) -> s
     )  # fmt: skip
     assert result.stdout.count("(server dry run)") == len(docs), result.stdout
     return result.stdout
+
+
+def deployment_replicas(apps, namespace: str, name: str) -> tuple[int, int]:
+    """A Deployment's (spec.replicas, readyReplicas) through ``apps`` (kubernetes' AppsV1Api); (-1, 0)
+    while it does not exist."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        found = apps.read_namespaced_deployment(name, namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return -1, 0
+        raise
+    return found.spec.replicas, found.status.ready_replicas or 0

@@ -46,7 +46,6 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from reward_operator.api.kserve import cluster_local_url, transformer_name
 from reward_testing.paths import REPO
@@ -54,6 +53,7 @@ from reward_testing.scoring_cases import TOLERANCE
 from reward_testing.tiny_models import reference_scores, tar_model
 from reward_testing.waiting import wait_until
 from testenv import controlplane, keda, node
+from testenv.helpers import deployment_replicas
 
 NAME = "wake-rm"
 COOLDOWN_S = 10  # spec.serving.scaleDownDelay: KEDA's cooldown before zero
@@ -101,13 +101,7 @@ class Deployment:
         self._thread.start()
 
     def _read(self) -> tuple[int, int]:
-        try:
-            found = self.apps.read_namespaced_deployment(self.name, self.namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return -1, 0
-            raise
-        return found.spec.replicas, found.status.ready_replicas or 0
+        return deployment_replicas(self.apps, self.namespace, self.name)
 
     def _follow(self) -> None:
         while not self._stop.wait(0.2):

@@ -13,7 +13,6 @@ module; without the vLLM venv the module skips (or fails where REWARD_OPERATOR_R
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -24,6 +23,7 @@ import pytest
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
 from reward_testing.ports import free_port
+from reward_testing.prometheus_text import sample_sum
 from reward_testing.tiny_model_maker import WORD_LIST
 from reward_testing.vllm_server import started_vllm, wait_healthy
 from reward_testing.waiting import wait_until
@@ -99,7 +99,7 @@ def test_each_of_64_concurrent_requests_gets_its_own_scores_and_a_poisoned_one_f
         assert answer.status_code == 200, answer.text
         want = [alone(vllm, model, text) for text in query]
         assert answer.json()["rewards"] == pytest.approx(want, abs=TOLERANCE)
-    batches = _metric(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count")
+    batches = sample_sum(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count")
     assert batches < 63, f"{batches} vLLM calls for 63 requests: nothing was merged"
 
 
@@ -108,14 +108,14 @@ def test_completions_of_one_prompt_in_separate_requests_share_one_call_and_hit_t
     prompt = sentence(99, 400)  # several of vLLM's 128-token blocks on the CPU
     completions = [f"{prompt} answer {sentence(i, 6)}" for i in range(8)]
     before_metrics = httpx.get(f"{vllm}/metrics").text
-    before = _metric(before_metrics, "vllm:prefix_cache_hits_total")
-    calls_before = _metric(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count")
+    before = sample_sum(before_metrics, "vllm:prefix_cache_hits_total")
+    calls_before = sample_sum(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count")
     # Long calls in flight first: 16 requests of MAX_ITEMS (16) texts near the model's 1024 positions,
     # a call each. The eight, sent while vLLM is busy with them, queue behind them and go together,
     # however spread their arrivals are on a loaded machine.
     blockers = [[sentence(7 + 16 * j + i, 900) for i in range(16)] for j in range(16)]
     sent = "reward_gateway_client_queue_wait_seconds_count"  # parts that left the queue for vLLM
-    sent_before = _metric(httpx.get(f"{gateway}/metrics").text, sent)
+    sent_before = sample_sum(httpx.get(f"{gateway}/metrics").text, sent)
 
     async def block_then_send() -> list[httpx.Response]:
         async with httpx.AsyncClient(
@@ -123,7 +123,7 @@ def test_completions_of_one_prompt_in_separate_requests_share_one_call_and_hit_t
         ) as client:
             await asyncio.gather(*(client.get("/metrics") for _ in range(12)))  # connections open before
             blocked = [asyncio.ensure_future(client.post("/get_reward", json={"query": b})) for b in blockers]
-            left = lambda: _metric(httpx.get(f"{gateway}/metrics").text, sent) > sent_before  # noqa: E731
+            left = lambda: sample_sum(httpx.get(f"{gateway}/metrics").text, sent) > sent_before  # noqa: E731
             await asyncio.to_thread(wait_until, "the first long call on its way to vLLM", left, 60, 0.005)
             answers = await asyncio.gather(*(client.post("/get_reward", json={"query": [t]}) for t in completions))
             assert all(answer.status_code == 200 for answer in await asyncio.gather(*blocked))
@@ -131,19 +131,10 @@ def test_completions_of_one_prompt_in_separate_requests_share_one_call_and_hit_t
 
     answers = asyncio.run(block_then_send())
     assert all(answer.status_code == 200 for answer in answers)
-    hits = _metric(httpx.get(f"{vllm}/metrics").text, "vllm:prefix_cache_hits_total") - before
-    calls = _metric(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count") - calls_before
+    hits = sample_sum(httpx.get(f"{vllm}/metrics").text, "vllm:prefix_cache_hits_total") - before
+    calls = sample_sum(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count") - calls_before
     assert calls - len(blockers) <= 2, f"the eight completions took {calls - len(blockers)} vLLM calls"
     assert hits >= 128 * 6, f"vLLM counted {hits} prefix-cache hits for eight completions of one prompt"
-
-
-def _metric(text: str, name: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        match = re.match(rf"{re.escape(name)}(\{{[^}}]*\}})? ([0-9.e+-]+)$", line)
-        if match:
-            total += float(match.group(2))
-    return total
 
 
 def test_a_flooding_client_does_not_hold_a_light_one_behind_its_backlog(served):
@@ -156,8 +147,8 @@ def test_a_flooding_client_does_not_hold_a_light_one_behind_its_backlog(served):
     def figures() -> tuple[float, float]:
         """The flood's items queued at the gateway now, and those that have arrived in all."""
         text = httpx.get(f"{gateway}/metrics").text
-        queued = _metric(text, 'reward_gateway_client_queue_items{client="heavy",model="tiny-sequence"}')
-        sent = _metric(text, 'reward_gateway_client_queue_wait_seconds_count{client="heavy",model="tiny-sequence"}')
+        queued = sample_sum(text, 'reward_gateway_client_queue_items{client="heavy",model="tiny-sequence"}')
+        sent = sample_sum(text, 'reward_gateway_client_queue_wait_seconds_count{client="heavy",model="tiny-sequence"}')
         return queued, queued + sent
 
     async def flood_and_probe() -> tuple[int, float, float]:

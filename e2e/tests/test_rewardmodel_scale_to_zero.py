@@ -38,7 +38,6 @@ import httpx
 import pytest
 import yaml
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from reward_operator.render import render_reward_model
 from reward_testing.fake_vllm import FakeVllm, logit, serve_in_thread
@@ -47,7 +46,7 @@ from reward_testing.paths import REPO
 from reward_testing.ports import free_port, loopback_address_with
 from reward_testing.waiting import wait_until
 from testenv import keda
-from testenv.helpers import get_json
+from testenv.helpers import deployment_replicas, get_json
 
 pytestmark = pytest.mark.integration
 
@@ -137,13 +136,7 @@ class PredictorStandIn:
         self._thread.start()
 
     def _read(self) -> tuple[int, int]:
-        try:
-            found = self.apps.read_namespaced_deployment(self.deployment, self.namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return -1, 0
-            raise
-        return found.spec.replicas, found.status.ready_replicas or 0
+        return deployment_replicas(self.apps, self.namespace, self.deployment)
 
     def _follow(self) -> None:
         with ExitStack() as serving:

@@ -2,11 +2,8 @@
 
 The operator writes the share its rollout decided into a ConfigMap that the
 gateway's pods mount (REWARD_GATEWAY_CANARY_PERCENT_FILE); a step rewrites it, and
-the kubelet projects the new content into the running pods within its sync
-period (about a minute) by swapping a ``..data`` symlink, so a reader sees the old
-file or the new one, never half of either. The gateway reads the file at start
-and then about every second, and takes a new share up at once: no pod restarts,
-so no connection drops mid-training and the rollout's figures keep counting.
+the gateway follows the file (reward_gateway.followed_file): no pod restarts, so no
+connection drops mid-training and the rollout's figures keep counting.
 
 What the file holds is checked as the environment's share is: an integer 0..100,
 and 0 in shadow mode. Content that fails the check (or a file that cannot be read)
@@ -17,16 +14,11 @@ REWARD_GATEWAY_CANARY_PERCENT, fixed for the process's life.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
-logger = logging.getLogger("reward_gateway")
+from reward_gateway.followed_file import FollowedFile
 
-# How often the file is looked at: the kubelet's projection lags a minute anyway, a read costs microseconds.
-POLL_SECONDS = 1.0
-# A share is at most "100" and a newline: anything much longer is not one, and is not read in full.
-_MAX_BYTES = 64
+logger = logging.getLogger("reward_gateway")
 
 
 def parse_share(text: str, mode: str) -> int:
@@ -42,58 +34,27 @@ def parse_share(text: str, mode: str) -> int:
     return share
 
 
-class Share:
+class Share(FollowedFile):
     """The candidate's share of requests: fixed, or followed from ``path``."""
 
+    max_bytes = 64  # a share is at most "100" and a newline
+    task_name = "candidate-share"
+
     def __init__(self, percent: int, path: str | None = None, mode: str = "split"):
+        super().__init__(path)
         self.percent = percent
-        self.path = path
         self._mode = mode
-        self._seen: bytes | str | None = None  # the last content (or read error) looked at
-        self._task: asyncio.Task[None] | None = None
 
-    def refresh(self) -> None:
-        """Looks at the file once and takes up a new good share; bad content keeps the last good one."""
-        if self.path is None:
-            return
-        seen: bytes | str
-        try:
-            with open(self.path, "rb") as file:
-                seen = file.read(_MAX_BYTES + 1)
-        except OSError as error:
-            seen = f"cannot be read ({error.strerror or error.__class__.__name__})"
-        if seen == self._seen:
-            return  # nothing new: no parse, no second warning for the same content
-        self._seen = seen
-        try:
-            if isinstance(seen, str):
-                raise ValueError(seen)
-            if len(seen) > _MAX_BYTES:
-                raise ValueError(f"holds over {_MAX_BYTES} bytes")
-            share = parse_share(seen.decode("ascii", errors="replace"), self._mode)
-        except ValueError as problem:
-            logger.warning("candidate share file %s: %s; keeping %d %%", self.path, problem, self.percent)
-            return
-        if share != self.percent:
-            logger.info("candidate share: %d %% (was %d %%), from %s", share, self.percent, self.path)
-            self.percent = share
+    def parse(self, text: str) -> int:
+        return parse_share(text, self._mode)
 
-    async def _follow(self) -> None:
-        while True:
-            await asyncio.sleep(POLL_SECONDS)
-            self.refresh()
+    def take(self, value: int) -> None:
+        if value != self.percent:
+            logger.info("candidate share: %d %% (was %d %%), from %s", value, self.percent, self.path)
+            self.percent = value
 
-    def start(self) -> None:
-        """Follows the file in the background (from within the running event loop); without one, nothing."""
-        if self.path is not None and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._follow(), name="candidate-share")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+    def refused(self, problem: ValueError) -> None:
+        logger.warning("candidate share file %s: %s; keeping %d %%", self.path, problem, self.percent)
 
 
 def followed(path: str, mode: str) -> Share:
