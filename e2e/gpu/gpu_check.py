@@ -411,7 +411,9 @@ def render(gpus: int, dtype: str, workdir: Path) -> Rendered:
 
     children = render_reward_model(reward_model(gpus, dtype))
     template_file = workdir / rendered_template.FILE_NAME
-    (config_map,) = [child for child in children if child["kind"] == "ConfigMap"]
+    # the chat template's ConfigMap (the identity's, which the gateway follows, is not needed here)
+    name = rendered_template.FILE_NAME
+    (config_map,) = [c for c in children if c["kind"] == "ConfigMap" and name in c.get("data", {})]
     template_file.write_text(config_map["data"][rendered_template.FILE_NAME])
     (isvc,) = [child for child in children if child["kind"] == "InferenceService"]
     local = json.loads(json.dumps(isvc).replace(rendered_template.PATH, str(template_file)))
