@@ -210,6 +210,10 @@ class StepWitness:
     gateway_starts: int  # how often the stand-in gateway (the pod's process) was started
     isvc_applies: float  # the API server's APPLY requests on InferenceServices, every client
     full_reconciles: float  # the operator's reconciles of RewardModels that rendered and applied every child
+    # the operator's other reconciles of RewardModels that may apply the InferenceService: a child-only one
+    # applies it when the stored one lost our fields, and one that failed (an API error, a refused child) after
+    # its apply is retried, and the retry applies it again
+    other_reconciles: float
 
 
 def step_witness(cluster, namespace: str, operator, stand_in) -> StepWitness:
@@ -234,6 +238,14 @@ def step_witness(cluster, namespace: str, operator, stand_in) -> StepWitness:
                 labels["kind"] == "RewardModel"
                 and labels["scope"] == "full"
                 and labels["result"] in ("ready", "progressing")
+            ),
+        ),
+        other_reconciles=metric_sum(
+            operator.metrics(),
+            "reward_operator_reconcile",
+            lambda labels: (
+                labels["kind"] == "RewardModel"
+                and (labels["scope"] == "child" or labels["result"] in ("error", "apply_failed"))
             ),
         ),
     )
@@ -368,11 +380,14 @@ def test_the_share_steps_up_while_the_candidate_agrees_and_rolls_back_when_it_di
     assert after.gateway_starts == before.gateway_starts == 1
     applies = after.isvc_applies - before.isvc_applies
     full = after.full_reconciles - before.full_reconciles
+    other = after.other_reconciles - before.other_reconciles
     print(f"\n50% -> 100%: {applies:.0f} applies of InferenceServices (the API server's count), {full:.0f} full "
-          f"reconciles of RewardModels (the operator's); the gateway pods {sorted(after.pods)}")  # fmt: skip
+          f"reconciles of RewardModels and {other:.0f} child-only or failed ones (the operator's); the gateway pods "
+          f"{sorted(after.pods)}")  # fmt: skip
     # every full reconcile applies its InferenceService once; a step's reconcile no longer applies it twice (one
-    # reconcile may straddle either look at the counters)
-    assert full - 1 <= applies <= full + 1, (applies, full)
+    # reconcile may straddle either look at the counters; see StepWitness.other_reconciles for the others that
+    # may apply it). The unit test counts the stepping reconcile's applies exactly (FakeCluster).
+    assert full - 1 <= applies <= full + other + 1, (applies, full, other)
 
     candidate_backend.scale = -1.0  # the candidate now orders every pair the other way
     wait_until("the rollback to 0%", share_reached(0), timeout=120)
