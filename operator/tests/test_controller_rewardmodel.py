@@ -75,6 +75,11 @@ def test_a_field_of_ours_lost_from_the_inference_service_is_applied_again_alone(
     assert cluster.applied == [kserve.INFERENCE_SERVICE_KIND] and cluster.pruned == []
 
 
+# What a full reconcile of reward_model() applies, in order: the identity's ConfigMap and the chat template's,
+# the allowed clients' NetworkPolicies, the InferenceService.
+EVERY_CHILD = ["ConfigMap", "ConfigMap", "NetworkPolicy", "NetworkPolicy", kserve.INFERENCE_SERVICE_KIND]
+
+
 @pytest.mark.parametrize(
     "why",
     ["the RewardModel's own trigger", "a spec not reconciled yet", "a status waiting on something outside the spec"],
@@ -85,14 +90,7 @@ def test_every_child_is_applied_and_pruned_otherwise(cluster, why):
     if why == "a status waiting on something outside the spec":
         body["status"]["conditions"][0]["reason"] = conditions.APPLY_FAILED
     sync(cluster, body, child)
-    # the identity's ConfigMap and the chat template's
-    assert cluster.applied == [
-        "ConfigMap",
-        "ConfigMap",
-        "NetworkPolicy",
-        "NetworkPolicy",
-        kserve.INFERENCE_SERVICE_KIND,
-    ]
+    assert cluster.applied == EVERY_CHILD
     assert "NetworkPolicy" in cluster.pruned
 
 
@@ -103,13 +101,7 @@ def test_a_new_reward_models_first_reconcile_lists_nothing_to_prune(cluster):
     body["metadata"]["generation"] = 1
     body["status"] = {}
     sync(cluster, body)
-    assert cluster.applied == [
-        "ConfigMap",
-        "ConfigMap",
-        "NetworkPolicy",
-        "NetworkPolicy",
-        kserve.INFERENCE_SERVICE_KIND,
-    ]
+    assert cluster.applied == EVERY_CHILD
     assert cluster.pruned == []
     body["status"] = {"observedGeneration": 1}  # reconciled before (by another version of the operator, maybe)
     sync(cluster, body)

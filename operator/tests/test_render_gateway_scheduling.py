@@ -7,38 +7,15 @@ from __future__ import annotations
 import copy
 
 import pytest
+from rendered_gateway_settings import PREFIX, env, loadable
 
 from reward_gateway.config import ConfigError, load_config
 from reward_operator.api.schema.rewardmodel.gateway import SCHEDULING
 from reward_operator.api.validation import validate
-from reward_operator.render import render_reward_model
 from reward_testing.paths import golden_input
 
 SCHEDULED = golden_input("sequence-scheduling")
 PLAIN = golden_input("sequence-standard")
-
-PREFIX = "REWARD_GATEWAY_"
-
-
-def env(reward_model: dict) -> dict[str, str]:
-    """The gateway container's plain settings, under their full names."""
-    name = reward_model["metadata"]["name"]
-    (isvc,) = [
-        c
-        for c in render_reward_model(reward_model)
-        if c["kind"] == "InferenceService" and c["metadata"]["name"] == name
-    ]
-    (container,) = isvc["spec"]["transformer"]["containers"]
-    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
-
-
-def loadable(rendered: dict[str, str], tmp_path) -> dict[str, str]:
-    """The environment with its mounted files where this test can read them."""
-    token = tmp_path / "token"
-    token.write_text("grpo-main secret-a\nppo-ablation secret-b\n")
-    if PREFIX + "AUTH_TOKEN_FILE" in rendered:
-        rendered = {**rendered, PREFIX + "AUTH_TOKEN_FILE": str(token)}
-    return rendered
 
 
 def with_scheduling(scheduling: dict, reward_model: dict = PLAIN) -> dict:

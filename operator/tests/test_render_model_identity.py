@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from rendered_gateway_settings import PREFIX, env, loadable
 
 from reward_gateway.config import load_config
 from reward_gateway.generation import followed
@@ -19,8 +20,6 @@ SCHEDULED = golden_input("sequence-scheduling")
 PLAIN = golden_input("sequence-standard")
 SPLIT = golden_input("sequence-canary-split-allowed-clients")
 
-PREFIX = "REWARD_GATEWAY_"
-
 
 def children(reward_model: dict) -> dict[str, dict]:
     """The children by name."""
@@ -29,21 +28,6 @@ def children(reward_model: dict) -> dict[str, dict]:
 
 def transformer(reward_model: dict) -> dict:
     return children(reward_model)[reward_model["metadata"]["name"]]["spec"]["transformer"]
-
-
-def env(reward_model: dict) -> dict[str, str]:
-    """The gateway container's plain settings, under their full names."""
-    (container,) = transformer(reward_model)["containers"]
-    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
-
-
-def loadable(rendered: dict[str, str], tmp_path) -> dict[str, str]:
-    """The environment with its mounted files where this test can read them."""
-    token = tmp_path / "token"
-    token.write_text("grpo-main secret-a\nppo-ablation secret-b\n")
-    if PREFIX + "AUTH_TOKEN_FILE" in rendered:
-        rendered = {**rendered, PREFIX + "AUTH_TOKEN_FILE": str(token)}
-    return rendered
 
 
 def test_the_gateway_says_which_weights_scored_with_the_revision_and_the_pinned_digest(tmp_path):
