@@ -17,6 +17,11 @@ with an entry point that lets several share one host). Each agent has a disk of 
 reads the models under the fixed ``/mnt/models``. It starts a download Job per model, checks the
 model's folder on its disk and reports per model; ``node_downloads`` stands in for the download
 container kwok cannot run.
+
+Where the real node runs (``testenv.node``), it is a node group of its own, ``real``, with an agent
+too, and nothing stands in there: the agent's download Job runs KServe's storage initializer (the image
+built here) on the node, which fetches the model from the test bed's storage server into the group's
+local volume, a folder of the node's disk; a predictor there mounts it and vLLM loads the model from it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import yaml
 from reward_testing.ports import free_port
 
 from . import kserve, kserve_manager
+from . import node as real_node
 from .addon import AddOn, Plane, log, wait_by
 
 E2E = Path(__file__).resolve().parent.parent  # the folder holding the testenv package
@@ -42,6 +48,7 @@ PORTS = ("localmodel-metrics", "localmodel-health", "localmodel-webhook")
 JOB_NAMESPACE = "kserve-localmodel-jobs"
 NODE_GROUP = "gpu"
 NODE_GROUP_LABEL = "serving.kserve.io/nodegroup"
+REAL_NODE_GROUP = "real"  # the real node's group: its volume is a folder of that node's disk
 AGENT = "kserve-localmodelnode"  # binary name; each agent's process is named f"{AGENT}-{node}"
 DOWNLOADS = "node-downloads"  # process name of the stand-in for the download container
 # KServe's agent keeps its models under /mnt/models/models (MountPath and modelsRootFolder in
@@ -76,13 +83,13 @@ def webhook_configurations(port: int, ca_bundle: bytes) -> list[dict]:
     return kserve_manager.webhook_configurations(port, ca_bundle, "localmodel/manifests.yaml")
 
 
-def objects() -> list[dict]:
-    """The job namespace and the node group over the kwok GPU nodes (a local volume on each)."""
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": JOB_NAMESPACE}}
-    node_group = {
+def node_group(name: str, local_path: str, node_label: tuple[str, str]) -> dict:
+    """A LocalModelNodeGroup whose volume is ``local_path`` on each node labelled ``node_label``."""
+    key, value = node_label
+    return {
         "apiVersion": "serving.kserve.io/v1alpha1",
         "kind": "LocalModelNodeGroup",
-        "metadata": {"name": NODE_GROUP},
+        "metadata": {"name": name},
         "spec": {
             "storageLimit": "100Gi",
             "persistentVolumeSpec": {
@@ -90,12 +97,10 @@ def objects() -> list[dict]:
                 "capacity": {"storage": "100Gi"},
                 "storageClassName": "local-models",
                 "persistentVolumeReclaimPolicy": "Delete",
-                "local": {"path": "/mnt/models"},
+                "local": {"path": local_path},
                 "nodeAffinity": {
                     "required": {
-                        "nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": NODE_GROUP_LABEL, "operator": "In", "values": [NODE_GROUP]}]}
-                        ]
+                        "nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}]
                     }
                 },
             },
@@ -106,7 +111,22 @@ def objects() -> list[dict]:
             },
         },
     }
-    return [namespace, node_group]
+
+
+def objects(real_node_disk: NodeDisk | None = None) -> list[dict]:
+    """The job namespace and the node group over the kwok GPU nodes (a local volume on each); with
+    the real node, its own group too, whose volume is a folder of its disk (the kubelet mounts that
+    path: the node is this host), and the job namespace's pods tolerate its taint (each download Job
+    names its node)."""
+    namespace: dict = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": JOB_NAMESPACE}}
+    groups = [node_group(NODE_GROUP, str(NODE_ROOT / "models"), (NODE_GROUP_LABEL, NODE_GROUP))]
+    if real_node_disk is not None:
+        tolerated = real_node.namespace_for_real_node(JOB_NAMESPACE)["metadata"]["annotations"]
+        toleration = "scheduler.alpha.kubernetes.io/defaultTolerations"
+        namespace["metadata"]["annotations"] = {toleration: tolerated[toleration]}
+        volume = real_node_disk.path_of(NODE_ROOT / "models")
+        groups.append(node_group(REAL_NODE_GROUP, str(volume), real_node.LABEL))
+    return [namespace, *groups]
 
 
 def probe_cache() -> dict:
@@ -191,6 +211,19 @@ def node_disks(state_dir: Path, nodes: list[str]) -> dict[str, NodeDisk]:
     return disks
 
 
+def real_node_disk(state_dir: Path) -> NodeDisk:
+    """The real node's disk: made, with its volume folder writable by the download container.
+
+    The kubelet makes each download's sub path with the mode of the volume's folder, and KServe's
+    storage initializer writes as UID 1000 (its image's user): the folder is open to it as a
+    cluster admin would prepare a node's model disk for that user."""
+    disk = node_disks(state_dir, [real_node.NAME])[real_node.NAME]
+    volume = disk.path_of(NODE_ROOT / "models")
+    volume.mkdir(parents=True, exist_ok=True)
+    volume.chmod(0o777)
+    return disk
+
+
 def agent_command(binary: Path, kubeconfig: str, disk: NodeDisk, probe_port: int) -> list[str]:
     """KServe's node agent for ``disk``'s node, in a mount namespace whose /mnt is that disk.
 
@@ -235,12 +268,13 @@ class LocalModel(AddOn):
                     env=kserve_manager.manager_env(scratch))  # fmt: skip
 
     def wait(self, plane: Plane, deadline: float) -> None:
-        """Its health, its webhook, the job namespace and node group, then the node agents."""
+        """Its health, its webhook, the job namespace and node groups, then the node agents."""
         ports = plane.state.ports
         plane.wait_healthy(f"http://127.0.0.1:{ports['localmodel-health']}/healthz", deadline, NAME, tls=False)
         hooks = webhook_configurations(ports["localmodel-webhook"], plane.keys.ca_cert.read_bytes())
+        real_disk = real_node_disk(plane.directory) if real_node.owned_by(plane.directory) else None
         plane.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-",
-                      input=yaml.safe_dump_all([*hooks, *objects()]))  # fmt: skip
+                      input=yaml.safe_dump_all([*hooks, *objects(real_disk)]))  # fmt: skip
         probe = json.dumps(probe_cache())
 
         def validated() -> bool:
@@ -249,14 +283,16 @@ class LocalModel(AddOn):
 
         wait_by(deadline, "KServe's LocalModelCache webhook (a dry-run cache admitted)", validated)
         log(f"LocalModel controller and webhook ready {time.monotonic() - self.started:.1f}s after its start")
-        self._start_node_agents(plane, deadline)
+        self._start_node_agents(plane, deadline, real_disk)
 
     @staticmethod
-    def _start_node_agents(plane: Plane, deadline: float) -> None:
-        """KServe's LocalModel node agent on each GPU node, each with a disk of its own, and the
-        stand-in for their download pods' container (see ``node_downloads``)."""
-        nodes = gpu_nodes(plane.fake_nodes())
-        disks = node_disks(plane.directory, nodes)
+    def _start_node_agents(plane: Plane, deadline: float, real_disk: NodeDisk | None) -> None:
+        """KServe's LocalModel node agent on each GPU node (and the real node), each with a disk of its
+        own, and the stand-in for the kwok nodes' download pods' container (see ``node_downloads``)."""
+        disks = node_disks(plane.directory, gpu_nodes(plane.fake_nodes()))
+        if real_disk is not None:
+            disks[real_disk.node] = real_disk
+        nodes = list(disks)
         log(f"starting KServe's LocalModel node agents on {', '.join(nodes)} (a private /mnt each)")
         python_path = [str(E2E), str(E2E.parent / "testing"), os.environ.get("PYTHONPATH", "")]
         plane.spawn(

@@ -9,7 +9,9 @@ lies on that node's disk (``localmodel.NodeDisk``), then marks the pod with how 
 kwok's stages (``kwok-stages.yaml``) turn the mark into the pod's ``Succeeded`` or ``Failed`` phase,
 and Kubernetes' Job controller and KServe's agent take it from there.
 
-A test steers a node's downloads through its ``NodeDisk``: held (the pod stays running, as a long
+The real node's download pods are left to its kubelet: KServe's storage initializer really runs there.
+
+A test steers a kwok node's downloads through its ``NodeDisk``: held (the pod stays running, as a long
 download would), failing with a message (a full disk, an unreachable bucket), or going through.
 
     python -m testenv.node_downloads --kubeconfig K --nodes DIR
@@ -29,6 +31,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from .localmodel import JOB_NAMESPACE, NodeDisk, downloads_ready
+from .node import NAME as REAL_NODE
 
 ENDED = "testenv.rlhf.dev/download"  # "done" or "failed": what kwok's stages turn into the pod's phase
 MESSAGE = "testenv.rlhf.dev/download-message"  # the failed container's termination message
@@ -64,6 +67,8 @@ class Downloads:
         meta, status = pod.metadata, pod.status
         annotations = meta.annotations or {}
         if meta.deletion_timestamp or ENDED in annotations or (status and status.phase) != "Running":
+            return
+        if pod.spec.node_name == REAL_NODE:  # its kubelet runs the storage initializer itself
             return
         disk = NodeDisk(self.nodes / pod.spec.node_name)
         control = disk.control()

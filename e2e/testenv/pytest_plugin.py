@@ -5,10 +5,11 @@ real one with KServe's CRDs installed); otherwise one local control plane is
 started for the whole session and stopped at its end, with KServe's own manager
 (controller and webhooks) on it unless ``TESTENV_KSERVE=0``; tests that need
 KServe use ``kserve_cluster``, which brings its own control plane in that case.
-Tests that need KEDA use ``keda_cluster`` likewise (KEDA is off unless TESTENV_KEDA=1), and tests
-that need KServe's LocalModel controller ``localmodel_cluster`` (off unless TESTENV_LOCALMODEL=1).
-The session's control plane has the real node (``testenv.node``) unless TESTENV_NODE=0; tests whose
-pods must really run use ``node_cluster`` and ``node_namespace`` (a namespace pinned to that node).
+Tests that need KEDA use ``keda_cluster`` likewise (KEDA is off unless TESTENV_KEDA=1), and the
+kwok cache tests ``localmodel_cluster`` (KServe's LocalModel controller on a plane of their own).
+The session's control plane has the real node (``testenv.node``) unless TESTENV_NODE=0, and with it
+KServe's LocalModel (a node group of the real node's own); tests whose pods must really run use
+``node_cluster`` and ``node_namespace`` (a namespace pinned to that node).
 Module-scoped control planes leave the node out: there is one real node per machine.
 """
 
@@ -81,7 +82,9 @@ def cluster() -> Iterator[Cluster]:
     if external:
         yield Cluster(kubeconfig=external, bin_dir=build.bin_dir(), local=False)
         return
-    with _local_cluster(node=None) as local:
+    # KServe's LocalModel comes with the real node: the real-node suite caches a model on it
+    with_node = node_setup.enabled_by_env()
+    with _local_cluster(node=with_node, localmodel=with_node or localmodel.enabled_by_env()) as local:
         yield local
 
 
@@ -140,12 +143,12 @@ def localmodel_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A cluster on which KServe's LocalModel controller runs, with localModel enabled and a
     LocalModelNodeGroup ``gpu`` (see ``testenv.localmodel``).
 
-    The session's ``cluster`` when it has them (TESTENV_LOCALMODEL=1, or an E2E_KUBECONFIG cluster
-    with KServe's LocalModel install); otherwise a control plane with them (and KServe's manager) for
-    this module alone, stopped after it."""
+    An E2E_KUBECONFIG cluster with KServe's LocalModel install; otherwise a control plane with them
+    (and KServe's manager) for this module alone, stopped after it, even where the session's has them:
+    the cache tests stop and start an operator of their own, which must not run beside the session's."""
     yield from _shared_or_own(
         request,
-        localmodel.enabled_by_env(),
+        False,
         f"localmodelnodegroup/{localmodel.NODE_GROUP}",
         f"no LocalModelNodeGroup {localmodel.NODE_GROUP} (KServe's LocalModel)",
         kserve=True,

@@ -1,4 +1,5 @@
-"""Fixtures shared by the e2e tests: the operator run for real, prometheus-operator's kinds, dry runs."""
+"""Fixtures shared by the e2e tests: the operator run for real, prometheus-operator's kinds, dry runs, the real
+node's control plane with the tiny models on its storage server and transformers' answers for them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import pytest
 import yaml
 
 from reward_testing.paths import REPO
+from reward_testing.scoring_cases import REFERENCE_ITEMS
+from reward_testing.tiny_models import reference_scores_of, tar_model
+from testenv import controlplane, node
 from testenv.operator_process import OperatorProcess
 
 # prometheus-operator's CRDs are not part of the test control plane (its root Go
@@ -92,3 +96,34 @@ def keda_operator(keda_cluster, tmp_path_factory) -> Iterator[OperatorProcess]:
     keda_cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(REPO / "runtimes"))
     with running_operator(keda_cluster, tmp_path_factory.mktemp("keda-operator") / "operator.log") as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def plane(cluster) -> controlplane.ControlPlane:
+    """The local control plane whose real node serves, with vLLM's CPU image imported; skipped on other
+    clusters."""
+    if not cluster.local or cluster.kubectl("get", f"node/{node.NAME}", check=False).returncode != 0:
+        pytest.skip("needs the test bed's real node (TESTENV_NODE=0 leaves it out)")
+    plane = controlplane.ControlPlane.attach(cluster.directory)
+    plane.load_images(("vllm-cpu",))
+    return plane
+
+
+@pytest.fixture(scope="module")
+def model_uris(plane, tiny_models) -> dict[str, str]:
+    """Each kind's tiny model as an archive on the real node's storage server, by the URI a RewardModel names."""
+    storage = node.storage_dir(plane.directory)
+    port = plane.state.ports[node.STORAGE]
+    uris = {}
+    for kind, model in tiny_models.items():
+        tar_model(model, storage / f"{kind}.tar.gz")
+        uris[kind] = node.storage_url(node.host_address(), port, f"{kind}.tar.gz")
+    return uris
+
+
+@pytest.fixture(scope="module")
+def references(tiny_models) -> dict[str, dict[str, dict]]:
+    """transformers' answers for the tiny models, per kind and item name (reward_testing.scoring_cases)."""
+    jobs = {kind: (tiny_models[kind], list(items.values())) for kind, items in REFERENCE_ITEMS.items()}
+    answers = reference_scores_of(jobs)
+    return {kind: dict(zip(REFERENCE_ITEMS[kind], answers[kind], strict=True)) for kind in REFERENCE_ITEMS}

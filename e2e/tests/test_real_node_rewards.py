@@ -8,15 +8,17 @@ built from the repository's Dockerfiles; KServe reports Ready; and a client pod 
 ``status.url`` by name (CoreDNS, kube-proxy). Each answer must equal transformers' forward pass over
 the same tokens (``reward_testing.scoring_cases``, shared with the local-process parity tests) within
 1e-4. One RewardModel at a time: the node has 2 cores and each vLLM takes about 3 GB.
+
+Two other ways a model reaches the pod, with no storage initializer in it: a ``pvc://`` model (a claim
+on a volume of the node), and ``spec.cache`` (KServe's LocalModel node agent runs its download Job, the
+same storage initializer image, on the node, into the node group's volume; the predictor mounts that).
 """
 
 from __future__ import annotations
 
 import json
-import textwrap
-import uuid
+import shutil
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -31,166 +33,23 @@ from reward_testing.scoring_cases import (
     STEPPED_QUERY,
     STEPS,
     TAGGED,
-    TOLERANCE,
 )
-from reward_testing.tiny_models import reference_scores_of, tar_model
+from reward_testing.tiny_models import tar_model
 from reward_testing.waiting import wait_until
-from testenv import controlplane, images, node
+from testenv import images, localmodel, node, served
+from testenv.helpers import get_json, predictor_pod, wait_for_condition
+from testenv.served import assert_close, call, finished, reward_model, rewards, serve
 
 TOKEN = "s3cret-trainer-token"
 # Kubernetes' reasons a crash-looping or killed predictor reaches Ready with
 POD_FAILURES = {"OOMKilled", "CrashLoopBackOff", "Error"}
-CLIENT = "client"
-READY_TIMEOUT = 900  # an image import, a download and vLLM's start on 2 shared cores
-
-
-@pytest.fixture(scope="module")
-def plane(cluster) -> controlplane.ControlPlane:
-    """The local control plane whose real node serves; skipped on other clusters."""
-    if not cluster.local or cluster.kubectl("get", f"node/{node.NAME}", check=False).returncode != 0:
-        pytest.skip("needs the test bed's real node (TESTENV_NODE=0 leaves it out)")
-    plane = controlplane.ControlPlane.attach(cluster.directory)
-    plane.load_images(("vllm-cpu",))
-    return plane
-
-
-@pytest.fixture(scope="module")
-def model_uris(plane, tiny_models) -> dict[str, str]:
-    """Each kind's model as an archive on the storage server, by the URI a RewardModel names."""
-    storage = node.storage_dir(plane.directory)
-    port = plane.state.ports[node.STORAGE]
-    uris = {}
-    for kind, model in tiny_models.items():
-        tar_model(model, storage / f"{kind}.tar.gz")
-        uris[kind] = node.storage_url(node.host_address(), port, f"{kind}.tar.gz")
-    return uris
-
-
-@pytest.fixture(scope="module")
-def references(tiny_models) -> dict[str, dict[str, dict]]:
-    """transformers' answers, per kind and item name."""
-    jobs = {kind: (tiny_models[kind], list(items.values())) for kind, items in REFERENCE_ITEMS.items()}
-    answers = reference_scores_of(jobs)
-    return {kind: dict(zip(REFERENCE_ITEMS[kind], answers[kind], strict=True)) for kind in REFERENCE_ITEMS}
 
 
 @pytest.fixture(scope="module")
 def served_namespace(cluster, operator, runtimes, plane) -> Iterator[str]:
-    """A namespace on the real node with a client pod (the operator image's Python) to call from."""
-    name = f"rw-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(node.namespace_for_real_node(name)))
-    cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "trainers", "namespace": name},
-              "stringData": {"token": TOKEN}}  # fmt: skip
-    client = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": CLIENT, "namespace": name},
-        "spec": {
-            "containers": [
-                {
-                    "name": "client",
-                    "image": images.OPERATOR_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["python", "-c", "import signal; signal.pause()"],
-                }
-            ],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }
-    cluster.kubectl(
-        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [secret, client]})
-    )
-    cluster.kubectl("wait", "--for=condition=Ready", f"pod/{CLIENT}", "-n", name, "--timeout=120s")
-    try:
+    """The client pod's namespace on the real node, with the trainers' token as a Secret."""
+    with served.client_namespace(cluster, secrets={"trainers": {"token": TOKEN}}) as name:
         yield name
-    finally:
-        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def reward_model(name: str, kind: str, uri: str, step_tag_id: int, **extra: Any) -> dict:
-    spec: dict[str, Any] = {
-        # float32 as the weights are (vLLM's CPU build would downcast them to float16 otherwise)
-        "model": {"uri": uri, "kind": kind, "dtype": "float32"},
-        # the node has 2 cores: vLLM, the gateway and the storage initializer fit in them
-        "resources": {"gpus": 0, "cpu": "1500m", "memory": "6Gi"},
-        "serving": {"mode": "Standard", "minReplicas": 1, "maxReplicas": 1},
-        "gateway": {"resources": {"cpu": "250m", "memory": "512Mi"}},
-    }
-    if kind == "process":
-        spec["model"]["stepTagId"] = step_tag_id
-    for field, value in extra.items():
-        spec.setdefault(field, {}).update(value)
-    return {"apiVersion": "serving.rlhf.dev/v1alpha1", "kind": "RewardModel", "metadata": {"name": name}, "spec": spec}
-
-
-def serve(cluster, namespace: str, reward_model: dict) -> dict:
-    """Apply, wait for Ready (KServe's word, the gateway's too), return the RewardModel."""
-    name = reward_model["metadata"]["name"]
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(reward_model))
-
-    def ready() -> dict | None:
-        stored = json.loads(cluster.kubectl("get", "rewardmodel", name, "-n", namespace, "-o", "json").stdout)
-        conditions = {c["type"]: c for c in stored.get("status", {}).get("conditions", [])}
-        return stored if conditions.get("Ready", {}).get("status") == "True" else None
-
-    try:
-        return wait_until(f"RewardModel {name} Ready", ready, timeout=READY_TIMEOUT, interval=2)
-    except AssertionError:
-        pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout
-        events = cluster.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp").stdout
-        raise AssertionError(f"{name} not Ready\n{pods}\n{events[-4000:]}") from None
-
-
-# Run in the client pod: one POST to the RewardModel's URL, the answer's status and body printed.
-CALL = textwrap.dedent(
-    """
-    import json, sys, urllib.error, urllib.request
-    url, body, token = sys.argv[1], sys.argv[2].encode(), sys.argv[3]
-    headers = {"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})}
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=120) as answer:
-            print(json.dumps({"status": answer.status, "body": json.load(answer)}))
-    except urllib.error.HTTPError as error:
-        print(json.dumps({"status": error.code, "body": error.read().decode()}))
-    """
-)
-
-
-def call(cluster, namespace: str, url: str, path: str, body: dict, token: str = "") -> dict:
-    """POST from the client pod on the node to ``url`` + ``path``: by name, through CoreDNS and kube-proxy."""
-    args = [
-        "exec",
-        "-n",
-        namespace,
-        CLIENT,
-        "--",
-        "python",
-        "-c",
-        CALL,
-        url.rstrip("/") + path,
-        json.dumps(body),
-        token,
-    ]
-    return json.loads(cluster.kubectl(*args).stdout.strip().splitlines()[-1])
-
-
-def rewards(cluster, namespace: str, url: str, path: str, body: dict, token: str = "") -> dict:
-    answer = call(cluster, namespace, url, path, body, token)
-    assert answer["status"] == 200, answer
-    return answer["body"]
-
-
-def assert_close(got: list[float], want: list[float]) -> None:
-    assert len(got) == len(want)
-    assert all(abs(g - w) <= TOLERANCE for g, w in zip(got, want, strict=True)), (got, want)
-
-
-def finished(cluster, namespace: str, name: str) -> None:
-    """Delete a served RewardModel and wait for its pods to go: the next one needs the node's cores."""
-    cluster.kubectl("delete", "rewardmodel", name, "-n", namespace, "--wait=true", "--timeout=120s")
-    cluster.kubectl("wait", "--for=delete", "pod", "-n", namespace, "-l", f"serving.kserve.io/inferenceservice={name}",
-                    "--timeout=120s", check=False)  # fmt: skip
 
 
 def test_a_sequence_model_scores_through_its_url_with_the_spec_template_and_a_bearer_token(
@@ -308,7 +167,7 @@ def test_a_predictor_short_of_memory_reaches_the_status_with_kubernetes_reason_a
         return ready if restarts >= 2 and ready.get("reason") in POD_FAILURES else None
 
     ready = wait_until("two restarts of the starved vLLM, and the RewardModel's Ready saying why", restarted_twice,
-                       timeout=READY_TIMEOUT, interval=3)  # fmt: skip
+                       timeout=served.READY_TIMEOUT, interval=3)  # fmt: skip
     assert ready["status"] == "False"
     assert "kserve-container" in ready["message"], ready
     about = "involvedObject.kind=RewardModel,involvedObject.name=short"
@@ -316,3 +175,123 @@ def test_a_predictor_short_of_memory_reaches_the_status_with_kubernetes_reason_a
     warnings = [e for e in json.loads(listed)["items"] if e["type"] == "Warning" and e["reason"] in POD_FAILURES]
     assert len(warnings) == 1 and warnings[0].get("count", 1) == 1, warnings
     finished(cluster, served_namespace, "short")
+
+
+def assert_no_storage_initializer(cluster, namespace: str, isvc: str, claim: str | None = None) -> dict:
+    """The predictor reads the model from a claim (``claim``, or any) mounted at /mnt/models: nothing
+    downloads it into the pod. Returns the pod."""
+    pod = predictor_pod(cluster, namespace, isvc)
+    assert pod is not None and pod["spec"]["nodeName"] == node.NAME, pod
+    assert not pod["spec"].get("initContainers"), pod["spec"].get("initContainers")
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claims if claim is None else claim in claims, pod["spec"]["volumes"]
+    return pod
+
+
+def test_a_pvc_model_is_mounted_from_its_claim_and_scores(
+    cluster, plane, served_namespace, tiny_models, references
+) -> None:
+    """pvc://<claim>/<folder>: KServe mounts the claim into the predictor, vLLM loads the folder."""
+    volume = plane.directory / f"pvc-{served_namespace}"
+    shutil.copytree(tiny_models["sequence"].path, volume / "sequence-rm")
+    persistent_volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"models-{served_namespace}"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "manual-models",
+            "persistentVolumeReclaimPolicy": "Retain",
+            # a folder of the node's disk: the node is this host
+            "local": {"path": str(volume)},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": node.LABEL[0], "operator": "In", "values": [node.LABEL[1]]}]}
+            ]}},
+            "claimRef": {"namespace": served_namespace, "name": "models"},
+        },
+    }  # fmt: skip
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "models", "namespace": served_namespace},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "manual-models",
+            "resources": {"requests": {"storage": "1Gi"}},
+            "volumeName": persistent_volume["metadata"]["name"],
+        },
+    }
+    manifests = {"apiVersion": "v1", "kind": "List", "items": [persistent_volume, claim]}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifests))
+    try:
+        cluster.kubectl("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", served_namespace,
+                        "--timeout=60s")  # fmt: skip
+        served = serve(cluster, served_namespace, reward_model("pvcseq", "sequence", "pvc://models/sequence-rm", 0))
+        assert_no_storage_initializer(cluster, served_namespace, "pvcseq", claim="models")
+        want = references["sequence"]
+        body = {"items": [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]}
+        answer = rewards(cluster, served_namespace, served["status"]["url"], "/v1/rewards", body)
+        assert_close(answer["rewards"], [want["conversation"]["reward"], want["prompt_response"]["reward"]])
+        finished(cluster, served_namespace, "pvcseq")
+    finally:
+        cluster.kubectl("delete", "pvc", "models", "-n", served_namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", persistent_volume["metadata"]["name"], "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def real_node_group(cluster) -> str:
+    """KServe's LocalModel node group of the real node (testenv.localmodel), skipped without it."""
+    if cluster.kubectl("get", f"localmodelnodegroup/{localmodel.REAL_NODE_GROUP}", check=False).returncode != 0:
+        pytest.skip("needs KServe's LocalModel with the real node's group (the session's plane has it with the node)")
+    return localmodel.REAL_NODE_GROUP
+
+
+def download_pods(cluster, namespace: str) -> list[dict]:
+    """The download Jobs' pods KServe's agent started for the caches of RewardModels in ``namespace``."""
+    listed = get_json(cluster, "pods", "-n", localmodel.JOB_NAMESPACE, "-l", f"modelNamespace={namespace}") or {}
+    return listed.get("items", [])
+
+
+def test_a_cached_model_is_downloaded_onto_the_node_by_kserves_job_and_loaded_from_there(
+    cluster, plane, served_namespace, real_node_group, tiny_models, references
+) -> None:
+    """spec.cache on the real node: KServe's agent runs its download Job (the storage initializer image
+    built here) on the node, into the group's volume on the node's disk; ModelCached, then the predictor
+    mounts the cache, with no storage initializer of its own, and scores at parity. A second model whose
+    archive is missing fails its download: ModelCached and Ready say so, and the first keeps serving."""
+    storage, port = node.storage_dir(plane.directory), plane.state.ports[node.STORAGE]
+    tar_model(tiny_models["sequence"], storage / f"cached-{served_namespace}.tar.gz")
+    uri = node.storage_url(node.host_address(), port, f"cached-{served_namespace}.tar.gz")
+    cache = {"modelSize": "1Gi", "nodeGroups": [real_node_group]}
+    served = serve(cluster, served_namespace, reward_model("cached", "sequence", uri, 0, cache=cache))
+    cached = wait_for_condition(cluster, served_namespace, "cached", "ModelCached", "True", "Downloaded")
+    assert "1/1 copies" in cached["message"], cached
+
+    (downloader,) = download_pods(cluster, served_namespace)
+    assert downloader["spec"]["nodeName"] == node.NAME, downloader["spec"]
+    assert downloader["status"]["phase"] == "Succeeded", downloader["status"]
+    (container,) = downloader["status"]["containerStatuses"]
+    assert container["image"].endswith(images.STORAGE_INITIALIZER_IMAGE), container
+    # on the node's disk, where KServe's agent looks (/mnt/models/models/<storage key>): the weights
+    disk = localmodel.node_disks(plane.directory, [node.NAME])[node.NAME]
+    (folder,) = [f for f in disk.path_of(localmodel.AGENT_MODELS).iterdir() if f.is_dir()]
+    assert (folder / "config.json").is_file() and list(folder.glob("*.safetensors")), sorted(folder.iterdir())
+
+    assert_no_storage_initializer(cluster, served_namespace, "cached")
+    url, want = served["status"]["url"], references["sequence"]
+    body = {"items": [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]}
+    expected = [want["conversation"]["reward"], want["prompt_response"]["reward"]]
+    assert_close(rewards(cluster, served_namespace, url, "/v1/rewards", body)["rewards"], expected)
+
+    missing = node.storage_url(node.host_address(), port, f"missing-{served_namespace}.tar.gz")
+    cluster.kubectl("apply", "-n", served_namespace, "-f", "-",
+                    input=json.dumps(reward_model("uncached", "sequence", missing, 0, cache=cache)))  # fmt: skip
+    failed = wait_for_condition(cluster, served_namespace, "uncached", "ModelCached", "False", "DownloadFailed",
+                                saying=node.NAME, timeout=300)  # fmt: skip
+    ready = wait_for_condition(cluster, served_namespace, "uncached", "Ready", "False", "ModelCacheFailed")
+    assert failed["message"] in ready["message"], (failed, ready)
+    assert get_json(cluster, "inferenceservice", "uncached", "-n", served_namespace) is None
+    assert_close(rewards(cluster, served_namespace, url, "/v1/rewards", body)["rewards"], expected)
+    cluster.kubectl("delete", "rewardmodel", "uncached", "-n", served_namespace, "--wait=true", "--timeout=120s")
+    finished(cluster, served_namespace, "cached")

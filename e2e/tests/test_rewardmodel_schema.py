@@ -325,7 +325,7 @@ INVALID = {
     ),
     "cache-of-a-pvc-model": (
         lambda o: o["spec"].update(model={"uri": "pvc://models/rm"}, cache={"modelSize": "8Gi", "nodeGroups": ["gpu"]}),
-        "cache needs a model.uri KServe can download into a node's volume (hf://, s3://, gs://)",
+        "cache needs a model.uri KServe can download into a node's volume (hf://, s3://, gs://, https://, http://)",
     ),
     "cache-of-an-oci-model": (
         lambda o: o["spec"].update(

@@ -9,9 +9,10 @@ from ... import kserve
 from ..common import DNS_SUBDOMAIN_PATTERN, array, obj, quantity, rule, string
 
 CACHE_SCOPES = ("Namespace", "Cluster")
-# What KServe's LocalModel download Job (its storage initializer) can fetch into a node's volume:
+# What KServe's LocalModel download Job (its storage initializer) can fetch into a node's volume
+# (an http(s):// archive is unpacked there, as for a predictor's own storage initializer):
 # pvc:// is already on a volume and oci:// is mounted as a modelcar, so neither is cached.
-CACHEABLE_SCHEMES = ("hf", "s3", "gs")
+CACHEABLE_SCHEMES = ("hf", "s3", "gs", "https", "http")
 
 CACHE = obj(
     "A node-local copy of spec.model.uri (KServe's LocalModel cache), so a cold start reads the weights "

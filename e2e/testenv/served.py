@@ -1,0 +1,136 @@
+"""RewardModels served on the real node, and called the way a trainer's pod calls them.
+
+A namespace pinned to the real node holds a client pod (the operator image's Python); calls go from
+there to ``status.url`` by name, through CoreDNS and kube-proxy. The RewardModels are sized for the
+node's 2 cores and serve on the CPU (``resources.gpus: 0``, so the ``vllm-reward-cpu`` runtime).
+Shared by the real-node suites (``test_real_node_*``).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from reward_testing.scoring_cases import TOLERANCE
+from reward_testing.waiting import wait_until
+
+from . import images, node
+
+CLIENT = "client"  # the client pod's name
+READY_TIMEOUT = 900  # an image import, a download and vLLM's start on 2 shared cores
+
+
+@contextmanager
+def client_namespace(cluster, secrets: dict[str, dict[str, str]] | None = None) -> Iterator[str]:
+    """A namespace on the real node with the client pod in it (and ``secrets``: name -> string data)."""
+    name = f"rw-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(node.namespace_for_real_node(name)))
+    cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
+    items: list[dict] = [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "namespace": name}, "stringData": data}
+        for secret, data in (secrets or {}).items()
+    ]
+    items.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": CLIENT, "namespace": name},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "client",
+                        "image": images.OPERATOR_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["python", "-c", "import signal; signal.pause()"],
+                    }
+                ],
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+    )
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    cluster.kubectl("wait", "--for=condition=Ready", f"pod/{CLIENT}", "-n", name, "--timeout=120s")
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def reward_model(name: str, kind: str, uri: str, step_tag_id: int = 0, **extra: Any) -> dict:
+    """A RewardModel for the real node; ``extra`` merges into the spec's sections (model, gateway...)."""
+    spec: dict[str, Any] = {
+        # float32 as the weights are (vLLM's CPU build would downcast them to float16 otherwise)
+        "model": {"uri": uri, "kind": kind, "dtype": "float32"},
+        # the node has 2 cores: vLLM, the gateway and the storage initializer fit in them
+        "resources": {"gpus": 0, "cpu": "1500m", "memory": "6Gi"},
+        "serving": {"mode": "Standard", "minReplicas": 1, "maxReplicas": 1},
+        "gateway": {"resources": {"cpu": "250m", "memory": "512Mi"}},
+    }
+    if kind == "process":
+        spec["model"]["stepTagId"] = step_tag_id
+    for field, value in extra.items():
+        spec.setdefault(field, {}).update(value)
+    return {"apiVersion": "serving.rlhf.dev/v1alpha1", "kind": "RewardModel", "metadata": {"name": name}, "spec": spec}
+
+
+def serve(cluster, namespace: str, reward_model: dict) -> dict:
+    """Apply, wait for Ready (KServe's word, the gateway's too), return the RewardModel."""
+    name = reward_model["metadata"]["name"]
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(reward_model))
+
+    def ready() -> dict | None:
+        stored = json.loads(cluster.kubectl("get", "rewardmodel", name, "-n", namespace, "-o", "json").stdout)
+        conditions = {c["type"]: c for c in stored.get("status", {}).get("conditions", [])}
+        return stored if conditions.get("Ready", {}).get("status") == "True" else None
+
+    try:
+        return wait_until(f"RewardModel {name} Ready", ready, timeout=READY_TIMEOUT, interval=2)
+    except AssertionError:
+        pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout
+        events = cluster.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp").stdout
+        raise AssertionError(f"{name} not Ready\n{pods}\n{events[-4000:]}") from None
+
+
+# Run in the client pod: one POST to the RewardModel's URL, the answer's status and body printed.
+CALL = textwrap.dedent(
+    """
+    import json, sys, urllib.error, urllib.request
+    url, body, token = sys.argv[1], sys.argv[2].encode(), sys.argv[3]
+    headers = {"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=120) as answer:
+            print(json.dumps({"status": answer.status, "body": json.load(answer)}))
+    except urllib.error.HTTPError as error:
+        print(json.dumps({"status": error.code, "body": error.read().decode()}))
+    """
+)
+
+
+def call(cluster, namespace: str, url: str, path: str, body: dict, token: str = "") -> dict:
+    """POST from the client pod on the node to ``url`` + ``path``: by name, through CoreDNS and kube-proxy."""
+    command = ["python", "-c", CALL, url.rstrip("/") + path, json.dumps(body), token]
+    printed = cluster.kubectl("exec", "-n", namespace, CLIENT, "--", *command)
+    return json.loads(printed.stdout.strip().splitlines()[-1])
+
+
+def rewards(cluster, namespace: str, url: str, path: str, body: dict, token: str = "") -> dict:
+    """The body of a 200 answer (anything else fails the test with the answer)."""
+    answer = call(cluster, namespace, url, path, body, token)
+    assert answer["status"] == 200, answer
+    return answer["body"]
+
+
+def assert_close(got: list[float], want: list[float]) -> None:
+    assert len(got) == len(want)
+    assert all(abs(g - w) <= TOLERANCE for g, w in zip(got, want, strict=True)), (got, want)
+
+
+def finished(cluster, namespace: str, name: str) -> None:
+    """Delete a served RewardModel and wait for its pods to go: the next one needs the node's cores."""
+    cluster.kubectl("delete", "rewardmodel", name, "-n", namespace, "--wait=true", "--timeout=120s")
+    cluster.kubectl("wait", "--for=delete", "pod", "-n", namespace, "-l", f"serving.kserve.io/inferenceservice={name}",
+                    "--timeout=120s", check=False)  # fmt: skip
