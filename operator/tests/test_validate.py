@@ -133,3 +133,18 @@ def test_what_is_not_a_custom_resource_of_ours_is_named():
     assert [str(p) for p in validate(["a", "list"])] == ["<object>: expected an object (a mapping), got array"]
     assert _paths({"apiVersion": "serving.rlhf.dev/v1alpha1", "kind": "Rewardmodel"}) == [".kind"]
     assert _paths({"apiVersion": "v1", "kind": "ConfigMap"}) == [".apiVersion"]
+
+
+def test_a_reward_token_is_a_token_models_and_the_candidate_inherits_the_stable_ones():
+    """model.rewardTokenId only on kind: token; never on canary.model (one gateway scores both models)."""
+    on_sequence = _with(REWARD_MODEL, lambda d: d["spec"]["model"].update(rewardTokenId=92527))
+    [problem] = validate(on_sequence)
+    assert (problem.path, "model.rewardTokenId applies only to kind: token" in problem.message) == (".spec.model", True)
+    on_token = _with(REWARD_MODEL, lambda d: d["spec"]["model"].update(kind="token", rewardTokenId=92527))
+    assert validate(on_token) == []
+    assert _paths(_with(on_token, lambda d: d["spec"]["model"].update(rewardTokenId=-1))) == [
+        ".spec.model.rewardTokenId"
+    ]
+    candidate = {"model": {"uri": "hf://org/candidate", "rewardTokenId": 7}, "mode": "shadow"}
+    problems = validate(_with(on_token, lambda d: d["spec"].update(canary=candidate)))
+    assert any("canary.model.rewardTokenId may not be set" in problem.message for problem in problems), problems

@@ -388,6 +388,9 @@ SCENARIOS: dict[str, st.SearchStrategy[dict[tuple[str, ...], Any]]] = {
         st.just([0, 1]),
         st.sampled_from(["min", "last", "mean", "product"]),
     ),
+    "reward token model": st.integers(0, 2**31 - 1).map(
+        lambda token: {("model", "kind"): "token", ("model", "rewardTokenId"): token}
+    ),
     "hugging face token": st.builds(lambda ref: {("credentials", "huggingFaceToken"): ref}, _key_ref()),
     "gateway auth": st.builds(lambda ref: {("gateway", "authSecretRef"): ref}, _key_ref()),
     # the scheduling rules' corners: coalescing or fair share off with weights or tuning, clients named twice

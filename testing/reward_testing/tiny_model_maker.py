@@ -8,12 +8,15 @@ Requests:
 
 - ``{"make": {"dest": folder, "kinds": [kind, ...]}}``: writes ``<dest>/<kind>`` for each kind, each a
   ``save_pretrained`` folder in float32 (config, safetensors, a BPE tokenizer trained here). Same
-  request, same bytes: the corpus, the tokenizer's training and the weights are seeded.
+  request, same bytes: the corpus, the tokenizer's training and the weights are seeded. Besides the
+  three model kinds, ``internlm2``: a token model of InternLM2-Reward's architecture, scored at its
+  reward token (see make_internlm2).
 - ``{"score": {"model": folder, "kind": kind, "items": [...]}}``: for each item (``{"ids"}``,
   ``{"text", "add_special_tokens"?}``, or ``{"messages", "chat_template"?}``: the tokenizer's
   ``apply_chat_template``, the model's template or the given one), the token ids and what the
   reward gateway must answer for them: ``reward`` (sequence: the raw last-token logit; token: the
-  last token's raw value; process: the min of the step scores) and, for token and process models,
+  last token's raw value; process: the min of the step scores; InternLM2ForRewardModel: its own
+  scorer's, the value at the reward token it appends) and, for token and process models,
   ``values`` (each token's raw value(s)) and ``step_scores`` (p_positive at each step tag).
 - ``{"scores": {name: <a score request>}}``: several at once, answered ``{name: answers}``.
 """
@@ -48,9 +51,14 @@ ARCHITECTURES = {
     "sequence": "LlamaForSequenceClassification",
     "token": "Qwen2ForRewardModel",
     "process": "Qwen2ForProcessRewardModel",
+    "internlm2": "InternLM2ForRewardModel",
 }
-SEEDS = {"sequence": 1, "token": 2, "process": 3}
-NUM_LABELS = {"sequence": 1, "token": 1, "process": 2}
+SEEDS = {"sequence": 1, "token": 2, "process": 3, "internlm2": 4}
+NUM_LABELS = {"sequence": 1, "token": 1, "process": 2, "internlm2": 1}
+# the model.kind each model is served as
+MODEL_KINDS = {"sequence": "sequence", "token": "token", "process": "process", "internlm2": "token"}
+# InternLM2-Reward's reward token (config.json reward_token_id), added to the tokenizer of that model only
+REWARD_TOKEN = "[UNUSED_TOKEN_130]"
 
 # hidden 128 over 4 heads: head_dim 32, one vLLM's CPU attention supports (16 kills its engine)
 SHAPE = {
@@ -126,6 +134,9 @@ def _common(tokenizer, shape: dict | None = None) -> dict:
 
 
 def make_model(kind: str, dest: Path, tokenizer, shape: dict | None = None) -> None:
+    if kind == "internlm2":
+        make_internlm2(dest, tokenizer, shape)
+        return
     import torch
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForSequenceClassification, Qwen2Config, Qwen2Model
@@ -167,18 +178,159 @@ def _score_head(config):
     return head.to(torch.float32).eval()
 
 
+# InternLM2's config class is its checkpoints' own code (model_type internlm2 is in neither
+# transformers nor vLLM's config registry): vLLM loads it from the model folder with
+# --trust-remote-code. This is ours, the fields vLLM's internlm2.py reads and nothing else.
+INTERNLM2_CONFIGURATION = '''"""InternLM2's configuration, for a tiny test model (reward_testing)."""
+
+from transformers import PretrainedConfig
+
+
+class InternLM2Config(PretrainedConfig):
+    model_type = "internlm2"
+
+    def __init__(self, reward_token_id=None, **kwargs):
+        self.reward_token_id = reward_token_id
+        super().__init__(**kwargs)
+'''
+
+
+def make_internlm2(dest: Path, tokenizer, shape: dict | None = None) -> None:
+    """InternLM2-Reward's layout: its config (model_type internlm2, reward_token_id, its configuration
+    module), InternLM2 weight names (a fused wqkv, w1/w3/w2, a v_head without bias) and a tokenizer
+    holding the reward token. The weights are a random transformers LlamaModel's, rearranged: InternLM2's
+    decoder is Llama's (RMSNorm, rotary, SiLU MLP) with other names and a fused qkv, so transformers'
+    LlamaModel over the same numbers is an independent forward pass to check vLLM against."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaModel
+
+    torch.manual_seed(SEEDS["internlm2"])
+    dest.mkdir(parents=True, exist_ok=True)
+    tokenizer.add_special_tokens({"additional_special_tokens": [STEP_TAG, *ROLE_TOKENS, REWARD_TOKEN]})
+    config = _internlm2_llama_config(_common(tokenizer, shape))
+    backbone = LlamaModel(config).to(torch.float32).eval()
+    v_head = torch.empty(1, config.hidden_size).normal_(0.0, config.initializer_range)
+    tensors = {name: value.contiguous() for name, value in _to_internlm2(backbone.state_dict(), config).items()}
+    tensors["v_head.weight"] = v_head.contiguous()
+    save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    reward_token_id = tokenizer.convert_tokens_to_ids(REWARD_TOKEN)
+    fields = {**_common(tokenizer, shape), "rms_norm_eps": config.rms_norm_eps, "hidden_act": config.hidden_act}
+    (dest / "configuration_internlm2.py").write_text(INTERNLM2_CONFIGURATION)
+    (dest / "config.json").write_text(
+        json.dumps(
+            {
+                **fields,
+                "architectures": [ARCHITECTURES["internlm2"]],
+                "model_type": "internlm2",
+                "auto_map": {"AutoConfig": "configuration_internlm2.InternLM2Config"},
+                "reward_token_id": reward_token_id,
+                "bias": False,
+                "rope_theta": config.rope_parameters["rope_theta"],
+                "rope_parameters": dict(config.rope_parameters),
+            },
+            indent=2,
+            sort_keys=True,
+        )
+    )
+    tokenizer.save_pretrained(dest)
+
+
+def _internlm2_llama_config(fields: dict):
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(**fields, head_dim=32, rms_norm_eps=1e-6, hidden_act="silu")
+    config.rope_parameters = {"rope_type": "default", "rope_theta": 10000.0}
+    return config
+
+
+def _to_internlm2(state: dict, config) -> dict:
+    """LlamaModel's weights under InternLM2's names. wqkv holds, for each KV head in turn, the query
+    heads that share it, then its key, then its value (what vLLM's InternLM2Attention.split_qkv reads)."""
+    import torch
+
+    heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, 32
+    group = heads // kv_heads
+    out = {"model.tok_embeddings.weight": state["embed_tokens.weight"], "model.norm.weight": state["norm.weight"]}
+    for layer in range(config.num_hidden_layers):
+        llama, ours = f"layers.{layer}.", f"model.layers.{layer}."
+        q = state[llama + "self_attn.q_proj.weight"].view(kv_heads, group, head_dim, -1)
+        k = state[llama + "self_attn.k_proj.weight"].view(kv_heads, 1, head_dim, -1)
+        v = state[llama + "self_attn.v_proj.weight"].view(kv_heads, 1, head_dim, -1)
+        out[ours + "attention.wqkv.weight"] = torch.cat([q, k, v], dim=1).reshape(-1, config.hidden_size)
+        out[ours + "attention.wo.weight"] = state[llama + "self_attn.o_proj.weight"]
+        out[ours + "feed_forward.w1.weight"] = state[llama + "mlp.gate_proj.weight"]
+        out[ours + "feed_forward.w3.weight"] = state[llama + "mlp.up_proj.weight"]
+        out[ours + "feed_forward.w2.weight"] = state[llama + "mlp.down_proj.weight"]
+        out[ours + "attention_norm.weight"] = state[llama + "input_layernorm.weight"]
+        out[ours + "ffn_norm.weight"] = state[llama + "post_attention_layernorm.weight"]
+    return out
+
+
+def _from_internlm2(tensors: dict, config) -> dict:
+    """The inverse of _to_internlm2: InternLM2's weights as LlamaModel's state dict."""
+    heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, 32
+    group = heads // kv_heads
+    state = {"embed_tokens.weight": tensors["model.tok_embeddings.weight"], "norm.weight": tensors["model.norm.weight"]}
+    for layer in range(config.num_hidden_layers):
+        llama, ours = f"layers.{layer}.", f"model.layers.{layer}."
+        qkv = tensors[ours + "attention.wqkv.weight"].view(kv_heads, group + 2, head_dim, -1)
+        state[llama + "self_attn.q_proj.weight"] = qkv[:, :group].reshape(-1, config.hidden_size)
+        state[llama + "self_attn.k_proj.weight"] = qkv[:, group].reshape(-1, config.hidden_size)
+        state[llama + "self_attn.v_proj.weight"] = qkv[:, group + 1].reshape(-1, config.hidden_size)
+        state[llama + "self_attn.o_proj.weight"] = tensors[ours + "attention.wo.weight"]
+        state[llama + "mlp.gate_proj.weight"] = tensors[ours + "feed_forward.w1.weight"]
+        state[llama + "mlp.up_proj.weight"] = tensors[ours + "feed_forward.w3.weight"]
+        state[llama + "mlp.down_proj.weight"] = tensors[ours + "feed_forward.w2.weight"]
+        state[llama + "input_layernorm.weight"] = tensors[ours + "attention_norm.weight"]
+        state[llama + "post_attention_layernorm.weight"] = tensors[ours + "ffn_norm.weight"]
+    return state
+
+
+def score_internlm2(folder: str, tokenizer, items: list[dict]) -> list[dict]:
+    """What InternLM2-Reward's own scorer (get_score) answers: the conversation templated once and
+    tokenized, its reward token appended (once: a text already ending with it keeps its one), and the
+    v_head's value at that last position; computed by transformers' LlamaModel over the same weights."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import LlamaModel
+
+    raw = json.loads((Path(folder) / "config.json").read_text())
+    fields = {key: raw[key] for key in (*SHAPE, "vocab_size", "bos_token_id", "eos_token_id", "pad_token_id")}
+    config = _internlm2_llama_config({**fields, "tie_word_embeddings": False})
+    tensors = load_file(str(Path(folder) / "model.safetensors"))
+    backbone = LlamaModel(config).to(torch.float32).eval()
+    backbone.load_state_dict(_from_internlm2(tensors, config))
+    v_head = tensors["v_head.weight"]
+    reward_token_id = raw["reward_token_id"]
+    answers = []
+    with torch.no_grad():
+        for item in items:
+            ids = item_ids(tokenizer, item)
+            if not ids or ids[-1] != reward_token_id:
+                ids = [*ids, reward_token_id]
+            hidden = backbone(input_ids=torch.tensor([ids])).last_hidden_state[0]
+            values = hidden @ v_head.T  # [tokens, 1]
+            answers.append({"ids": ids, "values": values.tolist(), "reward": float(values[-1, 0])})
+    return answers
+
+
 def make(request: dict) -> dict:
-    tokenizer = make_tokenizer()
     dest = Path(request["dest"])
     made = {}
+    shared = make_tokenizer()
     for kind in request["kinds"]:
+        # InternLM2's adds its reward token to a tokenizer of its own
+        tokenizer = make_tokenizer() if kind == "internlm2" else shared
         # "shape": SHAPE's keys to change (a benchmark's larger model); head_dim stays 32
         make_model(kind, dest / kind, tokenizer, request.get("shape"))
         made[kind] = {
             "path": str(dest / kind),
+            "kind": MODEL_KINDS[kind],
             "architecture": ARCHITECTURES[kind],
             "step_tag_id": tokenizer.convert_tokens_to_ids(STEP_TAG),
             "bos_token_id": tokenizer.bos_token_id,
+            "reward_token_id": tokenizer.convert_tokens_to_ids(REWARD_TOKEN) if kind == "internlm2" else None,
         }
     return made
 
@@ -203,9 +355,18 @@ def item_ids(tokenizer, item: dict) -> list[int]:
 def score(request: dict) -> list[dict]:
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoTokenizer, LlamaForSequenceClassification, Qwen2Model
+    from transformers import (
+        AutoConfig,
+        AutoTokenizer,
+        LlamaForSequenceClassification,
+        PreTrainedTokenizerFast,
+        Qwen2Model,
+    )
 
     folder, kind = request["model"], request["kind"]
+    if json.loads((Path(folder) / "config.json").read_text()).get("model_type") == "internlm2":
+        # its config is remote code; the tokenizer is a plain fast one, loaded without asking to trust it
+        return score_internlm2(folder, PreTrainedTokenizerFast.from_pretrained(folder), request["items"])
     tokenizer = AutoTokenizer.from_pretrained(folder)
     step_tag_id = tokenizer.convert_tokens_to_ids(STEP_TAG)
     config = AutoConfig.from_pretrained(folder)

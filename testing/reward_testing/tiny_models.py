@@ -10,6 +10,11 @@ transformers and tokenizers; the main venv has none), one folder per kind, each 
 | token | Qwen2ForRewardModel (score head Linear, ReLU, Linear) | the last token's raw value |
 | process | Qwen2ForProcessRewardModel, 2 labels | p_positive (softmax) at each step tag ``<extra_0>`` |
 
+Made only when asked for, ``internlm2``: a token model (``kind`` token) of InternLM2-Reward's layout
+(``InternLM2ForRewardModel``, its own configuration module, so vLLM needs ``--trust-remote-code``),
+whose tokenizer holds the reward token ``[UNUSED_TOKEN_130]`` (``reward_token_id``); its reference is
+its own scorer's, the value at the reward token appended after the templated conversation.
+
 All float32, hidden 128, head_dim 32 (vLLM's CPU attention), a BPE tokenizer of 512 trained here with
 ``<s>`` (BOS, added by ``add_special_tokens``), ``</s>``, ``<pad>`` and a chat template that writes
 its own BOS. Deterministic: the same bytes every time.
@@ -44,17 +49,21 @@ class TinyModel:
     architecture: str
     step_tag_id: int  # the step tag's token id (a process model's stepTagId)
     bos_token_id: int
+    reward_token_id: int | None = None  # the reward token's id (a model's model.rewardTokenId), InternLM2's only
 
 
 def make_tiny_models(
     dest: Path, kinds: tuple[str, ...] = KINDS, shape: dict[str, int] | None = None
 ) -> dict[str, TinyModel]:
-    """Write one model folder per kind under ``dest`` (``dest/<kind>``), under the vLLM interpreter.
-    ``shape`` changes the model's size (keys of tiny_model_maker.SHAPE; head_dim stays 32)."""
+    """Write one model folder per kind under ``dest`` (``dest/<kind>``), under the vLLM interpreter; ``kinds``
+    may also name ``internlm2`` (served as kind token). ``shape`` changes the model's size (keys of
+    tiny_model_maker.SHAPE; head_dim stays 32)."""
     made, _ = run_in_vllm(MAKER, {"make": {"dest": str(dest), "kinds": list(kinds), "shape": shape}})
     return {
-        kind: TinyModel(kind, Path(m["path"]), m["architecture"], m["step_tag_id"], m["bos_token_id"])
-        for kind, m in made.items()
+        name: TinyModel(
+            m["kind"], Path(m["path"]), m["architecture"], m["step_tag_id"], m["bos_token_id"], m["reward_token_id"]
+        )
+        for name, m in made.items()
     }
 
 

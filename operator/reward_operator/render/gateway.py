@@ -67,6 +67,8 @@ def _settings(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_
         "CHAT_TEMPLATE_MODE": gateway["chatTemplateMode"],
         "PORT": str(GATEWAY_PORT),
     }
+    if "rewardTokenId" in model:  # vLLM appends nothing: the gateway appends it (reward_gateway.reward_token)
+        settings["REWARD_TOKEN_ID"] = str(model["rewardTokenId"])
     if gateway["chatTemplateMode"] == "gateway":
         settings["CHAT_TEMPLATE_FILE"] = chat_template.PATH
     for field, variable in _OPTIONAL_ENV:

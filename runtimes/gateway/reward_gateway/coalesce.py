@@ -47,9 +47,14 @@ logger = logging.getLogger("reward_gateway")
 QUEUE_FULL_MESSAGE = "no room in a vLLM call within {timeout:g} s (the gateway's queue is full)"
 
 
+# What one item sends: a text, or its token ids where the scorer tokenized it first (a model scored
+# at a reward token, reward_gateway.reward_token). Sorted like texts: a shared prompt sorts together.
+Prompt = str | list[int]
+
+
 @dataclass(eq=False)
 class _Part:
-    texts: list[str]
+    texts: list[Prompt]
     client: str
     future: asyncio.Future[list[dict[str, Any]]]
     enqueued: float
@@ -88,7 +93,7 @@ class Coalescer:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def call(self, texts: list[str], client: str) -> list[dict[str, Any]]:
+    async def call(self, texts: list[Prompt], client: str) -> list[dict[str, Any]]:
         """vLLM's answer entries for ``texts``, in their order (``index`` 0..n-1)."""
         loop = asyncio.get_running_loop()
         part = _Part(texts, client, loop.create_future(), loop.time())
@@ -170,7 +175,7 @@ class Coalescer:
             start += part.items
             _settle(part, result=[{**entry, "index": index} for index, entry in enumerate(own)])
 
-    async def _post(self, texts: list[str]) -> list[dict[str, Any]]:
+    async def _post(self, texts: list[Prompt]) -> list[dict[str, Any]]:
         """One vLLM call for ``texts``: sent in sorted order, answered in theirs."""
         order = sorted(range(len(texts)), key=texts.__getitem__)
         response = await self.client.post(self.path, {**self.fields, "input": [texts[i] for i in order]})

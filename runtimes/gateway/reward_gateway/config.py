@@ -37,6 +37,7 @@ REWARD_MODEL_ONLY = (
     "MODEL_KIND",
     "STEP_TAG",
     "STEP_AGGREGATE",
+    "REWARD_TOKEN_ID",
     "CHAT_TEMPLATE_MODE",
     "CHAT_TEMPLATE",
     "CHAT_TEMPLATE_FILE",
@@ -185,6 +186,10 @@ class GatewayConfig:
     model_kind: str = "sequence"
     step_tag: str = "<extra_0>"
     step_aggregate: str = "min"
+    # A token model whose own scorer appends a reward token to the templated conversation and reads
+    # the score there (InternLM2-Reward's get_score, config.json reward_token_id): its id. None: the
+    # conversation is scored as templated (Qwen2.5-Math-RM's scorer appends nothing).
+    reward_token_id: int | None = None
     template_mode: str = "upstream"
     chat_template: ChatTemplate | None = None
     max_concurrency: int = 64
@@ -239,6 +244,7 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         )
     token_file = reader.text("AUTH_TOKEN_FILE", "")
     truncate = reader.text("TRUNCATE_PROMPT_TOKENS", "")
+    reward_token = reader.text("REWARD_TOKEN_ID", "")
     model_name = reader.required("MODEL_NAME", kserve.model_name, "--model_name")
     config = GatewayConfig(
         upstream_url=reader.url("UPSTREAM_URL", kserve.predictor_host, "--predictor_host"),
@@ -246,6 +252,7 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         model_kind=reader.choice("MODEL_KIND", MODEL_KINDS, "sequence"),
         step_tag=reader.text("STEP_TAG", "<extra_0>"),
         step_aggregate=reader.choice("STEP_AGGREGATE", STEP_AGGREGATES, "min"),
+        reward_token_id=reader.integer("REWARD_TOKEN_ID", 0, minimum=0) if reward_token else None,
         template_mode=mode,
         chat_template=template,
         max_concurrency=reader.integer("MAX_CONCURRENCY", 64, minimum=1),
@@ -274,6 +281,11 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
     )
     if config.model_kind == "process" and not config.step_tag:
         raise ConfigError(f"{PREFIX}STEP_TAG must not be empty for a process reward model")
+    if config.reward_token_id is not None and config.model_kind != "token":
+        raise ConfigError(
+            f"{PREFIX}REWARD_TOKEN_ID applies only to {PREFIX}MODEL_KIND=token (a token reward model whose "
+            f"score is read at a reward token), not {config.model_kind}"
+        )
     if config.auth_token_file is not None and not config.auth_token_file.is_file():
         raise ConfigError(f"{PREFIX}AUTH_TOKEN_FILE={config.auth_token_file}: no such file")
     return config

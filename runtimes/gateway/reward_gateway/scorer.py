@@ -21,12 +21,11 @@ from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, UpstreamError, all_or_first_failure
 from reward_gateway.extract import Score
 from reward_gateway.kinds import KINDS
+from reward_gateway.reward_token import TOKENIZE_PATH, RewardTokenizer
 from reward_gateway.upstream import VllmClient
 from reward_gateway.wire import ScoringItem
 
 logger = logging.getLogger("reward_gateway")
-
-TOKENIZE_PATH = "/tokenize"
 
 
 @dataclass
@@ -48,6 +47,10 @@ class Scorer:
         self.kind = KINDS[config.model_kind]
         self._fields = self.kind.request_fields()
         self.renderer = None
+        # A model scored at a reward token (model.rewardTokenId) is sent token ids, not texts.
+        self.reward_tokenizer: RewardTokenizer | None = None
+        if config.reward_token_id is not None:
+            self.reward_tokenizer = RewardTokenizer(client, config.model_name, config.reward_token_id)
         if config.template_mode == "gateway" and config.chat_template is not None:
             self.renderer = ChatTemplateRenderer(config.chat_template)
         self._learning_bos = asyncio.Lock()
@@ -130,15 +133,22 @@ class Scorer:
         return body
 
     async def _send(self, call: _Call, client: str) -> list[Score]:
-        if call.messages is None and self.coalescer is not None:
-            response: Any = {"data": await self.coalescer.call(call.texts or [], client)}
+        inputs: list[Any] | None = call.texts
+        if self.reward_tokenizer is not None:
+            # vLLM appends nothing and cannot append after its own template: the ids go instead.
+            if call.messages is not None:
+                inputs = [await self.reward_tokenizer.conversation(call.messages)]
+            else:
+                inputs = await self.reward_tokenizer.texts(call.texts or [])
+        if inputs is not None and self.coalescer is not None:
+            response: Any = {"data": await self.coalescer.call(inputs, client)}
         else:
             body: dict[str, Any] = {"model": self.config.model_name}
-            if call.messages is not None:
+            if inputs is None:
                 body["messages"] = call.messages
             else:
                 body = self._text_fields()
-                body["input"] = call.texts
+                body["input"] = inputs
             if self.config.truncate_prompt_tokens is not None:
                 body["truncate_prompt_tokens"] = self.config.truncate_prompt_tokens
             body.update(self._fields)

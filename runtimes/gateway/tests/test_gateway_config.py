@@ -34,6 +34,9 @@ def test_defaults_and_bare_predictor_host():
         ({"REWARD_GATEWAY_CHAT_TEMPLATE_MODE": "gateway"}, "needs REWARD_GATEWAY_CHAT_TEMPLATE_FILE"),
         ({"REWARD_GATEWAY_AUTH_TOKEN_FILE": "/nonexistent/token"}, "no such file"),
         ({"REWARD_GATEWAY_UPSTREAM_URL": "ftp://x"}, "http:// or https://"),
+        ({"REWARD_GATEWAY_REWARD_TOKEN_ID": "92527"}, "REWARD_TOKEN_ID applies only to .*MODEL_KIND=token"),
+        ({"REWARD_GATEWAY_MODEL_KIND": "token", "REWARD_GATEWAY_REWARD_TOKEN_ID": "-1"}, "at least 0"),
+        ({"REWARD_GATEWAY_MODEL_KIND": "token", "REWARD_GATEWAY_REWARD_TOKEN_ID": "last"}, "expected an integer"),
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(override, message):
@@ -171,3 +174,9 @@ def test_canary_settings_without_its_url_are_refused():
     ):
         load_config(env)
     assert load_config({**BASE, "REWARD_GATEWAY_CANARY_MODE": ""}).canary is None  # empty is unset
+
+
+def test_a_token_model_scored_at_a_reward_token_knows_its_id():
+    assert load_config({**BASE, "REWARD_GATEWAY_MODEL_KIND": "token"}).reward_token_id is None
+    config = load_config({**BASE, "REWARD_GATEWAY_MODEL_KIND": "token", "REWARD_GATEWAY_REWARD_TOKEN_ID": "92527"})
+    assert config.reward_token_id == 92527

@@ -76,6 +76,7 @@ def test_the_reference_and_the_critic_need_only_their_vllm(role):
         ),
         ({**ACTOR, "REWARD_GATEWAY_MODEL_KIND": "token"}, "REWARD_GATEWAY_MODEL_KIND: a RewardModel's setting"),
         ({**ACTOR, "REWARD_GATEWAY_CHAT_TEMPLATE": "{{ x }}"}, "not used in pipeline role actor"),
+        ({**ACTOR, "REWARD_GATEWAY_REWARD_TOKEN_ID": "7"}, "REWARD_GATEWAY_REWARD_TOKEN_ID: a RewardModel's setting"),
         ({**ACTOR, "REWARD_GATEWAY_CANARY_URL": "http://c"}, "REWARD_GATEWAY_CANARY_URL: a RewardModel's setting"),
         ({**ACTOR, "REWARD_GATEWAY_SCALER_PORT": "9090"}, "REWARD_GATEWAY_SCALER_PORT: a RewardModel's setting"),
     ],

@@ -207,6 +207,12 @@ SPEC_RULES = [
         "canary.model.stepTagId and canary.model.returnedTokenIds apply only to model.kind: process",
     ),
     rule(
+        "!has(self.canary) || !has(self.canary.model.rewardTokenId)",
+        "canary.model.rewardTokenId may not be set: one gateway scores both models, and the candidate is "
+        "scored at the stable model's reward token (model.rewardTokenId), as it is served as the stable "
+        "model's kind",
+    ),
+    rule(
         "!has(self.canary) || (((has(self.canary.resources) && has(self.canary.resources.gpus)) "
         "? self.canary.resources.gpus : self.resources.gpus) == 0 "
         "? (has(self.canary.model.tensorParallelSize) ? self.canary.model.tensorParallelSize "

@@ -84,6 +84,14 @@ def model_fields(prefix: str) -> dict[str, Schema]:
             "Qwen2.5-Math-PRM. vLLM scores the steps at the tokens with this id.",
             minimum=0,
         ),
+        "rewardTokenId": integer(
+            "For kind: token, where the model's own scorer appends a reward token to the templated "
+            "conversation and reads the score at it: that token's id (config.json's reward_token_id, e.g. "
+            "92527 for InternLM2-Reward). The gateway then tokenizes each item through vLLM, appends this id "
+            "unless the text already ends with it, and sends vLLM the ids. Unset for models scored at the "
+            "conversation's own last token (Qwen2.5-Math-RM).",
+            minimum=0,
+        ),
         "returnedTokenIds": array(
             "For kind: process: the score head's labels vLLM returns per step (vLLM's returned_token_ids), "
             "[negative, positive]. These index the head's labels, not the vocabulary. The only value is [0, 1], "
@@ -151,6 +159,10 @@ MODEL = obj(
             rule(
                 "self.kind == 'process' || (!has(self.stepTagId) && !has(self.returnedTokenIds))",
                 "model.stepTagId and model.returnedTokenIds apply only to kind: process",
+            ),
+            rule(
+                "self.kind == 'token' || !has(self.rewardTokenId)",
+                "model.rewardTokenId applies only to kind: token (a token reward model scored at a reward token)",
             ),
             rule(
                 "self.kind != 'process' || has(self.stepTagId)",
