@@ -194,6 +194,8 @@ def test_a_pvc_model_is_mounted_from_its_claim_and_scores(
     """pvc://<claim>/<folder>: KServe mounts the claim into the predictor, vLLM loads the folder."""
     volume = plane.directory / f"pvc-{served_namespace}"
     shutil.copytree(tiny_models["sequence"].path, volume / "sequence-rm")
+    for path in (volume, *volume.rglob("*")):  # readable by vLLM's user (the maker writes some files 0600)
+        path.chmod(0o755 if path.is_dir() else 0o644)
     persistent_volume = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
