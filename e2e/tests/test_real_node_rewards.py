@@ -9,9 +9,10 @@ built from the repository's Dockerfiles; KServe reports Ready; and a client pod 
 the same tokens (``reward_testing.scoring_cases``, shared with the local-process parity tests) within
 1e-4. One RewardModel at a time: the node has 2 cores and each vLLM takes about 3 GB.
 
-Two other ways a model reaches the pod, with no storage initializer in it: a ``pvc://`` model (a claim
-on a volume of the node), and ``spec.cache`` (KServe's LocalModel node agent runs its download Job, the
-same storage initializer image, on the node, into the node group's volume; the predictor mounts that).
+Two other ways a model reaches the pod, with no storage initializer in it: ``spec.cache`` (the token
+model: KServe's LocalModel node agent runs its download Job, the same storage initializer image, on the
+node, into the node group's volume; the predictor mounts that), and a ``pvc://`` model (the process
+model, on a claim of a volume of the node).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from reward_testing.scoring_cases import (
     STEPS,
     TAGGED,
 )
-from reward_testing.tiny_models import tar_model
 from reward_testing.waiting import wait_until
 from testenv import images, localmodel, node, served
 from testenv.helpers import get_json, predictor_pod, wait_for_condition
@@ -89,9 +89,55 @@ def test_a_sequence_model_scores_through_its_url_with_the_spec_template_and_a_be
     finished(cluster, served_namespace, "seq")
 
 
-def test_a_token_model_scores_through_its_url(cluster, served_namespace, model_uris, references) -> None:
-    """The tokenizer's own template applied by vLLM (chatTemplateMode upstream), the last token's value."""
-    served = serve(cluster, served_namespace, reward_model("tok", "token", model_uris["token"], 0))
+@pytest.fixture(scope="module")
+def real_node_group(cluster) -> str:
+    """KServe's LocalModel node group of the real node (testenv.localmodel), skipped without it."""
+    if cluster.kubectl("get", f"localmodelnodegroup/{localmodel.REAL_NODE_GROUP}", check=False).returncode != 0:
+        pytest.skip("needs KServe's LocalModel with the real node's group (the session's plane has it with the node)")
+    return localmodel.REAL_NODE_GROUP
+
+
+def download_pods(cluster, namespace: str) -> list[dict]:
+    """The download Jobs' pods KServe's agent started for the caches of RewardModels in ``namespace``."""
+    listed = get_json(cluster, "pods", "-n", localmodel.JOB_NAMESPACE, "-l", f"modelNamespace={namespace}") or {}
+    return listed.get("items", [])
+
+
+def assert_no_storage_initializer(cluster, namespace: str, isvc: str, claim: str | None = None) -> dict:
+    """The predictor reads the model from a claim (``claim``, or any) mounted at /mnt/models: nothing
+    downloads it into the pod. Returns the pod."""
+    pod = predictor_pod(cluster, namespace, isvc)
+    assert pod is not None and pod["spec"]["nodeName"] == node.NAME, pod
+    assert not pod["spec"].get("initContainers"), pod["spec"].get("initContainers")
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claims if claim is None else claim in claims, pod["spec"]["volumes"]
+    return pod
+
+
+def test_a_token_model_cached_on_the_node_by_kserves_download_job_scores_through_its_url(
+    cluster, plane, served_namespace, real_node_group, model_uris, references
+) -> None:
+    """spec.cache on the real node: KServe's agent runs its download Job (the storage initializer image
+    built here) on the node, into the group's volume on the node's disk; ModelCached, then the predictor
+    mounts the cache, with no storage initializer of its own, and vLLM loads the model from there. The
+    tokenizer's own template applied by vLLM (chatTemplateMode upstream), the last token's value.
+    A second model whose archive is missing fails its download: ModelCached and Ready say so, and the
+    first keeps serving."""
+    cache = {"modelSize": "1Gi", "nodeGroups": [real_node_group]}
+    served = serve(cluster, served_namespace, reward_model("tok", "token", model_uris["token"], 0, cache=cache))
+    cached = wait_for_condition(cluster, served_namespace, "tok", "ModelCached", "True", "Downloaded")
+    assert "1/1 copies" in cached["message"], cached
+    (downloader,) = download_pods(cluster, served_namespace)
+    assert downloader["spec"]["nodeName"] == node.NAME, downloader["spec"]
+    assert downloader["status"]["phase"] == "Succeeded", downloader["status"]
+    (container,) = downloader["status"]["containerStatuses"]
+    assert container["image"].endswith(images.STORAGE_INITIALIZER_IMAGE), container
+    # on the node's disk, where KServe's agent looks (/mnt/models/models/<storage key>): the weights
+    disk = localmodel.node_disks(plane.directory, [node.NAME])[node.NAME]
+    (folder,) = [f for f in disk.path_of(localmodel.AGENT_MODELS).iterdir() if f.is_dir()]
+    assert (folder / "config.json").is_file() and list(folder.glob("*.safetensors")), sorted(folder.iterdir())
+    assert_no_storage_initializer(cluster, served_namespace, "tok")
+
     url, want = served["status"]["url"], references["token"]
     items = [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]
     answer = rewards(cluster, served_namespace, url, "/v1/rewards", {"items": items})
@@ -102,6 +148,17 @@ def test_a_token_model_scores_through_its_url(cluster, served_namespace, model_u
     assert answer["identity"] == {
         "model": "tok", "revision": model_uris["token"], "digest": None, "generation": generation, "role": "stable"
     }  # fmt: skip
+
+    missing = model_uris["token"].replace("token.tar.gz", f"missing-{served_namespace}.tar.gz")
+    cluster.kubectl("apply", "-n", served_namespace, "-f", "-",
+                    input=json.dumps(reward_model("uncached", "token", missing, 0, cache=cache)))  # fmt: skip
+    failed = wait_for_condition(cluster, served_namespace, "uncached", "ModelCached", "False", "DownloadFailed",
+                                saying=node.NAME, timeout=300)  # fmt: skip
+    ready = wait_for_condition(cluster, served_namespace, "uncached", "Ready", "False", "ModelCacheFailed")
+    assert failed["message"] in ready["message"], (failed, ready)
+    assert get_json(cluster, "inferenceservice", "uncached", "-n", served_namespace) is None
+    cluster.kubectl("delete", "rewardmodel", "uncached", "-n", served_namespace, "--wait=true", "--timeout=120s")
+
     assert_generation_moves_without_a_new_gateway_pod(cluster, served_namespace, url, generation)
     finished(cluster, served_namespace, "tok")
 
@@ -132,12 +189,60 @@ def assert_generation_moves_without_a_new_gateway_pod(cluster, namespace: str, u
     assert gateway_pods() == before, "the gateway's pods were neither replaced nor restarted"
 
 
-def test_a_process_model_scores_each_step_through_its_url(
-    cluster, served_namespace, model_uris, tiny_models, references
+@pytest.fixture
+def models_claim(cluster, plane, served_namespace, tiny_models) -> Iterator[str]:
+    """A PersistentVolumeClaim ``models`` in the namespace, bound to a folder of the node's disk holding
+    the process model (a ``local`` volume: the node is this host), as a user's shared model volume."""
+    volume = plane.directory / f"pvc-{served_namespace}"
+    shutil.copytree(tiny_models["process"].path, volume / "process-rm")
+    for path in (volume, *volume.rglob("*")):  # readable by vLLM's user (the maker writes some files 0600)
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    persistent_volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"models-{served_namespace}"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "manual-models",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "local": {"path": str(volume)},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": node.LABEL[0], "operator": "In", "values": [node.LABEL[1]]}]}
+            ]}},
+            "claimRef": {"namespace": served_namespace, "name": "models"},
+        },
+    }  # fmt: skip
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "models", "namespace": served_namespace},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "manual-models",
+            "resources": {"requests": {"storage": "1Gi"}},
+            "volumeName": persistent_volume["metadata"]["name"],
+        },
+    }
+    manifests = {"apiVersion": "v1", "kind": "List", "items": [persistent_volume, claim]}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifests))
+    try:
+        cluster.kubectl("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", served_namespace,
+                        "--timeout=60s")  # fmt: skip
+        yield "models"
+    finally:
+        cluster.kubectl("delete", "pvc", "models", "-n", served_namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", persistent_volume["metadata"]["name"], "--wait=false", check=False)
+
+
+def test_a_process_model_on_a_claim_scores_each_step_through_its_url(
+    cluster, served_namespace, models_claim, tiny_models, references
 ) -> None:
-    """p_positive at each step tag; the weakest step is the reward."""
-    spec = reward_model("prm", "process", model_uris["process"], tiny_models["process"].step_tag_id)
-    served = serve(cluster, served_namespace, spec)
+    """pvc://<claim>/<folder>: KServe mounts the claim into the predictor (no storage initializer) and
+    vLLM loads the folder. p_positive at each step tag; the weakest step is the reward."""
+    uri = f"pvc://{models_claim}/process-rm"
+    served = serve(cluster, served_namespace, reward_model("prm", "process", uri, tiny_models["process"].step_tag_id))
+    assert_no_storage_initializer(cluster, served_namespace, "prm", claim=models_claim)
     url, want = served["status"]["url"], references["process"]
     answer = rewards(cluster, served_namespace, url, "/v1/rewards",
                      {"items": [{"prompt": PROMPT, "steps": STEPS}, {"messages": TAGGED}]})  # fmt: skip
@@ -175,125 +280,3 @@ def test_a_predictor_short_of_memory_reaches_the_status_with_kubernetes_reason_a
     warnings = [e for e in json.loads(listed)["items"] if e["type"] == "Warning" and e["reason"] in POD_FAILURES]
     assert len(warnings) == 1 and warnings[0].get("count", 1) == 1, warnings
     finished(cluster, served_namespace, "short")
-
-
-def assert_no_storage_initializer(cluster, namespace: str, isvc: str, claim: str | None = None) -> dict:
-    """The predictor reads the model from a claim (``claim``, or any) mounted at /mnt/models: nothing
-    downloads it into the pod. Returns the pod."""
-    pod = predictor_pod(cluster, namespace, isvc)
-    assert pod is not None and pod["spec"]["nodeName"] == node.NAME, pod
-    assert not pod["spec"].get("initContainers"), pod["spec"].get("initContainers")
-    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
-    assert claims if claim is None else claim in claims, pod["spec"]["volumes"]
-    return pod
-
-
-def test_a_pvc_model_is_mounted_from_its_claim_and_scores(
-    cluster, plane, served_namespace, tiny_models, references
-) -> None:
-    """pvc://<claim>/<folder>: KServe mounts the claim into the predictor, vLLM loads the folder."""
-    volume = plane.directory / f"pvc-{served_namespace}"
-    shutil.copytree(tiny_models["sequence"].path, volume / "sequence-rm")
-    for path in (volume, *volume.rglob("*")):  # readable by vLLM's user (the maker writes some files 0600)
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    persistent_volume = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": f"models-{served_namespace}"},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "manual-models",
-            "persistentVolumeReclaimPolicy": "Retain",
-            # a folder of the node's disk: the node is this host
-            "local": {"path": str(volume)},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": node.LABEL[0], "operator": "In", "values": [node.LABEL[1]]}]}
-            ]}},
-            "claimRef": {"namespace": served_namespace, "name": "models"},
-        },
-    }  # fmt: skip
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "models", "namespace": served_namespace},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "manual-models",
-            "resources": {"requests": {"storage": "1Gi"}},
-            "volumeName": persistent_volume["metadata"]["name"],
-        },
-    }
-    manifests = {"apiVersion": "v1", "kind": "List", "items": [persistent_volume, claim]}
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifests))
-    try:
-        cluster.kubectl("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", served_namespace,
-                        "--timeout=60s")  # fmt: skip
-        served = serve(cluster, served_namespace, reward_model("pvcseq", "sequence", "pvc://models/sequence-rm", 0))
-        assert_no_storage_initializer(cluster, served_namespace, "pvcseq", claim="models")
-        want = references["sequence"]
-        body = {"items": [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]}
-        answer = rewards(cluster, served_namespace, served["status"]["url"], "/v1/rewards", body)
-        assert_close(answer["rewards"], [want["conversation"]["reward"], want["prompt_response"]["reward"]])
-        finished(cluster, served_namespace, "pvcseq")
-    finally:
-        cluster.kubectl("delete", "pvc", "models", "-n", served_namespace, "--wait=false", check=False)
-        cluster.kubectl("delete", "pv", persistent_volume["metadata"]["name"], "--wait=false", check=False)
-
-
-@pytest.fixture(scope="module")
-def real_node_group(cluster) -> str:
-    """KServe's LocalModel node group of the real node (testenv.localmodel), skipped without it."""
-    if cluster.kubectl("get", f"localmodelnodegroup/{localmodel.REAL_NODE_GROUP}", check=False).returncode != 0:
-        pytest.skip("needs KServe's LocalModel with the real node's group (the session's plane has it with the node)")
-    return localmodel.REAL_NODE_GROUP
-
-
-def download_pods(cluster, namespace: str) -> list[dict]:
-    """The download Jobs' pods KServe's agent started for the caches of RewardModels in ``namespace``."""
-    listed = get_json(cluster, "pods", "-n", localmodel.JOB_NAMESPACE, "-l", f"modelNamespace={namespace}") or {}
-    return listed.get("items", [])
-
-
-def test_a_cached_model_is_downloaded_onto_the_node_by_kserves_job_and_loaded_from_there(
-    cluster, plane, served_namespace, real_node_group, tiny_models, references
-) -> None:
-    """spec.cache on the real node: KServe's agent runs its download Job (the storage initializer image
-    built here) on the node, into the group's volume on the node's disk; ModelCached, then the predictor
-    mounts the cache, with no storage initializer of its own, and scores at parity. A second model whose
-    archive is missing fails its download: ModelCached and Ready say so, and the first keeps serving."""
-    storage, port = node.storage_dir(plane.directory), plane.state.ports[node.STORAGE]
-    tar_model(tiny_models["sequence"], storage / f"cached-{served_namespace}.tar.gz")
-    uri = node.storage_url(node.host_address(), port, f"cached-{served_namespace}.tar.gz")
-    cache = {"modelSize": "1Gi", "nodeGroups": [real_node_group]}
-    served = serve(cluster, served_namespace, reward_model("cached", "sequence", uri, 0, cache=cache))
-    cached = wait_for_condition(cluster, served_namespace, "cached", "ModelCached", "True", "Downloaded")
-    assert "1/1 copies" in cached["message"], cached
-
-    (downloader,) = download_pods(cluster, served_namespace)
-    assert downloader["spec"]["nodeName"] == node.NAME, downloader["spec"]
-    assert downloader["status"]["phase"] == "Succeeded", downloader["status"]
-    (container,) = downloader["status"]["containerStatuses"]
-    assert container["image"].endswith(images.STORAGE_INITIALIZER_IMAGE), container
-    # on the node's disk, where KServe's agent looks (/mnt/models/models/<storage key>): the weights
-    disk = localmodel.node_disks(plane.directory, [node.NAME])[node.NAME]
-    (folder,) = [f for f in disk.path_of(localmodel.AGENT_MODELS).iterdir() if f.is_dir()]
-    assert (folder / "config.json").is_file() and list(folder.glob("*.safetensors")), sorted(folder.iterdir())
-
-    assert_no_storage_initializer(cluster, served_namespace, "cached")
-    url, want = served["status"]["url"], references["sequence"]
-    body = {"items": [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]}
-    expected = [want["conversation"]["reward"], want["prompt_response"]["reward"]]
-    assert_close(rewards(cluster, served_namespace, url, "/v1/rewards", body)["rewards"], expected)
-
-    missing = node.storage_url(node.host_address(), port, f"missing-{served_namespace}.tar.gz")
-    cluster.kubectl("apply", "-n", served_namespace, "-f", "-",
-                    input=json.dumps(reward_model("uncached", "sequence", missing, 0, cache=cache)))  # fmt: skip
-    failed = wait_for_condition(cluster, served_namespace, "uncached", "ModelCached", "False", "DownloadFailed",
-                                saying=node.NAME, timeout=300)  # fmt: skip
-    ready = wait_for_condition(cluster, served_namespace, "uncached", "Ready", "False", "ModelCacheFailed")
-    assert failed["message"] in ready["message"], (failed, ready)
-    assert get_json(cluster, "inferenceservice", "uncached", "-n", served_namespace) is None
-    assert_close(rewards(cluster, served_namespace, url, "/v1/rewards", body)["rewards"], expected)
-    cluster.kubectl("delete", "rewardmodel", "uncached", "-n", served_namespace, "--wait=true", "--timeout=120s")
-    finished(cluster, served_namespace, "cached")
