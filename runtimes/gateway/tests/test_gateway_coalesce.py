@@ -167,8 +167,10 @@ class _Recorder(QueueObserver):
 
 def test_the_light_client_waits_for_at_most_one_batch_behind_a_flood(start_gateway, backend):
     """Against the fake with a slow engine: the heavy client keeps 256 single-item requests queued; the light
-    client's request leaves the queue before any heavy item queued ahead of it (fair share's bound: one call
-    per busy client ahead of it, the one in flight)."""
+    client's request leaves the queue in the first call after it arrives (fair share's bound: one call per busy
+    client ahead of it, the one in flight). That call may carry heavy items too, even before the light one
+    (equal start tags go in arrival order), but no call of heavy items alone leaves ahead of it: with a backlog
+    of at least ``max_items`` such a call would take ``max_items`` of them."""
     gateway = start_gateway(coalesce="true", coalesce_max_items="16", coalesce_max_batches="1")
     recorder = gateway.gateway.scorer.coalescer.observe = _Recorder()
     backend.delay_s = 0.05
@@ -202,4 +204,5 @@ def test_the_light_client_waits_for_at_most_one_batch_behind_a_flood(start_gatew
     arrived, left = events.index(("queued", "light")), events.index(("sent", "light"))
     queued_before = events[:arrived].count(("queued", "heavy")) - events[:arrived].count(("sent", "heavy"))
     assert queued_before >= 16, "the flood had a backlog when the light request arrived"
-    assert events[arrived:left].count(("sent", "heavy")) == 0, "a heavy item left the queue ahead of the light one"
+    ahead = events[arrived:left].count(("sent", "heavy"))
+    assert ahead < 16, f"a call of heavy items alone left the queue ahead of the light one ({ahead} heavy items)"
