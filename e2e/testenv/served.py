@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from reward_testing.scoring_cases import TOLERANCE
 from reward_testing.waiting import wait_until
 
 from . import images, node
@@ -122,11 +121,6 @@ def rewards(cluster, namespace: str, url: str, path: str, body: dict, token: str
     answer = call(cluster, namespace, url, path, body, token)
     assert answer["status"] == 200, answer
     return answer["body"]
-
-
-def assert_close(got: list[float], want: list[float]) -> None:
-    assert len(got) == len(want)
-    assert all(abs(g - w) <= TOLERANCE for g, w in zip(got, want, strict=True)), (got, want)
 
 
 def finished(cluster, namespace: str, name: str) -> None:

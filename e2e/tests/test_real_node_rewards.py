@@ -34,11 +34,12 @@ from reward_testing.scoring_cases import (
     STEPPED_QUERY,
     STEPS,
     TAGGED,
+    assert_close,
 )
 from reward_testing.waiting import wait_until
 from testenv import images, localmodel, node, served
 from testenv.helpers import get_json, predictor_pod, wait_for_condition
-from testenv.served import assert_close, call, finished, reward_model, rewards, serve
+from testenv.served import call, finished, reward_model, rewards, serve
 
 TOKEN = "s3cret-trainer-token"
 # Kubernetes' reasons a crash-looping or killed predictor reaches Ready with

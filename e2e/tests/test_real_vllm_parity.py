@@ -29,6 +29,7 @@ import pytest
 from reward_operator.render import chat_template as rendered_template
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
+from reward_testing.gateway_process import post_ok
 from reward_testing.ports import free_port
 from reward_testing.scoring_cases import (
     CONVERSATION,
@@ -41,7 +42,7 @@ from reward_testing.scoring_cases import (
     STEPPED_QUERY,
     STEPS,
     TAGGED,
-    TOLERANCE,
+    assert_close,
 )
 from reward_testing.tiny_models import TinyModel, reference_scores_of, tar_model
 from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
@@ -165,17 +166,6 @@ def process(served) -> Served:
     return served["process"]
 
 
-def post(url: str, path: str, body: dict) -> dict:
-    response = httpx.post(url + path, json=body, timeout=120)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def assert_close(got: list[float], want: list[float]) -> None:
-    assert len(got) == len(want)
-    assert all(abs(g - w) <= TOLERANCE for g, w in zip(got, want, strict=True)), (got, want)
-
-
 def assert_scored(served: Served, references: list[dict]) -> None:
     """vLLM scored exactly the HF tokenizer's ids for these items (in any order), each with one BOS."""
     scored = served.scored_ids()
@@ -189,7 +179,7 @@ def test_sequence_rewards_equal_transformers(sequence, mode):
     """A template of the spec's own, applied once by vLLM (upstream) or by the gateway, one BOS."""
     sequence.scored_ids()
     body = {"items": [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]}
-    rewards = post(sequence.gateways[mode], "/v1/rewards", body)["rewards"]
+    rewards = post_ok(sequence.gateways[mode], "/v1/rewards", body)["rewards"]
     references = sequence.reference("conversation", "prompt_response")
     assert_close(rewards, [reference["reward"] for reference in references])
     assert_scored(sequence, references)
@@ -202,9 +192,9 @@ def test_sequence_get_reward_and_classify_equal_transformers(sequence):
     """OpenRLHF's finished text scored as given; verl's BOS-less text gets the model's BOS from vLLM."""
     url = sequence.gateways["upstream"]
     sequence.scored_ids()
-    answer = post(url, "/get_reward", {"query": [SPEC_QUERY], "prompts": [PROMPT], "labels": [""]})
+    answer = post_ok(url, "/get_reward", {"query": [SPEC_QUERY], "prompts": [PROMPT], "labels": [""]})
     verl = REFERENCE_ITEMS["sequence"]["verl"]["text"]
-    classify = post(url, "/classify", {"model": "/mnt/models/checkpoint", "input": verl, "use_activation": False})
+    classify = post_ok(url, "/classify", {"model": "/mnt/models/checkpoint", "input": verl, "use_activation": False})
     query, verl_reference = sequence.reference("query", "verl")
     assert query["ids"] == verl_reference["ids"]  # the two trainers' texts are one token sequence
     assert_close(answer["rewards"] + [classify["data"][-1]["probs"][-1]], [query["reward"], verl_reference["reward"]])
@@ -216,8 +206,8 @@ def test_token_rewards_equal_transformers(token):
     url = token.gateways["upstream"]
     token.scored_ids()
     items = [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]
-    rewards = post(url, "/v1/rewards", {"items": items})["rewards"]
-    answer = post(url, "/get_reward", {"query": [OWN_QUERY]})
+    rewards = post_ok(url, "/v1/rewards", {"items": items})["rewards"]
+    answer = post_ok(url, "/get_reward", {"query": [OWN_QUERY]})
     references = token.reference("conversation", "prompt_response", "query")
     assert references[1]["ids"] == references[2]["ids"]
     assert_close(rewards + answer["rewards"], [reference["reward"] for reference in references])
@@ -228,8 +218,8 @@ def test_process_step_scores_equal_transformers(process):
     """p_positive at each step tag, the weakest step as the reward (the default aggregate)."""
     url = process.gateways["upstream"]
     process.scored_ids()
-    answer = post(url, "/v1/rewards", {"items": [{"prompt": PROMPT, "steps": STEPS}, {"messages": TAGGED}]})
-    openrlhf = post(url, "/get_reward", {"query": [STEPPED_QUERY]})
+    answer = post_ok(url, "/v1/rewards", {"items": [{"prompt": PROMPT, "steps": STEPS}, {"messages": TAGGED}]})
+    openrlhf = post_ok(url, "/get_reward", {"query": [STEPPED_QUERY]})
     references = process.reference("steps", "tagged", "query")
     assert [len(reference["step_scores"]) for reference in references] == [3, 2, 3]
     for got, reference in zip(answer["step_scores"], references, strict=False):

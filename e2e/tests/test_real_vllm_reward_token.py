@@ -20,7 +20,6 @@ import ast
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack
-from typing import Any
 
 import httpx
 import pytest
@@ -28,8 +27,17 @@ import pytest
 from reward_operator.render import chat_template as rendered_template
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
+from reward_testing.gateway_process import post_ok
 from reward_testing.ports import free_port
-from reward_testing.scoring_cases import CONVERSATION, OWN_QUERY, PROMPT, RESPONSE, TOLERANCE, prompt_response
+from reward_testing.scoring_cases import (
+    CONVERSATION,
+    OWN_QUERY,
+    PROMPT,
+    RESPONSE,
+    TOLERANCE,
+    assert_close,
+    prompt_response,
+)
 from reward_testing.tiny_model_maker import CHAT_TEMPLATE, REWARD_TOKEN
 from reward_testing.tiny_models import TinyModel, make_tiny_models, reference_scores
 from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
@@ -121,17 +129,6 @@ def served(tmp_path_factory) -> Iterator[Served]:
         yield Served(model, vllm, gateways, dict(zip(REFERENCE_ITEMS, answers, strict=True)))
 
 
-def post(url: str, path: str, body: dict[str, Any]) -> dict:
-    response = httpx.post(url + path, json=body, timeout=120)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def assert_close(got: list[float], want: list[float]) -> None:
-    assert len(got) == len(want)
-    assert all(abs(g - w) <= TOLERANCE for g, w in zip(got, want, strict=True)), (got, want)
-
-
 def assert_one_bos_one_reward_token(served: Served, ids: list[int]) -> None:
     reward, bos = served.model.reward_token_id, served.model.bos_token_id
     assert ids[-1] == reward and ids.count(reward) == 1, ids
@@ -144,7 +141,7 @@ def test_rewards_are_the_model_scorers_value_at_one_appended_reward_token(served
     once, the reward its value, as InternLM2-Reward's get_score computes it."""
     served.scored_ids()
     items = [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]
-    rewards = post(served.gateways[mode], "/v1/rewards", {"items": items})["rewards"]
+    rewards = post_ok(served.gateways[mode], "/v1/rewards", {"items": items})["rewards"]
     references = [served.references["conversation"], served.references["prompt_response"]]
     assert_close(rewards, [reference["reward"] for reference in references])
     scored = served.scored_ids()
@@ -159,8 +156,8 @@ def test_finished_text_gets_the_reward_token_once_even_when_it_already_ends_with
     """OpenRLHF's finished text: the token appended; a text already ending with it keeps its one."""
     url = served.gateways["upstream"]
     served.scored_ids()
-    plain = post(url, "/get_reward", {"query": [OWN_QUERY]})["rewards"]
-    ending = post(url, "/get_reward", {"query": [OWN_QUERY + REWARD_TOKEN]})["rewards"]
+    plain = post_ok(url, "/get_reward", {"query": [OWN_QUERY]})["rewards"]
+    ending = post_ok(url, "/get_reward", {"query": [OWN_QUERY + REWARD_TOKEN]})["rewards"]
     reference = served.references["query"]
     assert reference["ids"] == served.references["prompt_response"]["ids"]
     assert_close(plain + ending, [reference["reward"]] * 2)

@@ -68,3 +68,10 @@ def rendered_gateway(isvc: dict) -> tuple[dict[str, str], list[str]]:
     transformer, to start that gateway as a local process (values only: the downward API's are a pod's)."""
     container = isvc["spec"]["transformer"]["containers"][0]
     return {item["name"]: item["value"] for item in container["env"] if "value" in item}, container.get("args", [])
+
+
+def post_ok(url: str, path: str, body: dict) -> dict:
+    """POST ``body`` to ``url`` + ``path`` (a gateway, or vLLM itself): the JSON of its 200 answer."""
+    response = httpx.post(url + path, json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()

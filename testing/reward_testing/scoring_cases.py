@@ -8,6 +8,13 @@ from reward_testing.tiny_model_maker import BOS, STEP_TAG
 
 TOLERANCE = 1e-4
 
+
+def assert_close(got: list[float], want: list[float]) -> None:
+    """Each score within TOLERANCE of the reference's, and as many of them."""
+    assert len(got) == len(want)
+    assert all(abs(g - w) <= TOLERANCE for g, w in zip(got, want, strict=True)), (got, want)
+
+
 # A chat template of the spec's own (model.chatTemplate), unlike the tokenizer's: it must be the one
 # applied, by vLLM (upstream) or by the gateway, and only once.
 SPEC_TEMPLATE = (

@@ -244,6 +244,17 @@ def _internlm2_llama_config(fields: dict):
     return config
 
 
+# A layer's weights that only change their name between LlamaModel and InternLM2 (all but the fused wqkv)
+_INTERNLM2_NAMES = (
+    ("self_attn.o_proj", "attention.wo"),
+    ("mlp.gate_proj", "feed_forward.w1"),
+    ("mlp.up_proj", "feed_forward.w3"),
+    ("mlp.down_proj", "feed_forward.w2"),
+    ("input_layernorm", "attention_norm"),
+    ("post_attention_layernorm", "ffn_norm"),
+)
+
+
 def _to_internlm2(state: dict, config) -> dict:
     """LlamaModel's weights under InternLM2's names. wqkv holds, for each KV head in turn, the query
     heads that share it, then its key, then its value (what vLLM's InternLM2Attention.split_qkv reads)."""
@@ -258,12 +269,8 @@ def _to_internlm2(state: dict, config) -> dict:
         k = state[llama + "self_attn.k_proj.weight"].view(kv_heads, 1, head_dim, -1)
         v = state[llama + "self_attn.v_proj.weight"].view(kv_heads, 1, head_dim, -1)
         out[ours + "attention.wqkv.weight"] = torch.cat([q, k, v], dim=1).reshape(-1, config.hidden_size)
-        out[ours + "attention.wo.weight"] = state[llama + "self_attn.o_proj.weight"]
-        out[ours + "feed_forward.w1.weight"] = state[llama + "mlp.gate_proj.weight"]
-        out[ours + "feed_forward.w3.weight"] = state[llama + "mlp.up_proj.weight"]
-        out[ours + "feed_forward.w2.weight"] = state[llama + "mlp.down_proj.weight"]
-        out[ours + "attention_norm.weight"] = state[llama + "input_layernorm.weight"]
-        out[ours + "ffn_norm.weight"] = state[llama + "post_attention_layernorm.weight"]
+        for llama_name, internlm2_name in _INTERNLM2_NAMES:
+            out[f"{ours}{internlm2_name}.weight"] = state[f"{llama}{llama_name}.weight"]
     return out
 
 
@@ -278,12 +285,8 @@ def _from_internlm2(tensors: dict, config) -> dict:
         state[llama + "self_attn.q_proj.weight"] = qkv[:, :group].reshape(-1, config.hidden_size)
         state[llama + "self_attn.k_proj.weight"] = qkv[:, group].reshape(-1, config.hidden_size)
         state[llama + "self_attn.v_proj.weight"] = qkv[:, group + 1].reshape(-1, config.hidden_size)
-        state[llama + "self_attn.o_proj.weight"] = tensors[ours + "attention.wo.weight"]
-        state[llama + "mlp.gate_proj.weight"] = tensors[ours + "feed_forward.w1.weight"]
-        state[llama + "mlp.up_proj.weight"] = tensors[ours + "feed_forward.w3.weight"]
-        state[llama + "mlp.down_proj.weight"] = tensors[ours + "feed_forward.w2.weight"]
-        state[llama + "input_layernorm.weight"] = tensors[ours + "attention_norm.weight"]
-        state[llama + "post_attention_layernorm.weight"] = tensors[ours + "ffn_norm.weight"]
+        for llama_name, internlm2_name in _INTERNLM2_NAMES:
+            state[f"{llama}{llama_name}.weight"] = tensors[f"{ours}{internlm2_name}.weight"]
     return state
 
 
