@@ -436,8 +436,11 @@ def test_a_candidate_with_the_stable_weights_agrees_steps_up_to_complete_and_is_
         traffic.pause()
         after = witness(cluster, namespace, name)
         status = rollout(cluster, namespace, name)
-        print(f"[good] split {STEPS}, interval {CANARY_MIN_INTERVAL}: step 1 ({STEPS[0]}%) judged and left "
-              f"{second_began - steps_began:.0f} s after the traffic resumed, the gateway at {STEPS[1]}% "
+        # step 1's interval runs out while the test replaces the gateway pod with no traffic: it then waits for
+        # evidence (AwaitingEvidence), and moves on once the traffic has brought enough
+        print(f"[good] split {STEPS}, interval {CANARY_MIN_INTERVAL}: step 1 ({STEPS[0]}%) left "
+              f"{second_began - split_began:.0f} s after the split was applied, {second_began - steps_began:.0f} s "
+              f"after the traffic resumed; the gateway at {STEPS[1]}% "
               f"{at_full - second_began:.0f} s later (the kubelet's projection), RolloutComplete "
               f"{completed - second_began:.0f} s after step 2 began; {figures_line(status)}")  # fmt: skip
         pods = sorted(pod for pod, _ in after.pods.values())
@@ -477,9 +480,13 @@ def test_a_candidate_with_the_stable_weights_agrees_steps_up_to_complete_and_is_
 
         stored = wait_until("one model serving, the promoted one", one_model_serving, timeout=served.READY_TIMEOUT)
         traffic.pause()
-        counts = assert_scored_by_their_model(traffic.since(promote_began), same)
+        during = traffic.since(promote_began)
+        counts = assert_scored_by_their_model(during, same)
+        failed = [(round(a.at - promote_began), a.status, str(a.body)[:200]) for a in during if a.status != 200]
+        # the stable predictor and the gateway roll (new model, no canary settings): a request may meet a pod
+        # on its way out; printed, not asserted
         print(f"[good] promoted in Git: one model serving {time.monotonic() - promote_began:.0f} s after the apply; "
-              f"answers meanwhile {counts}")  # fmt: skip
+              f"answers meanwhile {counts}; failed (s after the apply, status, body): {failed}")  # fmt: skip
 
     assert {c["type"] for c in stored["status"]["conditions"]} == {"Ready"}
     wait_until("the rollout's ConfigMap pruned", lambda: configmap_share(cluster, namespace, name) is None)
