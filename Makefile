@@ -37,8 +37,9 @@ testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's
 # KEDA's own test (hand-made ScaledObjects and scalers, 0 -> 1 -> 3 -> 0, polled and pushed) runs
 # on `make keda-test`: `make test` runs KEDA through the operator's objects (scale-to-zero) instead.
 # test_real_node_wake.py: wake from zero on the real node (`make wake-real`), two cold starts of vLLM
-# (12-13 min).
-OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_node_wake.py
+# (12-13 min); test_real_node_canary.py: a canary rollout on real scores (`make canary-real`), three cold
+# starts of vLLM, two of them side by side.
+OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_node_wake.py e2e/tests/test_real_node_canary.py
 # The chaos, fuzz and scale-to-zero suites run on targets of their own (in `make test` too), with
 # -s: their counts and times (objects, restarts, generated specs, wake-up) are printed into the log.
 OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_validation_differential.py \
@@ -72,6 +73,14 @@ scale-to-zero: venv testenv-build keda-build ## a RewardModel at zero with KServ
 .PHONY: wake-real
 wake-real: venv testenv-build keda-build host-packages ## a RewardModel at zero on the real node: a burst of 64 wakes the real vLLM (timeline printed), then OpenRLHF's retry loop meets 503s from zero
 	TESTENV_KEDA=1 $(PY) -m pytest e2e/tests/test_real_node_wake.py -q -s -p no:cacheprovider --timeout=3600
+
+# A rollout (spec.canary) on the real node, nothing standing in: KServe's canary predictor and the stable
+# one, each a vLLM CPU build serving a tiny model, the gateway comparing their real scores, the operator
+# moving the share. Not in `make test`: the vLLM image's import and three cold starts of vLLM, two of them
+# side by side on the node's 2 cores.
+.PHONY: canary-real
+canary-real: venv testenv-build host-packages vllm-venv ## a canary on the real node: the stable weights as candidate step up to RolloutComplete and are promoted; other weights are rolled back (figures printed)
+	$(PY) -m pytest e2e/tests/test_real_node_canary.py -q -s -p no:cacheprovider --timeout=3600
 
 # chaos and scale-to-zero mostly wait (kopf's and KEDA's timeouts, peer lifetimes, cooldowns), each on a
 # control plane of its own: they run side by side, each one's output printed whole when it ends.

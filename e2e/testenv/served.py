@@ -116,6 +116,35 @@ def call(cluster, namespace: str, url: str, path: str, body: dict, token: str = 
     return json.loads(printed.stdout.strip().splitlines()[-1])
 
 
+# Run in the client pod: POSTs one after another to one URL (a trainer's steady traffic), each answer's
+# status and body printed as one JSON list at the end.
+CALLS = textwrap.dedent(
+    """
+    import json, sys, urllib.error, urllib.request
+    url, bodies = sys.argv[1], json.loads(sys.argv[2])
+    answers = []
+    for body in bodies:
+        request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                answers.append({"status": answer.status, "body": json.load(answer)})
+        except urllib.error.HTTPError as error:
+            answers.append({"status": error.code, "body": error.read().decode()})
+        except OSError as error:
+            answers.append({"status": 0, "body": str(error)})
+    print(json.dumps(answers))
+    """
+)
+
+
+def call_all(cluster, namespace: str, url: str, path: str, bodies: list[dict]) -> list[dict]:
+    """POST each of ``bodies`` in turn from the client pod (one exec for all): each answer's status (0: no
+    answer at all) and body, in order."""
+    command = ["python", "-c", CALLS, url.rstrip("/") + path, json.dumps(bodies)]
+    printed = cluster.kubectl("exec", "-n", namespace, CLIENT, "--", *command)
+    return json.loads(printed.stdout.strip().splitlines()[-1])
+
+
 def rewards(cluster, namespace: str, url: str, path: str, body: dict, token: str = "") -> dict:
     """The body of a 200 answer (anything else fails the test with the answer)."""
     answer = call(cluster, namespace, url, path, body, token)

@@ -10,7 +10,9 @@ Requests:
   ``save_pretrained`` folder in float32 (config, safetensors, a BPE tokenizer trained here). Same
   request, same bytes: the corpus, the tokenizer's training and the weights are seeded. Besides the
   three model kinds, ``internlm2``: a token model of InternLM2-Reward's architecture, scored at its
-  reward token (see make_internlm2).
+  reward token (see make_internlm2). ``"seed"``
+  (optional) seeds the weights instead of the kind's own seed: another model of the same kind and
+  tokenizer, whose scores order the same texts differently (a canary that disagrees).
 - ``{"score": {"model": folder, "kind": kind, "items": [...]}}``: for each item (``{"ids"}``,
   ``{"text", "add_special_tokens"?}``, or ``{"messages", "chat_template"?}``: the tokenizer's
   ``apply_chat_template``, the model's template or the given one), the token ids and what the
@@ -133,7 +135,7 @@ def _common(tokenizer, shape: dict | None = None) -> dict:
     }
 
 
-def make_model(kind: str, dest: Path, tokenizer, shape: dict | None = None) -> None:
+def make_model(kind: str, dest: Path, tokenizer, shape: dict | None = None, seed: int | None = None) -> None:
     if kind == "internlm2":
         make_internlm2(dest, tokenizer, shape)
         return
@@ -141,7 +143,7 @@ def make_model(kind: str, dest: Path, tokenizer, shape: dict | None = None) -> N
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForSequenceClassification, Qwen2Config, Qwen2Model
 
-    torch.manual_seed(SEEDS[kind])
+    torch.manual_seed(SEEDS[kind] if seed is None else seed)
     dest.mkdir(parents=True, exist_ok=True)
     if kind == "sequence":
         config = LlamaConfig(**_common(tokenizer, shape), head_dim=32, num_labels=1)
@@ -326,7 +328,7 @@ def make(request: dict) -> dict:
         # InternLM2's adds its reward token to a tokenizer of its own
         tokenizer = make_tokenizer() if kind == "internlm2" else shared
         # "shape": SHAPE's keys to change (a benchmark's larger model); head_dim stays 32
-        make_model(kind, dest / kind, tokenizer, request.get("shape"))
+        make_model(kind, dest / kind, tokenizer, request.get("shape"), request.get("seed"))
         made[kind] = {
             "path": str(dest / kind),
             "kind": MODEL_KINDS[kind],

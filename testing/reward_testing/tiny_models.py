@@ -53,12 +53,14 @@ class TinyModel:
 
 
 def make_tiny_models(
-    dest: Path, kinds: tuple[str, ...] = KINDS, shape: dict[str, int] | None = None
+    dest: Path, kinds: tuple[str, ...] = KINDS, shape: dict[str, int] | None = None, seed: int | None = None
 ) -> dict[str, TinyModel]:
     """Write one model folder per kind under ``dest`` (``dest/<kind>``), under the vLLM interpreter; ``kinds``
     may also name ``internlm2`` (served as kind token). ``shape`` changes the model's size (keys of
-    tiny_model_maker.SHAPE; head_dim stays 32)."""
-    made, _ = run_in_vllm(MAKER, {"make": {"dest": str(dest), "kinds": list(kinds), "shape": shape}})
+    tiny_model_maker.SHAPE; head_dim stays 32); ``seed`` draws other weights (same architecture and
+    tokenizer) than the kind's own seed."""
+    request = {"dest": str(dest), "kinds": list(kinds), "shape": shape, "seed": seed}
+    made, _ = run_in_vllm(MAKER, {"make": request})
     return {
         name: TinyModel(
             m["kind"], Path(m["path"]), m["architecture"], m["step_tag_id"], m["bos_token_id"], m["reward_token_id"]
