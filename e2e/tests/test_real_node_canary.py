@@ -39,12 +39,12 @@ import pytest
 
 from reward_operator.api.schema.rewardmodel.canary import CANARY_MIN_INTERVAL
 from reward_testing.operator_metrics import metric_sum
-from reward_testing.scoring_cases import CONVERSATION, PROMPT, RESPONSE, SPEC_TEMPLATE, prompt_response
+from reward_testing.scoring_cases import CONVERSATION, PROMPT, RESPONSE, SPEC_TEMPLATE, assert_close, prompt_response
 from reward_testing.tiny_models import TinyModel, make_tiny_models, reference_scores_of, tar_model
 from reward_testing.waiting import wait_until
 from testenv import node, served
 from testenv.helpers import ISVC_LABEL, condition, get_json, wait_for_condition
-from testenv.served import assert_close, call, call_all, finished, reward_model, rewards, serve
+from testenv.served import call, call_all, finished, reward_model, rewards, serve
 
 STEPS = [50, 100]
 # The gates, low enough for a test's traffic; minAgreement as the default.
