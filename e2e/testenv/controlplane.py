@@ -201,6 +201,10 @@ class ControlPlane:
         if missing:
             log(f"binaries missing ({', '.join(missing)}): building them first")
             build.build(only=components)
+        if with_node:
+            # like the binaries, before any start-up deadline runs: a changed Dockerfile or operator
+            # source rebuilds the operator image, minutes on a loaded machine
+            images.node_images(node_setup.IMAGES)
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
         addresses = tuple(address for add_on in asked for address in add_on.serving_addresses())
