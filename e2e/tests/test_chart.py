@@ -81,6 +81,8 @@ def test_readme_documents_every_value():
         "watch.namespaces",
         "metrics.serviceMonitor.enabled",
         "runtimes.enabled",
+        "replicas",
+        "peering.lifetime",
     ):
         assert f"| `{key}` |" in readme
 
@@ -90,8 +92,10 @@ def test_readme_documents_every_value():
     [
         [],
         ["--set=watch.mode=namespaces", "--set=watch.namespaces={team-a,team-b}", *EVERYTHING_ON],
+        ["--set=replicas=2"],
+        ["--set=replicas=3", "--set=watch.mode=namespaces", "--set=watch.namespaces={team-a,team-b}"],
     ],
-    ids=["defaults", "namespaced-everything-on"],
+    ids=["defaults", "namespaced-everything-on", "two-replicas", "three-replicas-namespaced"],
 )
 def test_helm_lint_is_clean(helm, values):
     result = run_helm(helm, "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, *values)
@@ -112,7 +116,9 @@ def test_helm_lint_is_clean(helm, values):
         ("metrics.serviceMonitor.interval=often", "at '/metrics/serviceMonitor/interval'"),
         # the ServiceMonitor scrapes the operator's own Service: a namespace list would be ignored
         ("metrics.serviceMonitor.namespaces={a}", "additional properties 'namespaces' not allowed"),
-        ("replicas=2", "additional properties 'replicas' not allowed"),
+        ("replicas=0", "at '/replicas': minimum: got 0, want 1"),
+        # kopf would renew every second, and a short stall of the API server would hand over
+        ("peering.lifetime=3", "at '/peering/lifetime': minimum: got 3, want 5"),
     ],
 )
 def test_schema_rejects_bad_values(helm, value, message):
@@ -138,6 +144,95 @@ def test_deployment_runs_one_standalone_instance(helm):
     (deployment,) = (doc for doc in namespaced if doc["kind"] == "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=a" in args and "--namespace=b" in args and "--all-namespaces" not in args
+
+
+def _rules_of(docs: list[dict], group: str) -> dict[str, list[dict]]:
+    """The rules on ``group`` of each ClusterRole, by the role's name."""
+    return {
+        doc["metadata"]["name"]: [rule for rule in doc["rules"] if rule["apiGroups"] == [group]]
+        for doc in docs
+        if doc["kind"] == "ClusterRole"
+    }
+
+
+def test_one_replica_ships_no_peering(helm):
+    docs = template(helm, "ops")
+    assert not [doc for doc in docs if doc["kind"] in ("ClusterKopfPeering", "KopfPeering", "PodDisruptionBudget")]
+    assert not any(_rules_of(docs, "kopf.dev").values())
+    (deployment,) = (doc for doc in docs if doc["kind"] == "Deployment")
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "POD_ID" not in {variable["name"] for variable in env}
+
+
+def test_two_replicas_peer_through_kopf_with_a_priority_each(helm):
+    docs = template(helm, "ops", "--set=replicas=2", release="ha")
+    (deployment,) = (doc for doc in docs if doc["kind"] == "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    # a new pod joins before an old one leaves: a rollout never leaves the cluster without a standby
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    container = spec["template"]["spec"]["containers"][0]
+    assert "--standalone" not in container["args"]
+    (peering,) = (doc for doc in docs if doc["kind"] == "ClusterKopfPeering")
+    assert f"--peering={peering['metadata']['name']}" in container["args"]
+    # each pod's priority from its own name, which the downward API hands it as kopf's POD_ID
+    assert "--priority=auto" in container["args"]
+    (pod_id,) = (variable for variable in container["env"] if variable["name"] == "POD_ID")
+    assert pod_id["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # the hand-over of a dead pod takes at most its record's lifetime: short by default, a value
+    assert "--peering-lifetime=10" in container["args"]
+    (deployment,) = (
+        doc
+        for doc in template(helm, "ops", "--set=replicas=2", "--set=peering.lifetime=20")
+        if doc["kind"] == "Deployment"
+    )
+    assert "--peering-lifetime=20" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    # the standby on another node where the scheduler can
+    anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert (
+        anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"].items()
+        <= spec["template"]["metadata"]["labels"].items()
+    )
+
+    # a drain keeps one pod: the budget selects exactly the operator's pods
+    (budget,) = (doc for doc in docs if doc["kind"] == "PodDisruptionBudget")
+    assert budget["metadata"]["namespace"] == "ops"
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    assert spec["selector"]["matchLabels"].items() <= budget["spec"]["selector"]["matchLabels"].items()
+
+    # RBAC: the cluster-wide peering object, watched and patched (the keep-alives), nothing more
+    rules = _rules_of(docs, "kopf.dev")
+    assert rules["ha-reward-operator-cluster"] == [
+        {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "verbs": ["get", "list", "watch", "patch"]}
+    ]
+    assert rules["ha-reward-operator"] == []
+
+    # kopf's peering CRDs come from crds/, which Helm installs before the peering object
+    crds = [doc for doc in template(helm, "ops", "--include-crds") if doc["kind"] == "CustomResourceDefinition"]
+    kopf_crds = {
+        doc["spec"]["names"]["kind"]: doc["spec"]["scope"] for doc in crds if doc["spec"]["group"] == "kopf.dev"
+    }
+    assert kopf_crds == {"ClusterKopfPeering": "Cluster", "KopfPeering": "Namespaced"}
+    # Argo CD applies the peering object once its CRD exists, in the same sync
+    assert "SkipDryRunOnMissingResource=true" in peering["metadata"]["annotations"]["argocd.argoproj.io/sync-options"]
+
+
+def test_two_replicas_watching_namespaces_peer_in_each_of_them(helm):
+    docs = template(
+        helm, "ops", "--set=replicas=2", "--set=watch.mode=namespaces", "--set=watch.namespaces={a,b}", release="ha"
+    )
+    assert not [doc for doc in docs if doc["kind"] == "ClusterKopfPeering"]
+    peerings = {doc["metadata"]["namespace"]: doc["metadata"]["name"] for doc in docs if doc["kind"] == "KopfPeering"}
+    assert peerings == {"a": "ha-reward-operator", "b": "ha-reward-operator"}
+    # the namespaced role, bound by a RoleBinding in each watched namespace only
+    rules = _rules_of(docs, "kopf.dev")
+    assert rules["ha-reward-operator"] == [
+        {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"], "verbs": ["get", "list", "watch", "patch"]}
+    ]
+    assert rules["ha-reward-operator-cluster"] == []
+    bound = {doc["metadata"]["namespace"] for doc in docs if doc["kind"] == "RoleBinding"}
+    assert bound == {"a", "b"}
 
 
 def test_gateway_image_follows_the_operator_image_unless_set(helm):

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from . import __version__
+from . import __version__, peering
 from .api import GROUP
 
 EXIT_OK = 0
@@ -224,6 +224,7 @@ def run_command(args: argparse.Namespace) -> int:
     import kopf
 
     from .controllers import build_registry
+    from .peering import resolve_priority
     from .settings import Settings, SettingsError
 
     if args.namespace and args.all_namespaces:
@@ -234,6 +235,9 @@ def run_command(args: argparse.Namespace) -> int:
     except SettingsError as error:
         print(f"reward-operator: {error}", file=sys.stderr)
         return 2
+    kopf_settings = kopf.OperatorSettings()
+    # the controllers' startup handler sets the rest of kopf's settings on this same object
+    kopf_settings.peering.lifetime = args.peering_lifetime
     kopf.configure(
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL,
@@ -244,9 +248,10 @@ def run_command(args: argparse.Namespace) -> int:
     cap_malloc_arenas()
     kopf.run(
         registry=build_registry(settings),
+        settings=kopf_settings,
         standalone=args.standalone,
         peering_name=args.peering,
-        priority=args.priority,
+        priority=resolve_priority(args.priority),
         namespaces=args.namespace or (),
         clusterwide=not args.namespace,
         liveness_endpoint=args.liveness or None,
@@ -268,6 +273,23 @@ def _add_input_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--kubeconfig", help="kubeconfig for --validate=server (default: $KUBECONFIG, ~/.kube/config)")
 
 
+def _priority(value: str) -> int | str:
+    try:
+        return peering.parse_priority(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def _lifetime(value: str) -> int:
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = -1
+    if seconds < peering.MIN_LIFETIME:
+        raise argparse.ArgumentTypeError(f"whole seconds, at least {peering.MIN_LIFETIME}, got {value!r}")
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="reward-operator",
@@ -284,7 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
     run.add_argument("--standalone", action="store_true", help="no peering: the only operator instance")
     run.add_argument("--peering", default=None, help="peering object name, for several instances with priorities")
-    run.add_argument("--priority", type=int, default=0, help="peering priority of this instance")
+    run.add_argument(
+        "--priority", type=_priority, default=0,
+        help="peering priority of this instance (the highest acts); 'auto': derived from the pod's name "
+        f"(${peering.POD_NAME_ENV}, else the host name), distinct for each pod of a Deployment",
+    )  # fmt: skip
+    run.add_argument(
+        "--peering-lifetime", type=_lifetime, default=peering.DEFAULT_LIFETIME, metavar="SECONDS",
+        help="how long this instance's peering keep-alive counts: a standby takes over this long after the "
+        f"acting instance died, at most (default {peering.DEFAULT_LIFETIME}; kopf's own is 60)",
+    )  # fmt: skip
     run.add_argument("--liveness", default="http://0.0.0.0:8081/healthz", help="liveness endpoint ('' to disable)")
     run.add_argument("--log-format", choices=["full", "json"], default="full")
     run.add_argument("-v", "--verbose", action="store_true")

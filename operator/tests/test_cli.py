@@ -214,3 +214,59 @@ def test_the_operator_caps_glibcs_malloc_arenas_unless_the_user_set_them(monkeyp
     assert cap_malloc_arenas() is (platform.libc_ver()[0] == "glibc")
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert cap_malloc_arenas() is False
+
+
+def _kopf_run_arguments(monkeypatch, *argv: str) -> dict:
+    seen: dict = {}
+    monkeypatch.setattr(kopf, "run", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(controllers, "build_registry", lambda settings: None)
+    assert main(["run", *argv]) == 0
+    return seen
+
+
+def test_peering_lifetime_bounds_the_hand_over_and_defaults_short(monkeypatch):
+    """kopf's 60 s record lifetime made a standby wait ~57 s after the acting replica died."""
+    from reward_operator.peering import DEFAULT_LIFETIME
+
+    seen = _kopf_run_arguments(monkeypatch, "--peering", "reward-operator", "--priority", "7")
+    assert seen["peering_name"] == "reward-operator" and seen["priority"] == 7
+    assert seen["settings"].peering.lifetime == DEFAULT_LIFETIME <= 15
+    seen = _kopf_run_arguments(monkeypatch, "--peering", "reward-operator", "--peering-lifetime", "20")
+    assert seen["settings"].peering.lifetime == 20
+
+
+@pytest.mark.parametrize("value", ["0", "4", "soon"])
+def test_a_peering_lifetime_too_short_to_renew_is_refused(value, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--peering", "x", "--peering-lifetime", value])
+    assert exited.value.code == 2
+    assert "--peering-lifetime: whole seconds, at least 5" in capsys.readouterr().err
+
+
+def test_priority_auto_gives_each_pod_of_a_deployment_its_own(monkeypatch):
+    """kopf pauses every replica of a priority tie: the chart's identical pods take theirs from their names."""
+    pods = [f"reward-operator-6b8f7c9d5-{suffix}" for suffix in ("x2k9p", "q7m4z", "b5n8w")]
+    priorities = []
+    for pod in pods:
+        monkeypatch.setenv("POD_ID", pod)
+        priorities.append(_kopf_run_arguments(monkeypatch, "--peering", "p", "--priority", "auto")["priority"])
+    assert len(set(priorities)) == len(pods)
+    assert all(0 <= priority < 2**31 for priority in priorities)
+    monkeypatch.setenv("POD_ID", pods[0])  # the same pod name, the same priority (a restart keeps its rank)
+    assert _kopf_run_arguments(monkeypatch, "--peering", "p", "--priority", "auto")["priority"] == priorities[0]
+
+
+def test_priority_auto_outside_a_pod_uses_the_host_name(monkeypatch):
+    import socket
+
+    from reward_operator.peering import pod_priority
+
+    monkeypatch.delenv("POD_ID", raising=False)
+    seen = _kopf_run_arguments(monkeypatch, "--peering", "p", "--priority", "auto")
+    assert seen["priority"] == pod_priority(socket.gethostname())
+
+
+def test_a_priority_that_is_neither_a_number_nor_auto_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--peering", "x", "--priority", "high"])
+    assert "--priority: an integer or 'auto', got 'high'" in capsys.readouterr().err

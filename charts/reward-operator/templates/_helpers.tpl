@@ -36,6 +36,16 @@ app.kubernetes.io/part-of: reward-operator
 {{- end -}}
 {{- end -}}
 
+{{/* Whether the operator runs several replicas through kopf's peering ("true" or ""). */}}
+{{- define "reward-operator.peered" -}}
+{{- if gt (int .Values.replicas) 1 }}true{{ end -}}
+{{- end -}}
+
+{{/* The peering object of the replicas: one ClusterKopfPeering, or a KopfPeering per watched namespace. */}}
+{{- define "reward-operator.peeringName" -}}
+{{- include "reward-operator.fullname" . -}}
+{{- end -}}
+
 {{- define "reward-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
@@ -69,6 +79,15 @@ operator's own kinds included).
   - {{ . }}/finalizers
   {{- end }}
   verbs: [update]
+{{- end }}
+{{- if include "reward-operator.peered" .root }}
+{{- $clusterPeering := eq .root.Values.watch.mode "cluster" }}
+{{- if eq $clusterPeering .cluster }}
+# kopf's peering: each replica watches the peering object and patches its keep-alive record into it
+- apiGroups: ["kopf.dev"]
+  resources: [{{ ternary "clusterkopfpeerings" "kopfpeerings" $clusterPeering }}]
+  verbs: [get, list, watch, patch]
+{{- end }}
 {{- end }}
 {{- range $perms.rules }}
 {{- if eq (default false .cluster) $.cluster }}
