@@ -98,9 +98,11 @@ def real_node_group(cluster) -> str:
     return localmodel.REAL_NODE_GROUP
 
 
-def download_pods(cluster, namespace: str) -> list[dict]:
-    """The download Jobs' pods KServe's agent started for the caches of RewardModels in ``namespace``."""
-    listed = get_json(cluster, "pods", "-n", localmodel.JOB_NAMESPACE, "-l", f"modelNamespace={namespace}") or {}
+def download_pods(cluster) -> list[dict]:
+    """The pods of the download Jobs KServe's agent started on the real node (a Job's labels, which name
+    the model and node, are not its pods')."""
+    on_node = f"spec.nodeName={node.NAME}"
+    listed = get_json(cluster, "pods", "-n", localmodel.JOB_NAMESPACE, "--field-selector", on_node) or {}
     return listed.get("items", [])
 
 
@@ -128,7 +130,7 @@ def test_a_token_model_cached_on_the_node_by_kserves_download_job_scores_through
     served = serve(cluster, served_namespace, reward_model("tok", "token", model_uris["token"], 0, cache=cache))
     cached = wait_for_condition(cluster, served_namespace, "tok", "ModelCached", "True", "Downloaded")
     assert "1/1 copies" in cached["message"], cached
-    (downloader,) = download_pods(cluster, served_namespace)
+    (downloader,) = download_pods(cluster)
     assert downloader["spec"]["nodeName"] == node.NAME, downloader["spec"]
     assert downloader["status"]["phase"] == "Succeeded", downloader["status"]
     (container,) = downloader["status"]["containerStatuses"]
