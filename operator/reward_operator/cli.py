@@ -224,7 +224,6 @@ def run_command(args: argparse.Namespace) -> int:
     import kopf
 
     from .controllers import build_registry
-    from .peering import resolve_priority
     from .settings import Settings, SettingsError
 
     if args.namespace and args.all_namespaces:
@@ -251,7 +250,7 @@ def run_command(args: argparse.Namespace) -> int:
         settings=kopf_settings,
         standalone=args.standalone,
         peering_name=args.peering,
-        priority=resolve_priority(args.priority),
+        priority=peering.resolve_priority(args.priority),
         namespaces=args.namespace or (),
         clusterwide=not args.namespace,
         liveness_endpoint=args.liveness or None,

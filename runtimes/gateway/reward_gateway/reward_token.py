@@ -45,10 +45,7 @@ class RewardTokenizer:
             body = {"model": self.model_name, "prompt": text, "add_special_tokens": False}
             results[position] = self._ending(await self.client.post(TOKENIZE_PATH, body))
 
-        if len(texts) == 1:
-            await one(0, texts[0])
-        else:
-            await all_or_first_failure([one(position, text) for position, text in enumerate(texts)])
+        await all_or_first_failure([one(position, text) for position, text in enumerate(texts)])
         return results
 
     async def conversation(self, messages: list[dict[str, Any]]) -> list[int]:
