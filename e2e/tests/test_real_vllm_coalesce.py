@@ -3,8 +3,11 @@
 - 64 concurrent OpenRLHF requests of 1-4 texts each, one of them over-long among them: every request
   gets its own scores (vLLM's for the same text sent alone), in order; the over-long one alone gets
   vLLM's 400, the others are not poisoned by it.
-- Completions of one prompt sent as separate concurrent requests end up in one vLLM call, and vLLM's
-  own prefix-cache counters (vllm:prefix_cache_hits_total / _queries_total) count the shared blocks.
+- Completions of one prompt sent as separate concurrent requests, queued behind a call in flight, end
+  up in one vLLM call, and vLLM's own prefix-cache counters (vllm:prefix_cache_hits_total /
+  _queries_total) count the shared blocks. The call in flight is held at a gate between the gateway
+  and vLLM (reward_testing.gated_upstream) until the gateway's metrics show the eight queued: a signal,
+  not a race against long calls on a loaded machine.
 
 The gateway runs as the operator renders it, with REWARD_GATEWAY_COALESCE=true. One vLLM for the
 module; without the vLLM venv the module skips (or fails where REWARD_OPERATOR_REQUIRE_VLLM=1).
@@ -16,11 +19,13 @@ import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from typing import NamedTuple
 
 import httpx
 import pytest
 
 from reward_operator.render import render_reward_model
+from reward_testing.gated_upstream import GatedUpstream
 from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
 from reward_testing.ports import free_port
 from reward_testing.prometheus_text import sample_sum
@@ -30,6 +35,13 @@ from reward_testing.waiting import wait_until
 
 WORDS = WORD_LIST.split()
 TOLERANCE = 1e-4
+
+
+class Served(NamedTuple):
+    vllm: str  # vLLM's own URL (its metrics, scores of a text alone)
+    gateway: str  # the coalescing gateway's URL
+    model: str  # the served model name
+    gate: GatedUpstream  # between the two: a test can hold vLLM's calls
 
 
 def reward_model() -> dict:
@@ -45,19 +57,21 @@ def reward_model() -> dict:
 
 
 @pytest.fixture(scope="module")
-def served(tiny_models, tmp_path_factory) -> Iterator[tuple[str, str, str]]:
-    """(vLLM's URL, the coalescing gateway's URL, the served model name)."""
+def served(tiny_models, tmp_path_factory) -> Iterator[Served]:
+    """The coalescing gateway in front of a gate in front of vLLM."""
     workdir = tmp_path_factory.mktemp("coalesce")
     isvc = next(o for o in render_reward_model(reward_model()) if o["kind"] == "InferenceService")
     with ExitStack() as stack:
         vllm = stack.enter_context(started_vllm(isvc, tiny_models["sequence"].path, workdir / "vllm"))
         wait_healthy(vllm)
+        gate = GatedUpstream(vllm.url)
+        stack.callback(gate.stop)
         env, args = rendered_gateway(isvc)
         port = free_port()
         env.update(
             {
                 "REWARD_GATEWAY_PORT": str(port),
-                "REWARD_GATEWAY_UPSTREAM_URL": vllm.url,
+                "REWARD_GATEWAY_UPSTREAM_URL": gate.url,
                 "REWARD_GATEWAY_COALESCE": "true",
                 "REWARD_GATEWAY_COALESCE_MAX_WAIT_MS": "10",
                 "REWARD_GATEWAY_COALESCE_MAX_ITEMS": "16",
@@ -66,7 +80,7 @@ def served(tiny_models, tmp_path_factory) -> Iterator[tuple[str, str, str]]:
         )
         log = workdir / "gateway.log"
         stack.enter_context(gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], log))
-        yield vllm.url, f"http://127.0.0.1:{port}", env["REWARD_GATEWAY_MODEL_NAME"]
+        yield Served(vllm.url, f"http://127.0.0.1:{port}", env["REWARD_GATEWAY_MODEL_NAME"], gate)
 
 
 def sentence(seed: int, words: int) -> str:
@@ -81,7 +95,7 @@ def alone(vllm: str, model: str, text: str) -> float:
 
 
 def test_each_of_64_concurrent_requests_gets_its_own_scores_and_a_poisoned_one_fails_alone(served):
-    vllm, gateway, model = served
+    vllm, gateway, model, _ = served
     queries = [[sentence(i * 5 + j, 3 + (i + j) % 11) for j in range(1 + i % 4)] for i in range(64)]
     poisoned = 17
     queries[poisoned] = [sentence(1, 4), " ".join(["reward"] * 3000)]  # past the model's 1024 positions
@@ -104,36 +118,35 @@ def test_each_of_64_concurrent_requests_gets_its_own_scores_and_a_poisoned_one_f
 
 
 def test_completions_of_one_prompt_in_separate_requests_share_one_call_and_hit_the_prefix_cache(served):
-    vllm, gateway, _ = served
+    vllm, gateway, _, gate = served
     prompt = sentence(99, 400)  # several of vLLM's 128-token blocks on the CPU
     completions = [f"{prompt} answer {sentence(i, 6)}" for i in range(8)]
-    before_metrics = httpx.get(f"{vllm}/metrics").text
-    before = sample_sum(before_metrics, "vllm:prefix_cache_hits_total")
-    calls_before = sample_sum(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count")
-    # Long calls in flight first: 16 requests of MAX_ITEMS (16) texts near the model's 1024 positions,
-    # a call each. The eight, sent while vLLM is busy with them, queue behind them and go together,
-    # however spread their arrivals are on a loaded machine.
-    blockers = [[sentence(7 + 16 * j + i, 900) for i in range(16)] for j in range(16)]
-    sent = "reward_gateway_client_queue_wait_seconds_count"  # parts that left the queue for vLLM
-    sent_before = sample_sum(httpx.get(f"{gateway}/metrics").text, sent)
+    before = sample_sum(httpx.get(f"{vllm}/metrics").text, "vllm:prefix_cache_hits_total")
+    calls = lambda: sample_sum(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count")  # noqa: E731
+    queued = lambda: sample_sum(httpx.get(f"{gateway}/metrics").text, "reward_gateway_client_queue_items")  # noqa: E731
+    calls_before = calls()
 
-    async def block_then_send() -> list[httpx.Response]:
-        async with httpx.AsyncClient(
-            base_url=gateway, timeout=300, limits=httpx.Limits(max_connections=None)
-        ) as client:
-            await asyncio.gather(*(client.get("/metrics") for _ in range(12)))  # connections open before
-            blocked = [asyncio.ensure_future(client.post("/get_reward", json={"query": b})) for b in blockers]
-            left = lambda: sample_sum(httpx.get(f"{gateway}/metrics").text, sent) > sent_before  # noqa: E731
-            await asyncio.to_thread(wait_until, "the first long call on its way to vLLM", left, 60, 0.005)
-            answers = await asyncio.gather(*(client.post("/get_reward", json={"query": [t]}) for t in completions))
-            assert all(answer.status_code == 200 for answer in await asyncio.gather(*blocked))
-            return list(answers)
+    async def hold_then_send() -> list[httpx.Response]:
+        # One call held at the gate in front of vLLM (MAX_BATCHES is 1: nothing else goes meanwhile);
+        # the eight, sent as separate requests, queue at the gateway behind it, however spread their
+        # arrivals are on a loaded machine; then the gate opens.
+        async with httpx.AsyncClient(base_url=gateway, timeout=300) as client:
+            gate.close_gate()
+            try:
+                held = asyncio.ensure_future(client.post("/get_reward", json={"query": [sentence(7, 20)]}))
+                await asyncio.to_thread(wait_until, "the first call held at the gate", lambda: gate.held == 1, 60, 0.01)
+                answers = [asyncio.ensure_future(client.post("/get_reward", json={"query": [t]})) for t in completions]
+                await asyncio.to_thread(wait_until, "the eight queued at the gateway", lambda: queued() == 8, 60, 0.01)
+            finally:
+                gate.open_gate()
+            assert (await held).status_code == 200
+            return list(await asyncio.gather(*answers))
 
-    answers = asyncio.run(block_then_send())
-    assert all(answer.status_code == 200 for answer in answers)
+    answers = asyncio.run(hold_then_send())
+    assert all(answer.status_code == 200 for answer in answers), [a.text for a in answers]
     hits = sample_sum(httpx.get(f"{vllm}/metrics").text, "vllm:prefix_cache_hits_total") - before
-    calls = sample_sum(httpx.get(f"{gateway}/metrics").text, "reward_gateway_upstream_batch_items_count") - calls_before
-    assert calls - len(blockers) <= 2, f"the eight completions took {calls - len(blockers)} vLLM calls"
+    eight = calls() - calls_before - 1
+    assert eight == 1, f"the eight completions took {eight} vLLM calls"
     assert hits >= 128 * 6, f"vLLM counted {hits} prefix-cache hits for eight completions of one prompt"
 
 
@@ -143,7 +156,7 @@ def test_a_flooding_client_does_not_hold_a_light_one_behind_its_backlog(served):
     of both clients in the same run (reward_gateway_client_queue_wait_seconds), not on a time: first
     come, first served would keep the light request queued as long as the flood items queued with it,
     longer than their mean."""
-    _, gateway, _ = served
+    _, gateway, _, _ = served
     flood = 768
 
     def waited(client: str) -> tuple[float, float]:
