@@ -375,6 +375,10 @@ NEEDED = [
     # a chat template's ConfigMap; a rollout's share ConfigMap, also pruned by label once spec.canary goes;
     # the gateway's identity ConfigMap (the RewardModel's generation), pruned by label once the gateway goes
     *[(verb, "configmaps") for verb in ("get", "create", "patch", "list", "delete")],
+    # the InferenceService's pods: a failing container's reason; during a rollout the gateway pods read
+    # (GET /canary) and patched with the share annotation when the share moves
+    ("list", "pods"),
+    ("patch", "pods"),
     # gateway.allowedClients: applied, then pruned by label once no longer rendered
     *[(verb, "networkpolicies.networking.k8s.io") for verb in ("create", "patch", "list", "delete")],
     # scale to zero in Standard mode: KEDA's ScaledObject and the gateway's headless scaler Service,

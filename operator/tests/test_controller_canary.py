@@ -32,6 +32,11 @@ def kserve_reports(cluster: FakeCluster, candidate_ready: bool | None) -> None:
     isvc["status"] = {"conditions": [{"type": "Ready", "status": "True"}], "canaryStatuses": statuses}
 
 
+def nudges(cluster: FakeCluster) -> list[str]:
+    """The shares the gateway pods were told by annotation (the kubelet projects the ConfigMap then)."""
+    return [share for method, share, _ in cluster.calls if method == "nudge_gateways"]
+
+
 def gateway_share(cluster: FakeCluster) -> str | None:
     """The share in the rollout's ConfigMap, as stored (the kubelet projects it into the gateways' pods)."""
     found = cluster.stored("ConfigMap", "rm-rollout", "ns")
@@ -151,9 +156,13 @@ def test_the_candidate_becoming_unready_rolls_back_its_share(cluster):
     kserve_reports(cluster, candidate_ready=True)
     runner.reconcile("ns", "rm", LOG)
     assert gateway_share(cluster) == "10"
+    assert nudges(cluster) == ["10"], "the running gateways told at once, not at the kubelet's next sync"
     kserve_reports(cluster, candidate_ready=False)
     runner.reconcile("ns", "rm", LOG)
     assert gateway_share(cluster) == "0"
+    assert nudges(cluster) == ["10", "0"], "the rollback told at once"
+    runner.reconcile("ns", "rm", LOG)
+    assert nudges(cluster) == ["10", "0"], "nothing moved: no pod patched"
     assert conditions_of(cluster)[conditions.CANARY_READY] == ("False", conditions.CANDIDATE_NOT_READY)
     assert conditions_of(cluster)[conditions.CANARY_PROGRESSING] == ("False", conditions.ROLLED_BACK)
     assert [e for e in events(cluster) if e[0] == "Warning"] == [("Warning", conditions.ROLLED_BACK)]
@@ -206,6 +215,7 @@ def test_kserves_word_on_the_candidate_moves_the_share_through_the_configmap_alo
     assert cluster.applied_names[-1:] == [("ConfigMap", "rm-rollout")]
     assert [call for call in cluster.calls[before:] if call[0] == "apply"] == [("apply", "ConfigMap", "rm-rollout")]
     assert gateway_share(cluster) == "10" and status(cluster)["canary"]["percent"] == 10
+    assert ("nudge_gateways", "10", "rm") in cluster.calls[before:]
 
 
 def test_the_rollouts_configmap_goes_with_spec_canary_and_the_chat_templates_stays(cluster):

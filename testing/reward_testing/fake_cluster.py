@@ -159,6 +159,10 @@ class FakeCluster:
         self.calls.append(("rollout_figures", "", isvc))
         return copy.deepcopy(self.figures)
 
+    def nudge_gateways(self, namespace: str, isvc: str, share: int) -> list[str]:
+        self.calls.append(("nudge_gateways", str(share), isvc))
+        return []
+
     def reward_models(self, namespace: str, names: list[str]) -> dict[str, dict[str, Any] | None]:
         found = {}
         for name in names:

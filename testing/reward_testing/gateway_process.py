@@ -8,6 +8,7 @@ e2e/gpu/gpu_check.py runs under a vLLM interpreter.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -59,7 +60,8 @@ def gateway_process(
         wait_until("the gateway's readiness route", ready, timeout=60, interval=0.1)
         yield process
     finally:
-        process.terminate()
+        # Ctrl-C: a graceful shutdown at once (SIGTERM, a pod's end, answers REWARD_GATEWAY_DRAIN_SECONDS first)
+        process.send_signal(signal.SIGINT)
         process.wait(timeout=20)
 
 

@@ -29,3 +29,8 @@ def owner_label(kind: str) -> str:
 # On a shared LocalModel cache: the RewardModels that use it, as a JSON list of "<namespace>/<name>".
 # The cache lives while one of them does (cluster-scoped caches cannot be owned by a namespaced object).
 CACHE_USERS_ANNOTATION = f"{GROUP}/users"
+
+# On a gateway pod during a rollout: the share its rollout's ConfigMap holds, set by the operator when
+# the share moves. Changing the pod makes the kubelet sync it, projecting the new share into the running
+# gateway at once rather than at its next periodic sync (cluster/gateways.py).
+SHARE_ANNOTATION = f"{GROUP}/rollout-share"

@@ -276,6 +276,11 @@ def apply_children(
             applied.append(cluster.apply(child))
         except Refused as error:
             raise Rejected(child, error) from error
+    if decision.share_moved and any(_is_rollout_share(child) for child in applied):
+        # the kubelet projects the moved share into the running gateways when their pods change: now,
+        # not at its next periodic sync a minute on (a rollback's candidate answering meanwhile)
+        nudged = cluster.nudge_gateways(namespace, name, decision.percent)
+        logger.info("the share %s%% told to %d gateway pod(s) of %s", decision.percent, len(nudged), name)
     if not decision.child_only and not _as_created(reward_model):
         _prune(reward_model, children, cluster, logger)
     return applied

@@ -195,6 +195,8 @@ class GatewayConfig:
     max_concurrency: int = 64
     request_timeout_s: float = 180.0
     scale_from_zero_timeout_s: float = 150.0
+    # After SIGTERM, how long the gateway keeps answering before it stops listening (reward_gateway.server).
+    drain_s: float = 5.0
     # Requests held at once while the predictor is away (reward_gateway.load).
     max_held_requests: int = 1024
     max_items: int = 8192
@@ -258,6 +260,7 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         max_concurrency=reader.integer("MAX_CONCURRENCY", 64, minimum=1),
         request_timeout_s=reader.seconds("REQUEST_TIMEOUT_SECONDS", 180.0),
         scale_from_zero_timeout_s=reader.seconds("SCALE_FROM_ZERO_TIMEOUT_SECONDS", 150.0, allow_zero=True),
+        drain_s=reader.seconds("DRAIN_SECONDS", 5.0, allow_zero=True),
         max_held_requests=reader.integer("MAX_HELD_REQUESTS", 1024, minimum=1),
         max_items=reader.integer("MAX_ITEMS", 8192, minimum=1),
         # The container's memory limit, from the downward API (resourceFieldRef limits.memory).

@@ -5,6 +5,15 @@ One process on uvloop, sized for the transformer's default of one CPU: gateway
 throughput scales with replicas. The server settings KServe's own model server
 uses for transformers are kept: all interfaces, keep-alive longer than the
 proxies' idle timeout, a graceful shutdown.
+
+A pod's end: the kubelet sends SIGTERM as the pod starts terminating, and kube-proxy, Knative's
+activator and the ingress proxies drop the pod from their endpoints only a moment later. A gateway
+that stopped listening at the signal left the requests sent meanwhile without any HTTP answer (1 of
+54 while a promotion rolled the gateway's pods on the real node). So after SIGTERM it goes on
+answering for REWARD_GATEWAY_DRAIN_SECONDS (5 s), every answer with ``Connection: close`` so that
+keep-alive clients reconnect to a pod that stays, then shuts down gracefully. Kubernetes' usual
+answer is a preStop sleep; this one needs no shell in the image and no field of KServe's schema.
+SIGINT (Ctrl-C) still stops at once.
 """
 
 from __future__ import annotations
@@ -12,6 +21,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -20,6 +33,8 @@ from reward_gateway.app import build_app
 from reward_gateway.config import GatewayConfig
 from reward_gateway.gateway import Gateway
 from reward_gateway.logs import SafeAccessLine
+
+logger = logging.getLogger("reward_gateway")
 
 # Longer than the idle timeout of the proxies in front (Knative's queue-proxy,
 # Istio/Envoy): the proxy closes an idle connection first, never the gateway
@@ -111,9 +126,52 @@ def _calm_garbage_collector() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, which on SIGTERM answers ``drain_s`` longer before its graceful shutdown."""
+
+    def __init__(self, config: uvicorn.Config, drain_s: float, draining: threading.Event):
+        super().__init__(config)
+        self.drain_s = drain_s
+        self.draining = draining
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig != signal.SIGTERM or self.draining.is_set() or self.drain_s <= 0:
+            super().handle_exit(sig, frame)  # Ctrl-C, a second signal, or no drain: as uvicorn does
+            return
+        self.draining.set()
+        logger.info("SIGTERM: answering %g s more (Connection: close) before shutting down", self.drain_s)
+        # a timer thread: uvicorn's main loop polls should_exit, so setting it from there is enough
+        timer = threading.Timer(self.drain_s, super().handle_exit, (sig, frame))
+        timer.daemon = True
+        timer.start()
+
+
+class CloseWhileDraining:
+    """ASGI middleware: while the server drains, each answer says ``Connection: close`` (uvicorn then
+    closes the connection after it), so that a keep-alive client's next request opens a new connection,
+    which the Service sends to a pod that is not going away."""
+
+    def __init__(self, app: Any, draining: threading.Event):
+        self.app = app
+        self.draining = draining
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not self.draining.is_set():
+            await self.app(scope, receive, send)
+            return
+
+        async def closing(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, closing)
+
+
 def serve(config: GatewayConfig) -> None:
+    draining = threading.Event()
     settings = uvicorn.Config(
-        build_app(Gateway(config)),
+        CloseWhileDraining(build_app(Gateway(config)), draining),
         host=config.listen_address or "0.0.0.0",
         port=config.port,
         # uvloop's C event loop and transports halve the gateway's CPU per
@@ -133,4 +191,4 @@ def serve(config: GatewayConfig) -> None:
     logging.getLogger("uvicorn.access").addFilter(SafeAccessLine())
     settings.load()  # imports the protocol classes now, so the collector freezes them too
     _calm_garbage_collector()
-    uvicorn.Server(settings).run()
+    DrainingServer(settings, config.drain_s, draining).run()

@@ -3,6 +3,7 @@ process, with the arguments KServe appends to the container's command."""
 
 from __future__ import annotations
 
+import signal
 import socket
 
 import httpx
@@ -84,6 +85,24 @@ def test_an_over_large_request_head_is_refused(run_gateway, backend):
         raw.sendall(b"GET /health?" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
         assert raw.recv(100).startswith(b"HTTP/1.1 400")
     assert httpx.get(f"{url}/health", headers={"X-Padding": "x" * 8000}, timeout=10).status_code == 200
+
+
+def test_after_sigterm_it_answers_the_drain_with_connection_close_then_exits(run_gateway, backend):
+    """The kubelet's SIGTERM comes before the Service's endpoints drop the pod: requests sent meanwhile are
+    answered (each with Connection: close, so keep-alive clients reconnect elsewhere), then it exits."""
+    port = free_port()
+    args = kserve_args("rm", backend.url.removeprefix("http://"), port)
+    url, log = run_gateway(args, {"REWARD_GATEWAY_DRAIN_SECONDS": "3"}, port, "rm")
+    with httpx.Client(base_url=url, timeout=10) as client:
+        assert "connection" not in client.get("/health").headers  # kept alive before
+        run_gateway.process.terminate()
+        wait_until("the drain begun", lambda: "SIGTERM: answering 3 s more" in log.read_text(), 10, 0.05)
+        answer = client.post("/get_reward", json={"query": ["a"]})
+        assert answer.status_code == 200 and answer.json()["rewards"] == pytest.approx([logit("a")])
+        assert answer.headers["connection"] == "close"
+    # uvicorn raises the signal again once it has shut down gracefully, as it does without the drain
+    assert run_gateway.process.wait(timeout=30) == -signal.SIGTERM
+    assert "Application shutdown complete" in log.read_text()
 
 
 def raw_request(port: int, request: bytes) -> bytes:
