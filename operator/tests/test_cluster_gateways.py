@@ -58,11 +58,13 @@ def test_an_unreachable_replica_is_left_out():
     assert gateways.canary_figures(f"127.0.0.1:{free_port()}", timeout=1) is None
 
 
-def pod(ip: str | None, ready: bool, deleting: bool = False, name: str = "gw"):
+def pod(ip: str | None, ready: bool, deleting: bool = False, name: str = "gw", annotations: dict | None = None):
     condition = SimpleNamespace(type="Ready", status="True" if ready else "False")
     return SimpleNamespace(
         status=SimpleNamespace(pod_ip=ip, conditions=[condition]),
-        metadata=SimpleNamespace(name=name, deletion_timestamp="2026-12-01T03:00:00Z" if deleting else None),
+        metadata=SimpleNamespace(
+            name=name, annotations=annotations, deletion_timestamp="2026-12-01T03:00:00Z" if deleting else None
+        ),
     )
 
 
@@ -79,9 +81,9 @@ def test_only_ready_gateway_pods_with_an_ip_are_asked(monkeypatch):
     assert selectors == [("ns", "serving.kserve.io/inferenceservice=rm,component=transformer")]
 
 
-def test_a_moved_share_is_set_on_each_gateway_pod_and_a_refused_patch_is_no_failure(monkeypatch):
-    """The nudge: one annotation per pod not going away; a pod gone meanwhile (404) or a patch the RBAC
-    refuses (403) is skipped, the kubelet's own sync brings the share there."""
+def test_a_moved_value_is_set_on_each_gateway_pod_lacking_it_and_a_refused_patch_is_no_failure(monkeypatch):
+    """The nudge: the annotations on each pod not going away that lacks them; a pod gone meanwhile (404)
+    or a patch the RBAC refuses (403) is skipped, the kubelet's own sync brings the values there."""
     from kubernetes.client.exceptions import ApiException
 
     patched = []
@@ -91,12 +93,16 @@ def test_a_moved_share_is_set_on_each_gateway_pod_and_a_refused_patch_is_no_fail
             raise ApiException(status=404 if name == "gone" else 403, reason="no")
         patched.append((name, namespace, body))
 
+    told = {"serving.rlhf.dev/rollout-share": "0"}
     pods = [pod("10.0.0.1", True, name="a"), pod(None, False, name="starting"), pod("10.0.0.3", True, True, "old")]
     pods += [pod("10.0.0.4", True, name="gone"), pod("10.0.0.5", True, name="forbidden")]
+    pods += [pod("10.0.0.6", True, name="told", annotations=told)]
     listed = SimpleNamespace(items=pods)
     api = SimpleNamespace(list_namespaced_pod=lambda namespace, label_selector: listed)
     api.patch_namespaced_pod = patch_namespaced_pod
     monkeypatch.setattr(gateways, "core", lambda: api)
-    assert gateways.nudge("ns", "rm", 0) == ["a", "starting"]
-    body = {"metadata": {"annotations": {"serving.rlhf.dev/rollout-share": "0"}}}
-    assert patched == [("a", "ns", body), ("starting", "ns", body)]
+    assert gateways.nudge("ns", "rm", told) == ["a", "starting"]
+    assert patched == [
+        ("a", "ns", {"metadata": {"annotations": told}}),
+        ("starting", "ns", {"metadata": {"annotations": told}}),
+    ]

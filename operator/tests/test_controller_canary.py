@@ -3,6 +3,7 @@ the gateways are told at each step, what the status and conditions say, and whic
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -10,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from reward_operator.api import API_VERSION, REWARD_MODEL_KIND, conditions
 from reward_operator.api.defaults import apply_defaults
+from reward_operator.api.names import GENERATION_ANNOTATION, SHARE_ANNOTATION
 from reward_operator.controllers import rewardmodel as controller
 from reward_operator.controllers.runner import Runner
 from reward_operator.metrics import OperatorMetrics
@@ -34,7 +36,8 @@ def kserve_reports(cluster: FakeCluster, candidate_ready: bool | None) -> None:
 
 def nudges(cluster: FakeCluster) -> list[str]:
     """The shares the gateway pods were told by annotation (the kubelet projects the ConfigMap then)."""
-    return [share for method, share, _ in cluster.calls if method == "nudge_gateways"]
+    told = [json.loads(annotations) for method, annotations, _ in cluster.calls if method == "nudge_gateways"]
+    return [annotations[SHARE_ANNOTATION] for annotations in told if SHARE_ANNOTATION in annotations]
 
 
 def gateway_share(cluster: FakeCluster) -> str | None:
@@ -215,7 +218,7 @@ def test_kserves_word_on_the_candidate_moves_the_share_through_the_configmap_alo
     assert cluster.applied_names[-1:] == [("ConfigMap", "rm-rollout")]
     assert [call for call in cluster.calls[before:] if call[0] == "apply"] == [("apply", "ConfigMap", "rm-rollout")]
     assert gateway_share(cluster) == "10" and status(cluster)["canary"]["percent"] == 10
-    assert ("nudge_gateways", "10", "rm") in cluster.calls[before:]
+    assert nudges(cluster) == ["10"]
 
 
 def test_the_rollouts_configmap_goes_with_spec_canary_and_the_chat_templates_stays(cluster):
@@ -230,3 +233,22 @@ def test_the_rollouts_configmap_goes_with_spec_canary_and_the_chat_templates_sta
     runner.reconcile("ns", "rm", LOG)
     left = {name for (_, kind, _, name) in cluster.objects if kind == "ConfigMap"}
     assert left == configmaps - {"rm-rollout"}
+
+
+def test_a_spec_edit_tells_the_gateway_pods_the_new_generation_once(cluster):
+    """The identity ConfigMap's generation, like the share, is set on the gateway pods when it moves (the
+    kubelet projects it then); a reconcile of an unchanged spec patches no pod."""
+    runner = rewardmodel_runner(cluster)
+
+    def generations() -> list[str]:
+        told = [json.loads(a) for method, a, _ in cluster.calls if method == "nudge_gateways"]
+        return [annotations[GENERATION_ANNOTATION] for annotations in told if GENERATION_ANNOTATION in annotations]
+
+    runner.reconcile("ns", "rm", LOG)
+    assert generations() == ["1"]
+    runner.reconcile("ns", "rm", LOG)
+    assert generations() == ["1"], "nothing moved: no pod patched"
+    stored_reward_model(cluster)["spec"]["gateway"]["maxConcurrency"] = 32
+    stored_reward_model(cluster)["metadata"]["generation"] = 2
+    runner.reconcile("ns", "rm", LOG)
+    assert generations() == ["1", "2"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -159,8 +160,8 @@ class FakeCluster:
         self.calls.append(("rollout_figures", "", isvc))
         return copy.deepcopy(self.figures)
 
-    def nudge_gateways(self, namespace: str, isvc: str, share: int) -> list[str]:
-        self.calls.append(("nudge_gateways", str(share), isvc))
+    def nudge_gateways(self, namespace: str, isvc: str, annotations: dict[str, str]) -> list[str]:
+        self.calls.append(("nudge_gateways", json.dumps(annotations, sort_keys=True), isvc))
         return []
 
     def reward_models(self, namespace: str, names: list[str]) -> dict[str, dict[str, Any] | None]:

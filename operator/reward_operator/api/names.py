@@ -30,7 +30,8 @@ def owner_label(kind: str) -> str:
 # The cache lives while one of them does (cluster-scoped caches cannot be owned by a namespaced object).
 CACHE_USERS_ANNOTATION = f"{GROUP}/users"
 
-# On a gateway pod during a rollout: the share its rollout's ConfigMap holds, set by the operator when
-# the share moves. Changing the pod makes the kubelet sync it, projecting the new share into the running
-# gateway at once rather than at its next periodic sync (cluster/gateways.py).
+# On a gateway pod: the values it follows from ConfigMaps its pod mounts (the rollout's share, the model's
+# generation), set by the operator when one moves. Changing the pod makes the kubelet sync it, projecting
+# the new value into the running gateway at once rather than at its next periodic sync (cluster/gateways.py).
 SHARE_ANNOTATION = f"{GROUP}/rollout-share"
+GENERATION_ANNOTATION = f"{GROUP}/generation"

@@ -1,17 +1,17 @@
-"""The reward gateway replicas during a rollout: their figures (GET /canary) for the promotion gates,
-and a nudge that makes the kubelet project a moved share into them at once.
+"""The reward gateway replicas: their rollout figures (GET /canary) for the promotion gates, and a
+nudge that makes the kubelet project a moved share or generation into them at once.
 
 The gateway pods are found by the labels KServe puts on a transformer's pods and
 asked directly on their serving port, where /canary answers without a token (the
 figures only). A replica that is not Ready, has no IP yet, or does not answer in
 time is left out: its figures are not the step's, or not there yet.
 
-The share reaches a running gateway through the ConfigMap its pod mounts. The kubelet writes a
-ConfigMap's new content into a pod's volume when it syncs that pod: at its periodic sync (about a
-minute, measured 66-79 s on the real node), or at once when the pod itself changes. So after the
-share moves the operator sets one annotation on each gateway pod, the share it now holds: a rollback
-reaches the running gateways in seconds instead of a minute of the candidate's answers. Nothing else
-of the pod is touched, and it neither restarts nor is replaced.
+A rollout's share and the model's generation reach a running gateway through ConfigMaps its pod
+mounts. The kubelet writes a ConfigMap's new content into a pod's volume when it syncs that pod: at its
+periodic sync (about a minute, measured 66-79 s on the real node), or at once when the pod itself
+changes. So when one moves the operator sets an annotation of that value on each gateway pod: a
+rollback reaches the running gateways in seconds instead of a minute of the candidate's answers.
+Nothing else of the pod is touched, and it neither restarts nor is replaced.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import urllib.request
 from typing import Any
 
 from ..api.kserve import COMPONENT_LABEL, ISVC_LABEL, TRANSFORMER_COMPONENT
-from ..api.names import SHARE_ANNOTATION
 from ..render.gateway import GATEWAY_PORT
 from .client import ClusterError, core, translated
 
@@ -76,19 +75,20 @@ def rollout_figures(namespace: str, isvc: str) -> list[dict[str, Any]]:
     return [figures for figures in found if figures is not None]
 
 
-def nudge(namespace: str, isvc: str, share: int) -> list[str]:
-    """Sets SHARE_ANNOTATION to ``share`` on each gateway pod of ``isvc`` that is not going away (the
-    kubelet syncs a changed pod, projecting the rollout's ConfigMap then); returns the pods nudged.
+def nudge(namespace: str, isvc: str, annotations: dict[str, str]) -> list[str]:
+    """Sets ``annotations`` on each gateway pod of ``isvc`` that is not going away and lacks one of them
+    (the kubelet syncs a changed pod, projecting the ConfigMaps then); returns the pods nudged.
     Best effort, never raises: a pod gone meanwhile, or a patch refused (an RBAC without it), leaves the
-    kubelet's periodic sync to bring the share, as it would without the nudge."""
+    kubelet's periodic sync to bring the values, as it would without the nudge."""
     try:
         pods = _gateway_pods(namespace, isvc)
     except ClusterError:
         return []
-    body = {"metadata": {"annotations": {SHARE_ANNOTATION: str(share)}}}
+    body = {"metadata": {"annotations": annotations}}
     nudged = []
     for pod in pods:
-        if pod.metadata.deletion_timestamp:
+        held = pod.metadata.annotations or {}
+        if pod.metadata.deletion_timestamp or all(held.get(k) == v for k, v in annotations.items()):
             continue
         try:
             with translated():

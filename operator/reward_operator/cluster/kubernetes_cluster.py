@@ -32,8 +32,8 @@ class KubernetesCluster:
     def rollout_figures(self, namespace: str, isvc: str) -> list[dict[str, Any]]:
         return gateways.rollout_figures(namespace, isvc)
 
-    def nudge_gateways(self, namespace: str, isvc: str, share: int) -> list[str]:
-        return gateways.nudge(namespace, isvc, share)
+    def nudge_gateways(self, namespace: str, isvc: str, annotations: dict[str, str]) -> list[str]:
+        return gateways.nudge(namespace, isvc, annotations)
 
     def reward_models(self, namespace: str, names: list[str]) -> dict[str, dict[str, Any] | None]:
         return gather.reward_models(namespace, names)

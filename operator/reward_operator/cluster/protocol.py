@@ -39,9 +39,9 @@ class Cluster(Protocol):
     def rollout_figures(self, namespace: str, isvc: str) -> list[dict[str, Any]]:
         """Each Ready reward gateway replica's GET /canary answer."""
 
-    def nudge_gateways(self, namespace: str, isvc: str, share: int) -> list[str]:
-        """The share annotation set on each gateway pod of ``isvc``, so that the kubelet projects the
-        rollout's ConfigMap into it now; the pods nudged (best effort, never raises)."""
+    def nudge_gateways(self, namespace: str, isvc: str, annotations: dict[str, str]) -> list[str]:
+        """``annotations`` (a moved share, generation) set on each gateway pod of ``isvc``, so that the
+        kubelet projects the ConfigMaps into it now; the pods nudged (best effort, never raises)."""
 
     def reward_models(self, namespace: str, names: list[str]) -> dict[str, dict[str, Any] | None]:
         """The RewardModels of these names, as stored (None: not found)."""

@@ -33,7 +33,7 @@ from ..api import REWARD_MODEL_KIND, conditions, kserve
 from ..api.cache import cache_identity
 from ..api.duration import interval_seconds
 from ..api.keda import scales_through_keda
-from ..api.names import MANAGED_BY, owner_label
+from ..api.names import GENERATION_ANNOTATION, MANAGED_BY, SHARE_ANNOTATION, owner_label
 from ..api.naming import candidate_isvc_name
 from ..cluster import Cluster, KubernetesCluster, Logger, Refused
 from ..policy import cache as cache_policy
@@ -276,14 +276,31 @@ def apply_children(
             applied.append(cluster.apply(child))
         except Refused as error:
             raise Rejected(child, error) from error
-    if decision.share_moved and any(_is_rollout_share(child) for child in applied):
-        # the kubelet projects the moved share into the running gateways when their pods change: now,
-        # not at its next periodic sync a minute on (a rollback's candidate answering meanwhile)
-        nudged = cluster.nudge_gateways(namespace, name, decision.percent)
-        logger.info("the share %s%% told to %d gateway pod(s) of %s", decision.percent, len(nudged), name)
+    _nudge_gateways(reward_model, applied, decision, cluster, logger)
     if not decision.child_only and not _as_created(reward_model):
         _prune(reward_model, children, cluster, logger)
     return applied
+
+
+def _nudge_gateways(
+    reward_model: dict[str, Any], applied: list[dict[str, Any]], decision: Decision, cluster: Cluster, logger: Logger
+) -> None:
+    """The values the gateways follow from ConfigMaps their pods mount (the rollout's share, the model's
+    generation), set as annotations on the gateway pods when one of them moved in this apply: the kubelet
+    projects a ConfigMap into a pod when it syncs that pod, which a change of the pod makes it do now, not
+    at its periodic sync a minute on (a rolled-back candidate answering meanwhile, or answers naming the
+    last generation)."""
+    metadata = reward_model["metadata"]
+    told: dict[str, str] = {}
+    if decision.share_moved and any(_labelled(child, ROLLOUT_PRUNE_LABELS) for child in applied):
+        told[SHARE_ANNOTATION] = str(decision.percent)
+    generation = metadata.get("generation")
+    observed = (reward_model.get("status") or {}).get("observedGeneration")
+    if generation != observed and any(_labelled(child, IDENTITY_PRUNE_LABELS) for child in applied):
+        told[GENERATION_ANNOTATION] = str(generation)
+    if told:
+        nudged = cluster.nudge_gateways(metadata["namespace"], metadata["name"], told)
+        logger.info("%s told to %d gateway pod(s)", ", ".join(f"{k}={v}" for k, v in told.items()), len(nudged))
 
 
 def _as_created(reward_model: dict[str, Any]) -> bool:
@@ -295,8 +312,12 @@ def _as_created(reward_model: dict[str, Any]) -> bool:
 
 def _is_rollout_share(child: dict[str, Any]) -> bool:
     """The ConfigMap the gateways read the rollout's share from (the kubelet projects it into their pods)."""
+    return _labelled(child, ROLLOUT_PRUNE_LABELS)
+
+
+def _labelled(child: dict[str, Any], wanted: dict[str, str]) -> bool:
     labels = child["metadata"].get("labels") or {}
-    return all(labels.get(key) == value for key, value in ROLLOUT_PRUNE_LABELS.items())
+    return all(labels.get(key) == value for key, value in wanted.items())
 
 
 def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], cluster: Cluster, logger: Logger) -> None:
