@@ -22,6 +22,9 @@ names that ClusterIP (as e2e/trainers does).
 2. OpenRLHF's own ``SingleTurnAgentExecutor`` from zero, with the gateway's hold
    (``spec.gateway.scaleFromZeroTimeoutSeconds``) set shorter than the cold start just measured: its
    retry loop (5 tries, 1 s apart) meets the gateway's 503s and ends with the right rewards.
+3. The same model cached on the node (``spec.cache``: KServe's LocalModel download Job on the real
+   node), woken from zero again: no storage initializer in the pod, the same rewards, and its cold
+   start (pod created -> vLLM's ready line) against part 1's with the download, as a ratio.
 
 `make wake-real` runs it (TESTENV_KEDA=1: KEDA in the session's control plane beside the real
 node); not in `make test`: two cold starts of vLLM on the node's 2 cores, and the vLLM image's
@@ -52,8 +55,8 @@ from reward_testing.paths import REPO
 from reward_testing.scoring_cases import TOLERANCE
 from reward_testing.tiny_models import reference_scores, tar_model
 from reward_testing.waiting import wait_until
-from testenv import controlplane, keda, node
-from testenv.helpers import deployment_replicas
+from testenv import controlplane, keda, localmodel, node
+from testenv.helpers import deployment_replicas, wait_for_condition
 
 NAME = "wake-rm"
 COOLDOWN_S = 10  # spec.serving.scaleDownDelay: KEDA's cooldown before zero
@@ -138,6 +141,7 @@ class Sleeping:
     scaler_names: list[str]
     stack: ExitStack
     cold_start_s: float | None = None  # part 1's first request -> last answer
+    downloaded_start_s: float | None = None  # part 1's predictor pod: created -> vLLM's ready line
 
     def pods(self, component: str) -> list[dict]:
         selector = f"serving.kserve.io/inferenceservice={NAME},component={component}"
@@ -346,6 +350,7 @@ def test_a_burst_at_zero_wakes_the_real_vllm_and_every_request_gets_the_models_r
     assert held == len(calls), f"{held:.0f} of {len(calls)} requests held by the gateway"
     assert decided >= sent and min(done) >= timeline["vLLM ready (its log)"] - 1
     sleeping.cold_start_s = max(done) - sent
+    sleeping.downloaded_start_s = timeline["vLLM ready (its log)"] - timeline["predictor pod created"]
 
     idle = max(done)
     zero = sleeping.at_zero("idle: the predictor back at 0 replicas", timeout=300, since=idle)
@@ -416,4 +421,45 @@ def test_openrlhfs_retry_loop_meets_the_gateways_503_while_the_model_wakes_and_e
           f"+{woke:.1f} s (its first call), Ready at +{up:.1f} s, the driver done at +{took:.1f} s")  # fmt: skip
     assert refused >= 1, "the model woke within the hold: OpenRLHF's retry loop met no 503"
     assert diff <= TOLERANCE and batched <= TOLERANCE
+    sleeping.at_zero("idle: the predictor back at 0 replicas", timeout=300)
+
+
+def test_the_same_model_from_the_nodes_cache_wakes_without_a_download(sleeping, tiny_models):
+    """Part 3: spec.cache on the real node's group; the predictor woken from zero mounts the cache (no
+    storage initializer) and answers as before; its start compared with part 1's, which downloaded."""
+    cluster, namespace = sleeping.cluster, sleeping.namespace
+    if sleeping.downloaded_start_s is None:
+        pytest.skip("part 1 (the wake with a download) did not run")
+    group = localmodel.REAL_NODE_GROUP
+    if cluster.kubectl("get", f"localmodelnodegroup/{group}", check=False).returncode != 0:
+        pytest.skip("needs KServe's LocalModel with the real node's group (the session's plane has it with the node)")
+    # the long hold again (part 2 shortened it), in the same edit as the cache: one roll of the gateway
+    edit = {"spec": {"cache": {"modelSize": "1Gi", "nodeGroups": [group]},
+                     "gateway": {"scaleFromZeroTimeoutSeconds": LONG_HOLD_S}}}  # fmt: skip
+    cluster.kubectl("patch", "rewardmodel", NAME, "-n", namespace, "--type=merge", "-p", json.dumps(edit))
+    wait_for_condition(cluster, namespace, NAME, "ModelCached", "True", "Downloaded", timeout=600)
+    sleeping.point_keda_at_the_gateway()
+    sleeping.at_zero("the predictor at 0 replicas with the cache", timeout=WAKE_TIMEOUT_S)
+
+    texts = [f"cached sample {n}: the answer is {3 * n}" for n in range(8)]
+    want = [answer["reward"] for answer in reference_scores(tiny_models["sequence"], [{"text": t} for t in texts])]
+    host = sleeping.url.split("://", 1)[1].split("/", 1)[0]
+    with httpx.Client(base_url=f"http://{sleeping.address}", headers={"Host": host}, timeout=LONG_HOLD_S + 300,
+                      limits=httpx.Limits(max_connections=len(texts))) as http, \
+            ThreadPoolExecutor(max_workers=len(texts)) as pool:  # fmt: skip
+        sent = time.time()
+        answers = list(pool.map(lambda text: http.post("/get_reward", json={"query": [text]}), texts))
+    took = time.time() - sent
+    assert all(answer.status_code == 200 for answer in answers), [answer.text for answer in answers]
+    got = [answer.json()["rewards"][0] for answer in answers]
+    diff = max(abs(g - w) for g, w in zip(got, want, strict=True))
+    (pod,) = sleeping.pods(PREDICTOR)
+    assert not pod["spec"].get("initContainers"), "a storage initializer in the cached model's predictor"
+    timeline = _predictor_timeline(sleeping, sent)
+    cached = timeline["vLLM ready (its log)"] - timeline["predictor pod created"]
+    print(f"\nthe same model from the node's cache, woken from zero: predictor pod created -> vLLM's ready line "
+          f"{cached:.1f} s, against {sleeping.downloaded_start_s:.1f} s with the storage initializer's download "
+          f"(part 1): ratio {sleeping.downloaded_start_s / cached:.2f}; first request -> last answer {took:.1f} s; "
+          f"max |diff| vs transformers {diff:.2e}")  # fmt: skip
+    assert diff <= TOLERANCE
     sleeping.at_zero("idle: the predictor back at 0 replicas", timeout=300)
