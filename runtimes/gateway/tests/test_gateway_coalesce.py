@@ -15,6 +15,8 @@ import pytest
 from reward_gateway.coalesce import QueueObserver
 from reward_gateway.fair_queue import FairQueue
 from reward_testing.fake_vllm import MAX_CHARS, logit
+from reward_testing.gated_upstream import GatedUpstream
+from reward_testing.prometheus_text import sample_sum
 from reward_testing.waiting import wait_until
 
 ON = {"coalesce": "true", "coalesce_max_wait_ms": "20"}
@@ -25,20 +27,35 @@ def texts_of(calls) -> list[list[str]]:
 
 
 def test_concurrent_single_item_requests_share_calls_and_each_gets_its_own_score(start_gateway, backend):
-    gateway = start_gateway(**ON)
-    queries = [f"sample {i} " + "x" * (i % 7) for i in range(64)]
+    # vLLM held busy at a gate until all 64 requests are in the gateway: they merge however spread
+    # their arrivals are on a loaded machine (an idle gateway sends at once, by design)
+    gate = GatedUpstream(backend.url)
+    try:
+        gateway = start_gateway(upstream=gate.url, **ON)
+        queries = [f"sample {i} " + "x" * (i % 7) for i in range(64)]
 
-    def ask(query: str):
-        return gateway.post("/get_reward", json={"query": [query]})
+        def ask(query: str):
+            return gateway.post("/get_reward", json={"query": [query]})
 
-    with ThreadPoolExecutor(64) as pool:
-        answers = list(pool.map(ask, queries))
+        def inside() -> float:
+            return sample_sum(gateway.get("/metrics").text, "reward_gateway_inflight_requests")
+
+        gate.close_gate()
+        with ThreadPoolExecutor(64) as pool:
+            asked = [pool.submit(ask, query) for query in queries]
+            try:
+                wait_until("the 64 requests in the gateway", lambda: inside() >= 64, timeout=30, interval=0.01)
+            finally:
+                gate.open_gate()
+            answers = [future.result() for future in asked]
+    finally:
+        gate.stop()
     for query, answer in zip(queries, answers, strict=True):
         assert answer.status_code == 200, answer.text
         assert answer.json()["rewards"] == pytest.approx([logit(query)])
     calls = texts_of(backend.calls)
     assert sorted(text for call in calls for text in call) == sorted(queries)
-    assert len(calls) < 64  # merged
+    assert len(calls) <= 5, [len(call) for call in calls]  # at most 4 in flight at the gate, then the rest as one
     assert all(len(call) <= 64 for call in calls)
 
 
