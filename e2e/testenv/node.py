@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
@@ -121,6 +121,9 @@ class HostRecord:
     node_dir: str
     sysctls: dict[str, str]
     fixed_paths_before: list[str]
+    # the process bringing the node up, and when it started (a pid alone may be reused): until the
+    # kubelet and containerd are recorded in the plane's state, it is what says the node is not stale
+    starter: list[int] = field(default_factory=list)
 
     def save(self) -> None:
         HOST_RECORD.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -373,7 +376,7 @@ def prepare_host(state_dir: Path, node_dir: Path) -> None:
     record = HostRecord.load()
     if record is not None:
         owner = Path(record.state_dir)
-        if (owner / "state.json").exists() and _owner_alive(owner):
+        if _starting(record) or ((owner / "state.json").exists() and _owner_alive(owner)):
             raise RuntimeError(
                 f"a real node already runs for the control plane in {owner} (one per machine): "
                 f"stop it with `TESTENV_DIR={owner} python -m testenv down`, or start this one with TESTENV_NODE=0"
@@ -388,6 +391,7 @@ def prepare_host(state_dir: Path, node_dir: Path) -> None:
         node_dir=str(node_dir),
         sysctls=_sysctls(),
         fixed_paths_before=[path for path in FIXED_PATHS if os.path.lexists(path)],
+        starter=[os.getpid(), _start_time(os.getpid())],
     ).save()
     # pods reach the host, each other and Services through the bridge: the host must route
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
@@ -407,6 +411,24 @@ def owned_by(state_dir: Path) -> bool:
     """Whether the host's real node (if any) belongs to the control plane in ``state_dir``."""
     record = HostRecord.load()
     return record is not None and Path(record.state_dir).resolve() == Path(state_dir).resolve()
+
+
+def _start_time(pid: int) -> int:
+    """When process ``pid`` started (clock ticks since boot), -1 if there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the command name may hold spaces
+
+
+def _starting(record: HostRecord) -> bool:
+    """Whether the process that began this node is still running: it may be importing images before the
+    kubelet starts, and a second ``up`` that took its node for stale would tear it down under it."""
+    if len(record.starter) != 2:
+        return False
+    pid, started = record.starter
+    return pid != os.getpid() and _start_time(pid) == started
 
 
 def _owner_alive(state_dir: Path) -> bool:
