@@ -54,6 +54,15 @@ def running(*words: str, proc: Path = PROC) -> list[HostProcess]:
     return sorted(found, key=lambda process: process.pid)
 
 
+def environment(pid: int, proc: Path = PROC) -> dict[str, str]:
+    """A process's environment as it started (empty when it has ended or is not ours to read)."""
+    try:
+        raw = (proc / str(pid) / "environ").read_bytes().decode(errors="replace")
+    except OSError:
+        return {}
+    return dict(entry.partition("=")[::2] for entry in raw.split("\0") if "=" in entry)
+
+
 def container_id(status_id: str) -> str:
     """A pod status's ``containerID`` (``containerd://<id>``) without its runtime."""
     return status_id.partition("://")[2] or status_id

@@ -87,10 +87,16 @@ def running_operator_pod(cluster, release: Release) -> dict | None:
     return running[0] if len(running) == 1 else None
 
 
-def operator_processes() -> tuple[list[host_processes.HostProcess], list[host_processes.HostProcess]]:
-    """`reward-operator run` on this host: (in the real node's containers, outside any)."""
+def operator_processes(cluster) -> tuple[list[host_processes.HostProcess], list[host_processes.HostProcess]]:
+    """`reward-operator run` on this host: (in the real node's containers, outside any with this cluster's
+    kubeconfig). Other sessions' unit tests may run operators of their own against other API servers."""
     found = host_processes.running(*OPERATOR)
-    return [p for p in found if p.container], [p for p in found if not p.container]
+    ours = [
+        p
+        for p in found
+        if not p.container and host_processes.environment(p.pid).get("KUBECONFIG") == cluster.kubeconfig
+    ]
+    return [p for p in found if p.container], ours
 
 
 def operator_values(directory: Path) -> Path:
@@ -109,8 +115,8 @@ def operator_values(directory: Path) -> Path:
 @pytest.fixture(scope="module")
 def release(cluster, plane, tmp_path_factory) -> Iterator[Release]:
     """`helm install` of the chart into a namespace enforcing `restricted`, with no host operator running."""
-    _, outside = operator_processes()
-    assert not outside, f"an operator runs on the host outside the real node: {outside}"
+    _, outside = operator_processes(cluster)
+    assert not outside, f"an operator runs on the host against this cluster: {outside}"
     namespace = f"ro-{uuid.uuid4().hex[:6]}"
     manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": RESTRICTED}}
     cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
@@ -211,7 +217,7 @@ def test_the_chart_runs_the_operator_as_a_pod_on_the_real_node_with_its_service_
     assert spec["serviceAccountName"] == RELEASE
 
     # the only operator on the host is the pod's: its container's process, as the chart's user
-    inside, outside = operator_processes()
+    inside, outside = operator_processes(cluster)
     (status,) = pod["status"]["containerStatuses"]
     assert not outside, outside
     assert [p.container for p in inside] == [host_processes.container_id(status["containerID"])], inside

@@ -70,3 +70,12 @@ def test_a_killed_process_is_gone_when_kill_returns():
         assert child.wait(timeout=5) == -9
     finally:
         child.kill()
+
+
+def test_a_process_environment_is_read_as_it_started(tmp_path):
+    (tmp_path / "12").mkdir()
+    (tmp_path / "12" / "environ").write_bytes(b"KUBECONFIG=/tmp/plane/kubeconfig\0PATH=/bin:/usr/bin\0EMPTY=\0")
+    assert host_processes.environment(12, proc=tmp_path) == {
+        "KUBECONFIG": "/tmp/plane/kubeconfig", "PATH": "/bin:/usr/bin", "EMPTY": ""
+    }  # fmt: skip
+    assert host_processes.environment(13, proc=tmp_path) == {}  # ended, or never was
