@@ -38,8 +38,10 @@ testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's
 # on `make keda-test`: `make test` runs KEDA through the operator's objects (scale-to-zero) instead.
 # test_real_node_wake.py: wake from zero on the real node (`make wake-real`), two cold starts of vLLM
 # (12-13 min); test_real_node_canary.py: a canary rollout on real scores (`make canary-real`), three cold
-# starts of vLLM, two of them side by side.
-OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_node_wake.py e2e/tests/test_real_node_canary.py
+# starts of vLLM, two of them side by side; test_real_node_operator_pod.py: the operator installed by its
+# chart as a pod on the real node (`make operator-pod`), two cold starts of vLLM.
+OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_node_wake.py e2e/tests/test_real_node_canary.py \
+	e2e/tests/test_real_node_operator_pod.py
 # The chaos, fuzz and scale-to-zero suites run on targets of their own (in `make test` too), with
 # -s: their counts and times (objects, restarts, generated specs, wake-up) are printed into the log.
 OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_validation_differential.py \
@@ -81,6 +83,14 @@ wake-real: venv testenv-build keda-build host-packages ## a RewardModel at zero 
 .PHONY: canary-real
 canary-real: venv testenv-build host-packages vllm-venv ## a canary on the real node: the stable weights as candidate step up to RolloutComplete and are promoted; other weights are rolled back (figures printed)
 	$(PY) -m pytest e2e/tests/test_real_node_canary.py -q -s -p no:cacheprovider --timeout=3600
+
+# The operator as a pod on the real node, installed by `helm install` of charts/reward-operator with the image
+# built here, its ServiceAccount's RBAC enforced by the API server and no operator on the host; Pod Security's
+# restricted level enforced where it and the RewardModels run. Not in `make test`: the vLLM image's import and
+# two cold starts of vLLM (a RewardModel scored, then one held back by a verb taken from the ClusterRole).
+.PHONY: operator-pod
+operator-pod: venv testenv-build host-packages vllm-venv ## the operator installed by its chart as a pod on the real node: RBAC and restricted enforced, a model scored, helm test, a verb removed, the pod and its process killed (figures printed)
+	$(PY) -m pytest e2e/tests/test_real_node_operator_pod.py -q -s -p no:cacheprovider --timeout=3600
 
 # chaos and scale-to-zero mostly wait (kopf's and KEDA's timeouts, peer lifetimes, cooldowns), each on a
 # control plane of its own: they run side by side, each one's output printed whole when it ends.

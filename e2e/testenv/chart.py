@@ -1,9 +1,10 @@
-"""The Helm chart rendered offline with the pinned helm: what a test installs, or runs as the chart's
-pods would run it."""
+"""The Helm chart with the pinned helm: rendered offline (what a test installs, or runs as the chart's pods
+would run it), and installed on a cluster (the chart tests, the operator as a pod on the real node)."""
 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import yaml
 
@@ -15,14 +16,32 @@ CHART = REPO / "charts" / "reward-operator"
 KUBE_VERSION = "1.37.0"  # helm built without version stamps would assume 1.20
 
 
+def helm_binary() -> Path:
+    """The pinned helm, built into the test bed's cache when missing."""
+    return build.build(only=["helm"]) / "helm"
+
+
+def run_helm(helm: Path, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """``helm args...`` (against the cluster ``env``'s KUBECONFIG names); fails the test with helm's stderr."""
+    result = subprocess.run([str(helm), *args], capture_output=True, text=True, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+def template(helm: Path, namespace: str, *values: str, release: str = "reward-operator") -> list[dict]:
+    """`helm template` of the chart with ``values`` (``--set=...``, ``--include-crds``): its documents."""
+    out = run_helm(helm, "template", release, str(CHART), "-n", namespace, "--kube-version", KUBE_VERSION, *values)
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
 def render(*values: str, namespace: str = "reward-operator", release: str = "reward-operator") -> list[dict]:
     """`helm template` of the chart with ``values`` (``--set=...``), the CRDs of its crds/ folder included."""
-    helm = build.build(only=["helm"]) / "helm"
-    result = subprocess.run(
-        [str(helm), "template", release, str(CHART), "-n", namespace, "--kube-version", KUBE_VERSION,
-         "--include-crds", *values],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise AssertionError(f"helm template failed ({result.returncode}):\n{result.stderr}")
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    return template(helm_binary(), namespace, "--include-crds", *values, release=release)
+
+
+def delete_cluster_objects(cluster, release: str) -> None:
+    """Delete the release's cluster-scoped RBAC (a test's namespace goes with its namespaced objects)."""
+    cluster.kubectl(
+        "delete", "clusterrole,clusterrolebinding", "-l", f"app.kubernetes.io/instance={release}", check=False
+    )

@@ -23,11 +23,20 @@ CLIENT = "client"  # the client pod's name
 READY_TIMEOUT = 900  # an image import, a download and vLLM's start on 2 shared cores
 
 
+# Pod Security's `restricted` profile, which a namespace may enforce: the client pod passes it (the
+# operator image's user, 65532, is not root).
+RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 @contextmanager
-def client_namespace(cluster, secrets: dict[str, dict[str, str]] | None = None) -> Iterator[str]:
-    """A namespace on the real node with the client pod in it (and ``secrets``: name -> string data)."""
+def client_namespace(
+    cluster, secrets: dict[str, dict[str, str]] | None = None, labels: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A namespace on the real node with the client pod in it (and ``secrets``: name -> string data;
+    ``labels`` on the namespace, such as Pod Security's enforced level)."""
     name = f"rw-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(node.namespace_for_real_node(name)))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(node.namespace_for_real_node(name, labels)))
     cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
     items: list[dict] = [
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "namespace": name}, "stringData": data}
@@ -45,8 +54,10 @@ def client_namespace(cluster, secrets: dict[str, dict[str, str]] | None = None) 
                         "image": images.OPERATOR_IMAGE,
                         "imagePullPolicy": "Never",
                         "command": ["python", "-c", "import signal; signal.pause()"],
+                        "securityContext": RESTRICTED_CONTAINER,
                     }
                 ],
+                "securityContext": RESTRICTED_POD,
                 "terminationGracePeriodSeconds": 0,
             },
         }

@@ -23,11 +23,9 @@ import yaml
 
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
-from testenv import build
+from testenv.chart import CHART, KUBE_VERSION, delete_cluster_objects, helm_binary, run_helm, template
 from testenv.helpers import get_json, server_dry_run
 
-CHART = REPO / "charts" / "reward-operator"
-KUBE_VERSION = "1.37.0"  # helm built without version stamps would assume 1.20
 EVERYTHING_ON = [
     "--set=metrics.serviceMonitor.enabled=true",
     "--set=metrics.podMonitor.enabled=true",
@@ -38,19 +36,7 @@ EVERYTHING_ON = [
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
-    return build.build() / "helm"
-
-
-def run_helm(helm: Path, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(helm), *args], capture_output=True, text=True, env=env)
-    if check and result.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
-    return result
-
-
-def template(helm: Path, namespace: str, *args: str, release: str = "reward-operator") -> list[dict]:
-    out = run_helm(helm, "template", release, str(CHART), "-n", namespace, "--kube-version", KUBE_VERSION, *args)
-    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+    return helm_binary()
 
 
 # ---- offline ------------------------------------------------------------------
@@ -262,6 +248,27 @@ def test_cpu_runtimes_take_the_cpu_image_from_your_registry(helm):
     }
 
 
+def test_helm_test_pod_pulls_and_schedules_as_the_operator_pod(helm):
+    """The `helm test` pod runs the operator's image: with the operator's pull secrets, on the nodes the
+    operator's nodeSelector and tolerations allow (a tainted node pool of its own, the test bed's real node)."""
+    placed = [
+        "--set=imagePullSecrets[0].name=registry",
+        "--set=nodeSelector.pool=operators",
+        "--set=tolerations[0].key=dedicated",
+        "--set=tolerations[0].operator=Exists",
+        "--set=tolerations[0].effect=NoSchedule",
+    ]
+    docs = template(helm, "ops", *placed)
+    (deployment,) = (doc for doc in docs if doc["kind"] == "Deployment")
+    (test_pod,) = (doc for doc in docs if doc["kind"] == "Pod")
+    operator_pod = deployment["spec"]["template"]["spec"]
+    for field in ("imagePullSecrets", "nodeSelector", "tolerations"):
+        assert test_pod["spec"][field] == operator_pod[field], field
+    assert test_pod["spec"]["nodeSelector"] == {"pool": "operators"}
+    (defaults,) = (doc for doc in template(helm, "ops") if doc["kind"] == "Pod")
+    assert not {"imagePullSecrets", "nodeSelector", "tolerations"} & defaults["spec"].keys()
+
+
 def test_crds_come_first_for_argocd_and_are_kept(helm):
     docs = template(helm, "ops")
     for doc in docs:
@@ -289,17 +296,11 @@ def test_template_is_accepted_by_the_api_server(cluster, namespace, helm, monito
     assert json.loads(dashboard["data"]["reward-operator.json"])["uid"] == "reward-operator"
 
 
-def _delete_release_cluster_objects(cluster, release: str) -> None:
-    cluster.kubectl(
-        "delete", "clusterrole,clusterrolebinding", "-l", f"app.kubernetes.io/instance={release}", check=False
-    )
-
-
 @pytest.fixture
 def release(cluster, namespace) -> Iterator[str]:
     name = f"ro-{namespace}"
     yield name
-    _delete_release_cluster_objects(cluster, name)
+    delete_cluster_objects(cluster, name)
 
 
 @pytest.fixture
