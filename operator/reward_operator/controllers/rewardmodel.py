@@ -292,11 +292,14 @@ def _nudge_gateways(
     last generation)."""
     metadata = reward_model["metadata"]
     told: dict[str, str] = {}
-    if decision.share_moved and any(_labelled(child, ROLLOUT_PRUNE_LABELS) for child in applied):
+    if decision.share_moved and any(_is_rollout_share(child) for child in applied):
         told[SHARE_ANNOTATION] = str(decision.percent)
     generation = metadata.get("generation")
     observed = (reward_model.get("status") or {}).get("observedGeneration")
-    if generation != observed and any(_labelled(child, IDENTITY_PRUNE_LABELS) for child in applied):
+    # not on the first reconcile (nothing observed yet): no gateway pod has mounted an older generation,
+    # so no pod list for each RewardModel created
+    moved = observed is not None and generation != observed
+    if moved and any(_labelled(child, IDENTITY_PRUNE_LABELS) for child in applied):
         told[GENERATION_ANNOTATION] = str(generation)
     if told:
         nudged = cluster.nudge_gateways(metadata["namespace"], metadata["name"], told)
