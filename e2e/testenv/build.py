@@ -85,7 +85,9 @@ COMPONENTS = (
     Component("etcd", {"etcd": "go.etcd.io/etcd/server/v3"}),
     Component("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
     Component("helm", {"helm": "helm.sh/helm/v3/cmd/helm"}),
-    Component("promtool", {"promtool": "github.com/prometheus/prometheus/cmd/promtool"}),
+    # remove_all_sd: Prometheus's own tag that leaves out its service discoveries (every cloud's SDK),
+    # which the rule and query checks never use: 4.2 min cold alone instead of about 6.4
+    Component("promtool", {"promtool": "github.com/prometheus/prometheus/cmd/promtool"}, tags="remove_all_sd"),
     Component(
         "kserve",
         {
@@ -183,6 +185,7 @@ def component_key(component: Component) -> str:
     digest.update(json.dumps(component.binaries, sort_keys=True).encode())
     digest.update(component.ldflags.encode())
     digest.update(component.tags.encode())
+    digest.update(json.dumps([GO_BUILD_FLAGS, GO_LDFLAGS, GO_BUILD_ENV]).encode())
     return digest.hexdigest()[:12]
 
 
@@ -209,11 +212,19 @@ def _log(message: str) -> None:
     print(f"[testenv build] {message}", file=sys.stderr, flush=True)
 
 
+# Flags of every build, chosen for a cold CI on 2 cores where the Go builds are the longest step: no
+# debug information (the compiler's DWARF, the linker's symbol table and DWARF), which nothing here
+# reads (a panic's stack trace stays), and the compiler's garbage collector run less often (24 GiB
+# here). Together 11% less CPU on promtool's cold build (425 -> 380 CPU-seconds).
+GO_BUILD_FLAGS = ("-trimpath", "-buildvcs=false", "-gcflags=all=-dwarf=false")
+GO_LDFLAGS = "-s -w"
+GO_BUILD_ENV = {"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOGC": "400"}
+
+
 def _go_build(component: Component, out_dir: Path) -> None:
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod")
-    command = ["go", "build", "-v", "-trimpath", "-buildvcs=false", "-o", str(out_dir) + os.sep]
-    if component.ldflags:
-        command += ["-ldflags", component.ldflags]
+    env = dict(os.environ, **GO_BUILD_ENV)
+    command = ["go", "build", "-v", *GO_BUILD_FLAGS, "-o", str(out_dir) + os.sep]
+    command += ["-ldflags", f"{GO_LDFLAGS} {component.ldflags}".strip()]
     if component.tags:
         command += ["-tags", component.tags]
     command += list(component.binaries.values())
