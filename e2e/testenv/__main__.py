@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         type=lambda names: [name.strip() for name in names.split(",") if name.strip()],
         metavar="NAMES",
-        help="comma-separated images to build, of base,pause,operator,storage-initializer,vllm-cpu (default: all)",
+        help="comma-separated images to build, of base,pause,operator,storage-initializer,vllm-cpu,prometheus,"
+        "prometheus-config-reloader (default: all but the last two, which `make prometheus-real` builds)",
     )
     images_parser.add_argument("--force", action="store_true", help="rebuild even when a cached tar matches")
     images_parser.add_argument(

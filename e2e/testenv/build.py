@@ -65,6 +65,20 @@ def _required_version(module_dir: str, module: str) -> str:
 
 KUBERNETES_VERSION = _required_version("kubernetes", "k8s.io/kubernetes")
 
+
+def _prometheus_release(module_version: str) -> str:
+    """Prometheus's release of its Go module's version, which Go's major version rule keeps at v0: v0.316.0
+    is 3.16.0 (Prometheus 3 puts its major version in the hundreds), v0.54.1 is 2.54.1."""
+    minor, patch = module_version.lstrip("v").split(".")[1:3]
+    major, minor = divmod(int(minor), 100) if int(minor) >= 100 else (2, int(minor))
+    return f"{major}.{minor}.{patch}"
+
+
+PROMETHEUS_RELEASE = _prometheus_release(_required_version("prometheus", "github.com/prometheus/prometheus"))
+PROMETHEUS_OPERATOR_RELEASE = _required_version(
+    "prometheus-operator", "github.com/prometheus-operator/prometheus-operator"
+).lstrip("v")
+
 COMPONENTS = (
     Component(
         "kubernetes",
@@ -119,6 +133,30 @@ COMPONENTS = (
         },
     ),
     Component("coredns", {"coredns": "github.com/coredns/coredns"}),
+    # `make prometheus-real` only: the Prometheus server of promtool's release (go/prometheus pins the
+    # same github.com/prometheus/prometheus version), with the one service discovery the configuration
+    # prometheus-operator writes uses (Kubernetes); its build info says the release, as upstream's does
+    Component(
+        "prometheus",
+        {"prometheus": "github.com/prometheus/prometheus/cmd/prometheus"},
+        tags="remove_all_sd enable_kubernetes_sd",
+        ldflags=f"-X github.com/prometheus/common/version.Version={PROMETHEUS_RELEASE}",
+        default=False,
+    ),
+    # `make prometheus-real` only: prometheus-operator, which turns the chart's ServiceMonitor, PodMonitor
+    # and PrometheusRule into that Prometheus's configuration, and the reloader it runs beside Prometheus
+    Component(
+        "prometheus-operator",
+        {
+            name: f"github.com/prometheus-operator/prometheus-operator/cmd/{package}"
+            for name, package in (
+                ("prometheus-operator", "operator"),
+                ("prometheus-config-reloader", "prometheus-config-reloader"),
+            )
+        },
+        ldflags=f"-X github.com/prometheus/common/version.Version={PROMETHEUS_OPERATOR_RELEASE}",
+        default=False,
+    ),
     # KEDA's operator (ScaledObjects: the HPA it owns, scaling 0 <-> 1 itself) and its
     # external metrics API server (what the HPA asks for 1..N); see keda.py. The version
     # its logs print is set the way KEDA's Makefile sets it (the default says "main").

@@ -121,6 +121,10 @@ class Image:
     node: bool = True
     # commands run inside the built image as a user, each must exit 0: (user, argv)
     checks: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+    # a one-layer image of one binary built by build.py: (component, binary); it is the entry point
+    binary: tuple[str, str] | None = None
+    # built by a plain `make images` (CI); the others only when named, by the target that runs them
+    default: bool = True
 
 
 def _vllm_args() -> dict[str, str]:
@@ -168,13 +172,29 @@ IMAGES = (
         ),
     ),
 )
+# `make prometheus-real` only: Prometheus and prometheus-operator's config reloader, each its static binary
+# alone (as upstream's images, which add a busybox), for the StatefulSet prometheus-operator makes
+PROMETHEUS_IMAGES = tuple(
+    Image(
+        name,
+        f"reward-operator-testenv/{name}:v{version}",
+        binary=(component, name),
+        default=False,
+        checks=(("65534", (f"/bin/{name}", "--version")),),
+    )
+    for name, component, version in (
+        ("prometheus", "prometheus", build.PROMETHEUS_RELEASE),
+        ("prometheus-config-reloader", "prometheus-operator", build.PROMETHEUS_OPERATOR_RELEASE),
+    )
+)
+IMAGES += PROMETHEUS_IMAGES
 BY_NAME = {image.name: image for image in IMAGES}
 
 
 def select(only: Iterable[str] | None = None) -> tuple[Image, ...]:
     """The images named in ``only`` (all when None), refusing unknown names."""
     if only is None:
-        return IMAGES
+        return tuple(image for image in IMAGES if image.default)
     names = set(only)
     if unknown := names - BY_NAME.keys():
         raise ValueError(f"unknown image(s) {', '.join(sorted(unknown))}; known: {', '.join(BY_NAME)}")
@@ -302,6 +322,9 @@ def inputs_key(image: Image, base_key: str | None = None) -> str:
     add("ref", image.ref)
     if image.name == "base":
         add("debootstrap", json.dumps([DEBIAN_SUITE, DEBIAN_PACKAGES, STRIPPED, debian_mirror()]))
+    elif image.binary:
+        component, binary = image.binary
+        add("binary", f"{component} {binary} {build.component_key(build.BY_NAME[component])}")
     elif image.name == "pause":
         add("pause.c", _pause_source().read_bytes())
         add("cflags", " ".join(_pause_cflags()))
@@ -625,6 +648,18 @@ def _build_dockerfile(image: Image, out: Path, log: Path) -> None:
     subprocess.run(buildah("rmi", "--prune"), env=env, capture_output=True)
 
 
+def _build_binary_image(image: Image, out: Path) -> None:
+    assert image.binary is not None
+    component, binary = image.binary
+    built = build.build(only=[component]) / binary
+    with tempfile.TemporaryDirectory(dir=images_dir(), prefix=f".{image.name}.") as scratch:
+        rootfs = Path(scratch) / "rootfs"
+        (rootfs / "bin").mkdir(parents=True)
+        shutil.copy2(built.resolve(), rootfs / "bin" / binary)
+        # nobody, as upstream's images run (the pod may set another user)
+        write_docker_archive(out, image.ref, rootfs, {"Entrypoint": [f"/bin/{binary}"], "User": "65534:65534"})
+
+
 _BUILDERS: dict[str, Callable[[Path, Path], None]] = {"base": _build_base, "pause": _build_pause}
 
 
@@ -657,6 +692,8 @@ def image_tar(name: str, force: bool = False) -> Path:
         _log(f"building {image.ref} ({name}) into {out}; log: {log}")
         if name in _BUILDERS:
             _BUILDERS[name](out, log)
+        elif image.binary:
+            _build_binary_image(image, out)
         else:
             with _using_buildah():
                 _build_dockerfile(image, out, log)

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reward_testing import dashboard
 from reward_testing.paths import REPO
 from reward_testing.vllm import missing_vllm, vllm_package_dir
 from testenv import build
 
 PROMETHEUS = REPO / "manifests" / "prometheus"
-DASHBOARD = REPO / "manifests" / "grafana" / "reward-operator.json"
+DASHBOARD = dashboard.DASHBOARD
 CONTRACT = yaml.safe_load((PROMETHEUS / "metrics-contract.yaml").read_text())
 RULE = yaml.safe_load((PROMETHEUS / "prometheusrule.yaml").read_text())
 
@@ -139,10 +140,7 @@ def base_name(sample: str) -> str:
 
 
 def dashboard_exprs() -> list[str]:
-    dashboard = json.loads(DASHBOARD.read_text())
-    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
-    exprs += [var["query"]["query"] for var in dashboard["templating"]["list"] if var["type"] == "query"]
-    return exprs
+    return [expr for _, expr in dashboard.panel_queries()] + dashboard.variable_queries()
 
 
 def rule_exprs() -> list[str]:
@@ -175,11 +173,8 @@ def test_every_metric_used_is_in_the_contract(where):
 
 def test_dashboard_queries_are_promql(promtool, tmp_path):
     # promtool parses each panel's query, Grafana's variables given values, as a recording rule
-    values = {"$__rate_interval": "5m", "$namespace": ".*", "$model": ".*"}
     rules = []
-    for number, expr in enumerate(dashboard_exprs()):
-        for variable, value in values.items():
-            expr = expr.replace(variable, value)
+    for number, expr in enumerate(map(dashboard.with_values, dashboard_exprs())):
         if not expr.startswith("label_values("):
             rules.append({"record": f"dashboard:query_{number}", "expr": expr})
     (tmp_path / "dashboard.yaml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
@@ -202,10 +197,10 @@ def test_dashboard_panels_do_not_overlap():
 
 
 def test_dashboard_covers_operator_gateway_and_vllm():
-    dashboard = json.loads(DASHBOARD.read_text())
-    rows = [panel["title"] for panel in dashboard["panels"] if panel["type"] == "row"]
+    board = json.loads(DASHBOARD.read_text())
+    rows = [panel["title"] for panel in board["panels"] if panel["type"] == "row"]
     assert rows == ["Operator", "Reward gateway", "Rollout", "vLLM"]
-    assert {var["name"] for var in dashboard["templating"]["list"]} >= {"datasource", "namespace", "model"}
+    assert {var["name"] for var in board["templating"]["list"]} >= {"datasource", "namespace", "model"}
     used = {base_name(name) for expr in dashboard_exprs() for name in metrics_in(expr)}
     for source in ("operator", "gateway", "vllm"):
         listed = {name for name, spec in CONTRACT["metrics"].items() if spec["source"] == source}

