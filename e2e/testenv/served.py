@@ -164,7 +164,10 @@ def rewards(cluster, namespace: str, url: str, path: str, body: dict, token: str
 
 
 def finished(cluster, namespace: str, name: str) -> None:
-    """Delete a served RewardModel and wait for its pods to go: the next one needs the node's cores."""
-    cluster.kubectl("delete", "rewardmodel", name, "-n", namespace, "--wait=true", "--timeout=120s")
+    """Delete a served RewardModel and wait for its pods to go: the next one needs the node's cores (one that
+    a test deleted already is no error)."""
+    cluster.kubectl(
+        "delete", "rewardmodel", name, "-n", namespace, "--ignore-not-found", "--wait=true", "--timeout=120s"
+    )
     cluster.kubectl("wait", "--for=delete", "pod", "-n", namespace, "-l", f"serving.kserve.io/inferenceservice={name}",
                     "--timeout=120s", check=False)  # fmt: skip

@@ -105,6 +105,8 @@ def test_helm_lint_is_clean(helm, values):
         ("replicas=0", "at '/replicas': minimum: got 0, want 1"),
         # kopf would renew every second, and a short stall of the API server would hand over
         ("peering.lifetime=3", "at '/peering/lifetime': minimum: got 3, want 5"),
+        ("prometheusRule.alerts.RewardModelNotReady.for=soon", "at '/prometheusRule/alerts/RewardModelNotReady/for'"),
+        ("prometheusRule.alerts.RewardModelNotReady.page=true", "additional properties 'page' not allowed"),
     ],
 )
 def test_schema_rejects_bad_values(helm, value, message):
@@ -130,6 +132,33 @@ def test_deployment_runs_one_standalone_instance(helm):
     (deployment,) = (doc for doc in namespaced if doc["kind"] == "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=a" in args and "--namespace=b" in args and "--all-namespaces" not in args
+
+
+def _alerts(docs: list[dict]) -> dict[str, dict]:
+    (rule,) = (doc for doc in docs if doc["kind"] == "PrometheusRule")
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
+
+
+def test_an_alerts_duration_and_severity_are_set_per_install(helm):
+    shipped = _alerts(template(helm, "ops", "--set=prometheusRule.enabled=true"))
+    tuned = _alerts(template(helm, "ops", "--set=prometheusRule.enabled=true",
+                             "--set=prometheusRule.alerts.RewardModelNotReady.for=30s",
+                             "--set=prometheusRule.alerts.RewardCanaryAgreementLow.severity=critical"))  # fmt: skip
+    assert shipped["RewardModelNotReady"]["for"] == "15m" and tuned["RewardModelNotReady"]["for"] == "30s"
+    assert tuned["RewardModelNotReady"]["labels"] == shipped["RewardModelNotReady"]["labels"]
+    assert tuned["RewardCanaryAgreementLow"]["labels"]["severity"] == "critical"
+    assert tuned["RewardCanaryAgreementLow"]["for"] == shipped["RewardCanaryAgreementLow"]["for"]
+    untouched = shipped.keys() - {"RewardModelNotReady", "RewardCanaryAgreementLow"}
+    assert untouched and all(tuned[name] == shipped[name] for name in untouched)
+
+
+def test_an_alert_name_the_rules_do_not_have_is_refused_with_the_names_they_have(helm):
+    misspelt = "--set=prometheusRule.alerts.RewardModelNotRedy.for=1m"
+    result = run_helm(helm, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+                      "--set=prometheusRule.enabled=true", misspelt, check=False)  # fmt: skip
+    assert result.returncode != 0
+    assert "prometheusRule.alerts.RewardModelNotRedy: the chart has no alert of that name" in result.stderr
+    assert "RewardModelNotReady" in result.stderr
 
 
 def _rules_of(docs: list[dict], group: str) -> dict[str, list[dict]]:

@@ -8,7 +8,10 @@ RewardModel serves and is scored; then, through Prometheus's HTTP API:
 1. every target of the chart's monitors is up: the operator pod, the gateway pod and vLLM;
 2. the chart's alert rules are loaded and evaluate without an error, none firing on a healthy model;
 3. each query of the Grafana dashboard answers; the panels a plain scoring run feeds have series, and the
-   empty ones are named (what feeds them: a rollout, an error, a cold start).
+   empty ones are named (what feeds them: a rollout, an error, a cold start);
+4. a RewardModel whose vLLM crash-loops (its model names an architecture vLLM does not have) fires
+   ``RewardModelNotReady`` (its ``for`` set to 20 s through the chart's ``prometheusRule.alerts``), and the alert
+   clears once the RewardModel names a good model and turns Ready.
 
 `make prometheus-real` runs it; not in `make test`: the Prometheus and prometheus-operator builds (about 15
 CPU-minutes cold) and the vLLM image. Figures are printed, never asserted.
@@ -17,6 +20,7 @@ CPU-minutes cold) and the vLLM image. Figures are printed, never asserted.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,8 +32,10 @@ import yaml
 from reward_testing import dashboard
 from reward_testing.paths import REPO
 from reward_testing.scoring_cases import CONVERSATION, PROMPT, RESPONSE
+from reward_testing.tiny_models import tar_model
 from reward_testing.waiting import wait_until
-from testenv import images, prometheus
+from testenv import images, node, prometheus
+from testenv.helpers import condition, get_json, predictor_pod, wait_for_ready
 from testenv.served import finished, reward_model, rewards, serve
 
 # The operator-pod suite's chart install (with this module's chart_values) and its namespaces: pytest takes
@@ -60,7 +66,8 @@ def chart_values() -> dict:
             "serviceMonitor": {"enabled": True, "interval": every},
             "podMonitor": {"enabled": True, "interval": every},
         },
-        "prometheusRule": {"enabled": True},
+        # the crash-loop test's alert fires after 20 s of its condition instead of 15 min
+        "prometheusRule": {"enabled": True, "alerts": {"RewardModelNotReady": {"for": "20s"}}},
     }  # fmt: skip
 
 
@@ -186,3 +193,55 @@ def test_every_dashboard_query_answers_and_the_scored_panels_have_series(prometh
     empty = {t: FED_BY_OTHER_EVENTS.get(t, "a rollout") for t, n in counts.items() if not n}
     print(f"\n[prometheus] dashboard: {sum(1 for n in counts.values() if n)} of {len(counts)} panels with series "
           f"after the scoring run; empty: {empty}")  # fmt: skip
+
+
+def alert_state(api: prometheus.Api, alertname: str, namespace: str, name: str) -> str:
+    """``firing``, ``pending`` or ``inactive`` (no alert) for one object's alert."""
+    for alert in api.alerts():
+        labels = alert["labels"]
+        if (labels.get("alertname"), labels.get("namespace"), labels.get("name")) == (alertname, namespace, name):
+            return alert["state"]
+    return "inactive"
+
+
+def test_a_crash_looping_vllm_fires_its_alert_which_clears_once_healthy(
+    cluster, plane, prometheus_api, scored, model_uris, tiny_models, tmp_path
+) -> None:
+    finished(cluster, scored, MODEL)  # the node's 2 cores: the scored model makes room (the panels are checked)
+    # a model whose config names an architecture vLLM has not: downloaded fine, vLLM exits at start, again and again
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_models["sequence"].path, broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchRewardModel"]}))
+    tar_model(broken, node.storage_dir(plane.directory) / "broken.tar.gz")
+    uri = node.storage_url(node.host_address(), plane.state.ports[node.STORAGE], "broken.tar.gz")
+    name, alert = "crashing", "RewardModelNotReady"
+    started = time.monotonic()
+    cluster.kubectl("apply", "-n", scored, "-f", "-", input=json.dumps(reward_model(name, "sequence", uri)))
+    try:
+
+        def restarts() -> int:
+            pod = predictor_pod(cluster, scored, name) or {"status": {}}
+            statuses = pod["status"].get("containerStatuses", [])
+            return sum(s.get("restartCount", 0) for s in statuses if s["name"] == "kserve-container")
+
+        restarted = wait_until("vLLM's container restarted", restarts, timeout=600, interval=2)
+        crashed = time.monotonic() - started
+        wait_until(f"{alert} firing", lambda: alert_state(prometheus_api, alert, scored, name) == "firing",
+                   timeout=300, interval=2)  # fmt: skip
+        fired = time.monotonic() - started
+        assert condition(get_json(cluster, "rewardmodel", name, "-n", scored))["status"] != "True"
+
+        # healthy again: the good model, Ready, and the alert resolves
+        patch = {"spec": {"model": {"uri": model_uris["sequence"]}}}
+        cluster.kubectl("patch", "rewardmodel", name, "-n", scored, "--type=merge", "-p", json.dumps(patch))
+        wait_for_ready(cluster, scored, name, timeout=900)
+        ready = time.monotonic() - started
+        wait_until(f"{alert} cleared", lambda: alert_state(prometheus_api, alert, scored, name) == "inactive",
+                   timeout=120, interval=2)  # fmt: skip
+        cleared = time.monotonic() - started
+    finally:
+        finished(cluster, scored, name)
+    print(f"\n[prometheus] crash loop: vLLM restarted {crashed:.0f}s after the apply ({restarted} restart(s) seen), "
+          f"{alert} firing at {fired:.0f}s (for: 20s); the good model Ready at {ready:.0f}s, the alert cleared at "
+          f"{cleared:.0f}s")  # fmt: skip
