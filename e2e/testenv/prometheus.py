@@ -4,8 +4,7 @@
 
 - prometheus-operator (go/prometheus-operator: its own Go module) runs as a recorded process of the test
   bed with the admin's client certificate, as KServe's manager does;
-- its CRDs are its own (the module's ``example/prometheus-operator-crd``), replacing the schemaless
-  stand-ins the other suites use;
+- its CRDs are its own (the module's ``example/prometheus-operator-crd``), as every suite's are;
 - a ``Prometheus`` object selects every ServiceMonitor, PodMonitor and PrometheusRule; prometheus-operator
   turns them into the configuration and rule files of a StatefulSet it makes, and its config reloader
   keeps the running server in step;
@@ -36,19 +35,23 @@ RELOADER_IMAGE = images.BY_NAME["prometheus-config-reloader"].ref
 INTERVAL = "5s"  # scrape and rule evaluation: a test sees a new series within seconds
 
 
-def crd_files() -> list[Path]:
-    """prometheus-operator's CRDs, at the version its binary is built from."""
+def crd_files(plurals: tuple[str, ...] = ()) -> list[Path]:
+    """prometheus-operator's CRDs (those of ``plurals``, else all), at the version its binary is built from."""
     source = build.module_source(
         "github.com/prometheus-operator/prometheus-operator", "v" + build.PROMETHEUS_OPERATOR_RELEASE
     )
-    return sorted((source / "example" / "prometheus-operator-crd").glob("monitoring.coreos.com_*.yaml"))
+    files = sorted((source / "example" / "prometheus-operator-crd").glob("monitoring.coreos.com_*.yaml"))
+    chosen = [path for path in files if not plurals or path.stem.split("_", 1)[1] in plurals]
+    if missing := set(plurals) - {path.stem.split("_", 1)[1] for path in chosen}:
+        raise LookupError(f"prometheus-operator {build.PROMETHEUS_OPERATOR_RELEASE} has no CRD of {sorted(missing)}")
+    return chosen
 
 
-def install_crds(cluster) -> None:
-    """Applied server-side (they are too large for the last-applied annotation), forcing ownership of the
-    stand-ins' fields where a suite applied those before; Established before anything uses them."""
+def install_crds(cluster, plurals: tuple[str, ...] = ()) -> None:
+    """prometheus-operator's CRDs (those of ``plurals``, else all), applied server-side (they are too large for
+    the last-applied annotation); Established before anything uses them."""
     names = []
-    for path in crd_files():
+    for path in crd_files(plurals):
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=testenv", "-f", str(path))
         names.append("crd/" + yaml.safe_load(path.read_text())["metadata"]["name"])
     cluster.kubectl("wait", "--for=condition=Established", *names, "--timeout=120s")

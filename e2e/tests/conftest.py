@@ -7,51 +7,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from reward_testing.paths import REPO
 from reward_testing.scoring_cases import REFERENCE_ITEMS
 from reward_testing.tiny_models import reference_scores_of, tar_model
-from testenv import controlplane, node
+from testenv import controlplane, node, prometheus
 from testenv.operator_process import OperatorProcess
-
-# prometheus-operator's CRDs are not part of the test control plane (its root Go
-# module, which holds them, does not download here): these stand-ins are schemaless,
-# so the API server accepts ServiceMonitor, PodMonitor and PrometheusRule by kind.
-MONITORING_CRDS = "\n---\n".join(
-    yaml.safe_dump(
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-            "spec": {
-                "group": "monitoring.coreos.com",
-                "scope": "Namespaced",
-                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    }
-                ],
-            },
-        }
-    )
-    for kind, plural in (
-        ("ServiceMonitor", "servicemonitors"),
-        ("PodMonitor", "podmonitors"),
-        ("PrometheusRule", "prometheusrules"),
-    )
-)
 
 
 @pytest.fixture(scope="session")
 def monitoring_crds(cluster):
-    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", input=MONITORING_CRDS)
-    for name in ("servicemonitors", "podmonitors", "prometheusrules"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}.monitoring.coreos.com", "--timeout=60s")
+    """prometheus-operator's own CRDs of the kinds the chart and manifests ship (their schemas check ours), at
+    the release `make prometheus-real` runs."""
+    prometheus.install_crds(cluster, ("servicemonitors", "podmonitors", "prometheusrules"))
 
 
 @pytest.fixture(scope="session")

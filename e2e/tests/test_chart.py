@@ -6,7 +6,8 @@ of a session may have applied the same CRDs and runtimes with kubectl, hence
 `--take-ownership` on install, as a user who pre-installed the CRDs would do.
 
 prometheus-operator's CRDs are not part of the test control plane: the test that
-renders every optional object installs schemaless stand-ins (conftest.MONITORING_CRDS).
+renders every optional object installs its own (conftest.monitoring_crds, from its Go
+module), whose schemas check the chart's ServiceMonitor, PodMonitor and PrometheusRule.
 """
 
 from __future__ import annotations
