@@ -110,9 +110,10 @@ test: docs lint unit node-host integration fuzz ## everything CI runs (the docs 
 node-host: venv testenv-build host-packages ## the real node alone: a pod runs, then the host is as before `up` (also after an interrupted run)
 	$(PY) -m pytest e2e/tests/test_real_node_host.py -q -s
 
-# Debian's packages the real node takes from the host (runc, iptables, iproute2) and the image
+# Debian's packages the real node takes from the host (runc, iptables, iproute2; nftables: `down` deletes the
+# tables iptables made) and the image
 # builder (buildah, debootstrap); installed when missing (root, as in CI).
-HOST_PACKAGES := runc iptables iproute2 buildah debootstrap
+HOST_PACKAGES := runc iptables nftables iproute2 buildah debootstrap
 host-packages: ## install the Debian packages the real node and the image builds need, where missing
 	@missing=$$(for p in $(HOST_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then echo "installing Debian's $$missing"; \

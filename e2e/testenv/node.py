@@ -124,6 +124,9 @@ class HostRecord:
     # the process bringing the node up, and when it started (a pid alone may be reused): until the
     # kubelet and containerd are recorded in the plane's state, it is what says the node is not stale
     starter: list[int] = field(default_factory=list)
+    # the host's netfilter tables before (`nft list tables`: "ip filter", ...), None where nft is missing: on
+    # a machine where iptables never ran, kube-proxy's first rule creates its tables, and down deletes them
+    netfilter_tables_before: list[str] | None = None
 
     def save(self) -> None:
         HOST_RECORD.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -392,6 +395,7 @@ def prepare_host(state_dir: Path, node_dir: Path) -> None:
         sysctls=_sysctls(),
         fixed_paths_before=[path for path in FIXED_PATHS if os.path.lexists(path)],
         starter=[os.getpid(), _start_time(os.getpid())],
+        netfilter_tables_before=_netfilter_tables(),
     ).save()
     # pods reach the host, each other and Services through the bridge: the host must route
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
@@ -462,6 +466,8 @@ def clean_host() -> None:
         _run("ip", "link", "delete", BRIDGE, check=False)
     for tool in ("iptables", "ip6tables"):
         _remove_chains(tool)
+    if record is not None and record.netfilter_tables_before is not None:
+        _remove_new_empty_tables(record.netfilter_tables_before)
     if record is not None:
         for name, value in record.sysctls.items():
             with contextlib.suppress(OSError):
@@ -594,6 +600,31 @@ def _remove_chains(tool: str) -> None:
             subprocess.run([tool, "-t", table, "-F", chain], capture_output=True)
         for chain in chains:
             subprocess.run([tool, "-t", table, "-X", chain], capture_output=True)
+
+
+def _netfilter_tables() -> list[str] | None:
+    """The host's nftables tables as "family name" (iptables-nft keeps its tables there), None without nft."""
+    if shutil.which("nft") is None:
+        return None
+    listed = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True)
+    if listed.returncode != 0:
+        return None
+    lines = listed.stdout.splitlines()
+    return sorted(line.removeprefix("table ").strip() for line in lines if line.startswith("table "))
+
+
+def _remove_new_empty_tables(before: list[str]) -> None:
+    """Delete the tables that were not there before ``up`` and hold no rule now (our chains are gone by then):
+    iptables-nft creates a table, with its built-in chains, at the first rule and never deletes it. A table
+    with someone else's rules in it stays."""
+    for table in set(_netfilter_tables() or []) - set(before):
+        family, name = table.split(" ", 1)
+        listed = subprocess.run(["nft", "-j", "list", "table", family, name], capture_output=True, text=True)
+        if listed.returncode != 0:
+            continue
+        with contextlib.suppress(ValueError):
+            if not any("rule" in item for item in json.loads(listed.stdout).get("nftables", [])):
+                subprocess.run(["nft", "delete", "table", family, name], capture_output=True)
 
 
 def host_state() -> dict:
