@@ -58,7 +58,13 @@ ROLLOUT_ROW = "Rollout"  # every panel under it: a rollout in progress (the cana
 
 
 @pytest.fixture(scope="module")
-def chart_values() -> dict:
+def prometheus_crds(cluster) -> None:
+    """prometheus-operator's CRDs, before the chart's install renders its monitors."""
+    prometheus.install_crds(cluster)
+
+
+@pytest.fixture(scope="module")
+def chart_values(prometheus_crds) -> dict:
     """The chart's monitoring objects switched on, scraped every 5 s."""
     every = prometheus.INTERVAL
     return {
@@ -75,7 +81,6 @@ def chart_values() -> dict:
 def prometheus_api(cluster, plane, release) -> Iterator[prometheus.Api]:
     """prometheus-operator on the test bed, and the Prometheus it runs on the real node."""
     started = time.monotonic()
-    prometheus.install_crds(cluster)
     plane.load_images(tuple(image.name for image in images.PROMETHEUS_IMAGES))
     prometheus.start_operator(plane)
     namespace = f"monitoring-{uuid.uuid4().hex[:6]}"
