@@ -251,6 +251,7 @@ def run_command(args: argparse.Namespace) -> int:
         standalone=args.standalone,
         peering_name=args.peering,
         priority=peering.resolve_priority(args.priority),
+        identity=peering.own_identity(),
         namespaces=args.namespace or (),
         clusterwide=not args.namespace,
         liveness_endpoint=args.liveness or None,

@@ -10,6 +10,7 @@ one derived from its own pod name (``--priority auto``).
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import os
 import socket
@@ -39,6 +40,20 @@ def pod_priority(pod_name: str) -> int:
     """A priority of its own for each pod name: the same name always gives the same number."""
     digest = hashlib.sha256(pod_name.encode()).digest()
     return int.from_bytes(digest[:4], "big") >> (32 - PRIORITY_BITS)
+
+
+def own_identity(environ: Mapping[str, str] = os.environ) -> str:
+    """This process's identity in kopf's peering: POD_ID where set (the chart's replicas), else user@host/pid.
+    kopf's own default asks getpass for the user's name, which raises in a container whose UID has no passwd
+    entry (our image's 65532, an arbitrary UID a platform assigns): the operator pod died at start, in the
+    first run of the chart's pod on a real node. The UID stands in for the name then."""
+    if environ.get(POD_NAME_ENV):
+        return environ[POD_NAME_ENV]
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}/{os.getpid()}"
 
 
 def own_pod_name(environ: Mapping[str, str] = os.environ) -> str:

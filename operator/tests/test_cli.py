@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import kopf
@@ -270,3 +271,18 @@ def test_a_priority_that_is_neither_a_number_nor_auto_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--peering", "x", "--priority", "high"])
     assert "--priority: an integer or 'auto', got 'high'" in capsys.readouterr().err
+
+
+def test_the_kopf_identity_needs_no_passwd_entry_for_the_uid(monkeypatch):
+    # a container whose UID has no passwd entry (our image's 65532, a platform's arbitrary UID): getpass
+    # raises, which killed the chart's operator pod at start when kopf asked it
+    from reward_operator import peering
+
+    def no_entry() -> str:
+        raise KeyError(f"getpwuid(): uid not found: {os.getuid()}")
+
+    monkeypatch.setattr(peering.getpass, "getuser", no_entry)
+    identity = peering.own_identity({})
+    assert identity.startswith(f"uid{os.getuid()}@") and identity.endswith(f"/{os.getpid()}")
+    # the chart's replicas name themselves by their pod (POD_ID), as kopf does
+    assert peering.own_identity({"POD_ID": "reward-operator-7d9f-abcde"}) == "reward-operator-7d9f-abcde"
