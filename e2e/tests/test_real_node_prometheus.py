@@ -142,9 +142,13 @@ def test_prometheus_scrapes_the_operator_pod_the_gateway_and_vllm(cluster, relea
     assert {t["labels"].get("rewardmodel") for t in found["models"]} == {MODEL}, found["models"]
     assert "kserve-container" in found["containers"], found["containers"]
     # up, and each scraped what it exports
-    assert prometheus_api.query(f'reward_operator_objects{{namespace="{release.namespace}"}}')
-    assert prometheus_api.query(f'reward_gateway_requests_total{{namespace="{scored}", model="{MODEL}"}}')
-    assert prometheus_api.query(f'vllm:prompt_tokens_total{{namespace="{scored}", model_name="{MODEL}"}}')
+    # the scoring run's series, once a scrape after it is in (every 5 s; the second run asserted too early)
+    for query in (
+        f'reward_operator_objects{{namespace="{release.namespace}"}}',
+        f'reward_gateway_requests_total{{namespace="{scored}", model="{MODEL}"}}',
+        f'vllm:prompt_tokens_total{{namespace="{scored}", model_name="{MODEL}"}}',
+    ):
+        wait_until(f"a series of {query}", lambda query=query: prometheus_api.query(query), timeout=60, interval=2)
     print(f"\n[prometheus] targets up {time.monotonic() - started:.1f}s after the scoring run: operator "
           f"{[t['labels'].get('pod') for t in found['operator']]}, {MODEL}'s "
           f"{sorted((t['labels'].get('pod'), t['labels'].get('container')) for t in found['models'])}; "
