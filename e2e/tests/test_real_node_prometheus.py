@@ -191,20 +191,23 @@ def test_every_dashboard_query_answers_and_the_scored_panels_have_series(prometh
         row_of.setdefault(panel["title"], row)
     values = {**dashboard.ALL_VALUES, "$namespace": scored, "$model": MODEL}
 
-    def answers() -> dict[str, int] | None:
+    def series_per_panel() -> dict[str, int]:
         counts: dict[str, int] = {}
         for title, expr in dashboard.panel_queries():
             counts[title] = counts.get(title, 0) + len(prometheus_api.query(dashboard.with_values(expr, values)))
-        expected = [t for t in counts if t not in FED_BY_OTHER_EVENTS and row_of[t] != ROLLOUT_ROW]
-        return counts if all(counts[t] for t in expected) else None
+        return counts
+
+    def fed_and_empty(counts: dict[str, int]) -> list[str]:
+        return [t for t, n in counts.items() if not n and t not in FED_BY_OTHER_EVENTS and row_of[t] != ROLLOUT_ROW]
+
+    def answers() -> dict[str, int] | None:
+        counts = series_per_panel()
+        return None if fed_and_empty(counts) else counts
 
     try:
         counts = wait_until("a series in every panel a scoring run feeds", answers, timeout=120, interval=5)
     except AssertionError:
-        counts = {}
-        for title, expr in dashboard.panel_queries():
-            counts[title] = counts.get(title, 0) + len(prometheus_api.query(dashboard.with_values(expr, values)))
-        empty = [t for t, n in counts.items() if not n and t not in FED_BY_OTHER_EVENTS and row_of[t] != ROLLOUT_ROW]
+        empty = fed_and_empty(series_per_panel())
         raw = {
             m: prometheus_api.query(f'{m}{{namespace="{scored}"}}')
             for m in ("reward_gateway_score_sum", "reward_gateway_score_count")
