@@ -77,7 +77,7 @@ from reward_gateway.coalesce import MetricsObserver
 from reward_gateway.config import CanaryConfig, GatewayConfig
 from reward_gateway.errors import GatewayError, UpstreamError, forget
 from reward_gateway.identity import ClientLabels, model_identity
-from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.metrics import GatewayMetrics, ScoreRecorder
 from reward_gateway.scorer import Scorer
 from reward_gateway.share import Share, followed
 from reward_gateway.upstream import VllmClient
@@ -98,7 +98,7 @@ class Backend:
     config: GatewayConfig  # the stable model's, with this model's URL, served name and template
     client: VllmClient
     scorer: Scorer
-    scores: Any  # its reward_gateway_score child
+    scores: ScoreRecorder  # its reward_gateway_score child and score sums
     identity: dict[str, Any] = field(default_factory=dict)  # what its answers say of it (reward_gateway.identity)
 
 
@@ -121,7 +121,7 @@ def candidate_backend(config: GatewayConfig, canary: CanaryConfig, metrics: Gate
     # The candidate is the same RewardModel's: its generation is the stable model's where none is its own.
     revision = dataclasses.replace(canary.identity, generation=canary.identity.generation or config.identity.generation)
     identity = model_identity(own.model_name, "candidate", revision)
-    return Backend("candidate", canary.name, own, client, scorer, metrics.scores.labels(canary.name), identity)
+    return Backend("candidate", canary.name, own, client, scorer, metrics.score_recorder(canary.name), identity)
 
 
 def bucket(salt: bytes, key: bytes) -> int:

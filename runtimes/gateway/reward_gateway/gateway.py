@@ -91,7 +91,7 @@ class Gateway:
         labels = ClientLabels(config.coalesce.weights)
         self.scorer = Scorer(config, self.client, MetricsObserver(self.metrics, model, labels))
         identity = model_identity(model, "stable", config.identity)
-        scores = self.metrics.scores.labels(model)
+        scores = self.metrics.score_recorder(model)
         self.stable = Backend("stable", model, config, self.client, self.scorer, scores, identity)
         self.canary = Canary.build(config, self.metrics, self.stable) if config.canary is not None else None
         self.generation = self._followed_generation()
@@ -344,10 +344,10 @@ class Gateway:
         self.load.admit(count)
 
     def _observe(self, scores: list[Score], tally: _Tally) -> None:
-        # Each model's scores under its own name: a split must not blur the drift alert's histogram.
-        histogram = tally.backend.scores if tally.backend is not None else self.stable.scores
+        # Each model's scores under its own name: a split must not blur the drift alert's histogram and sums.
+        recorder = tally.backend.scores if tally.backend is not None else self.stable.scores
         for score in scores:
-            histogram.observe(score.reward)
+            recorder.observe(score.reward)
 
 
 def _identity(tally: _Tally) -> dict[str, Any]:

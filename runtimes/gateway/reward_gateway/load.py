@@ -16,6 +16,7 @@ more is answered 503 with Retry-After at once instead of waiting.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable
@@ -52,6 +53,12 @@ class Load:
         # the first request is held (reward_gateway.scaler listens; None: nobody).
         self.on_first: Callable[[], None] | None = None
         self.on_held: Callable[[], None] | None = None
+        # Set once the pod is going away (SIGTERM): a request is held no longer here, but answered 503 so that
+        # its client retries on a pod that stays (reward_gateway.upstream); in the event loop's thread only.
+        self.leaving = asyncio.Event()
+
+    def stop_holding(self) -> None:
+        self.leaving.set()
 
     def begin(self) -> None:
         if self.requests == 0 and self.on_first is not None:

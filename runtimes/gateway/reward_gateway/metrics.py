@@ -6,7 +6,10 @@ in manifests/; change them only together.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
@@ -48,6 +51,19 @@ class GatewayMetrics:
         self.scores = histogram(
             "reward_gateway_score", "Rewards returned, for drift alerts.", ["model"], buckets=SCORE_BUCKETS
         )
+        # prometheus-client exports no _sum for a histogram whose buckets go below zero (a sum that can fall is
+        # not a counter, and rate() would read each fall as a reset). The mean score is read from two sums that
+        # only grow instead: (rate(positive) - rate(negative)) / rate(reward_gateway_score_count).
+        self.score_positive_sum = counter(
+            "reward_gateway_score_positive_sum",
+            "Sum of the positive rewards returned (the mean's numerator).",
+            ["model"],
+        )
+        self.score_negative_sum = counter(
+            "reward_gateway_score_negative_sum",
+            "Sum of the magnitudes of the negative rewards returned (subtracted in the mean's numerator).",
+            ["model"],
+        )
         self.inflight = gauge("reward_gateway_inflight_requests", "Requests being answered now.", ["model"])
         self.held = gauge(
             "reward_gateway_held_requests",
@@ -82,3 +98,25 @@ class GatewayMetrics:
             ["model"],
             buckets=BATCH_ITEM_BUCKETS,
         )
+
+    def score_recorder(self, model: str) -> ScoreRecorder:
+        """Where one model's rewards are counted: its histogram and the two sums its mean is read from."""
+        return ScoreRecorder(
+            self.scores.labels(model), self.score_positive_sum.labels(model), self.score_negative_sum.labels(model)
+        )
+
+
+@dataclass(frozen=True)
+class ScoreRecorder:
+    histogram: Any
+    positive_sum: Any
+    negative_sum: Any
+
+    def observe(self, reward: float) -> None:
+        self.histogram.observe(reward)
+        if not math.isfinite(reward):
+            return  # in the histogram's count only: a sum with an inf or a nan in it would stay so for good
+        if reward > 0:
+            self.positive_sum.inc(reward)
+        elif reward < 0:
+            self.negative_sum.inc(-reward)

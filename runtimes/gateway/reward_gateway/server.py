@@ -13,7 +13,8 @@ that stopped listening at the signal left the requests sent meanwhile without an
 answering for REWARD_GATEWAY_DRAIN_SECONDS (5 s), every answer with ``Connection: close`` so that
 keep-alive clients reconnect to a pod that stays, then shuts down gracefully. Kubernetes' usual
 answer is a preStop sleep; this one needs no shell in the image and no field of KServe's schema.
-SIGINT (Ctrl-C) still stops at once.
+SIGINT (Ctrl-C) still stops at once. From SIGTERM on it holds nothing for a predictor that is not up
+(reward_gateway.upstream): a cold start outlasts the graceful shutdown, which would cut held requests.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import gc
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -127,15 +129,31 @@ def _calm_garbage_collector() -> None:
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server, which on SIGTERM answers ``drain_s`` longer before its graceful shutdown."""
+    """uvicorn's server, which on SIGTERM answers ``drain_s`` longer before its graceful shutdown.
 
-    def __init__(self, config: uvicorn.Config, drain_s: float, draining: threading.Event):
+    ``on_leaving`` runs in the event loop at SIGTERM: the gateway stops holding requests for a predictor that
+    is not up (a cold start outlasts the graceful shutdown, which would cut them without an answer)."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        drain_s: float,
+        draining: threading.Event,
+        on_leaving: Callable[[], None] = lambda: None,
+    ):
         super().__init__(config)
         self.drain_s = drain_s
         self.draining = draining
+        self.on_leaving = on_leaving
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGTERM and not self.draining.is_set():
+            try:  # the signal interrupts the loop's own thread: the loop runs the call as its next step
+                asyncio.get_running_loop().call_soon_threadsafe(self.on_leaving)
+            except RuntimeError:  # no loop running (not started yet, or stopped)
+                self.on_leaving()
         if sig != signal.SIGTERM or self.draining.is_set() or self.drain_s <= 0:
+            self.draining.set()
             super().handle_exit(sig, frame)  # Ctrl-C, a second signal, or no drain: as uvicorn does
             return
         self.draining.set()
@@ -170,8 +188,9 @@ class CloseWhileDraining:
 
 def serve(config: GatewayConfig) -> None:
     draining = threading.Event()
+    gateway = Gateway(config)
     settings = uvicorn.Config(
-        CloseWhileDraining(build_app(Gateway(config)), draining),
+        CloseWhileDraining(build_app(gateway), draining),
         host=config.listen_address or "0.0.0.0",
         port=config.port,
         # uvloop's C event loop and transports halve the gateway's CPU per
@@ -191,4 +210,4 @@ def serve(config: GatewayConfig) -> None:
     logging.getLogger("uvicorn.access").addFilter(SafeAccessLine())
     settings.load()  # imports the protocol classes now, so the collector freezes them too
     _calm_garbage_collector()
-    DrainingServer(settings, config.drain_s, draining).run()
+    DrainingServer(settings, config.drain_s, draining, gateway.load.stop_holding).run()

@@ -46,6 +46,9 @@ PROBE_CONNECT_TIMEOUT_S = 1.0  # in-cluster connects take milliseconds; a droppe
 UNREACHABLE, LOADING = "unreachable", "loading"
 RETRY_AFTER_S = 10
 OVERLOADED_RETRY_AFTER_S = 1
+# A gateway pod on its way out answers the requests it holds, and those it would hold, at once: the pod that
+# replaces it (Ready before this one was told to go) holds them, and wakes the predictor (its scaler).
+LEAVING_MESSAGE = "vLLM is not up yet and this gateway pod is shutting down; retry (another pod holds it)"
 
 
 class VllmClient:
@@ -106,11 +109,13 @@ class VllmClient:
                     self.limit.release()
                 if isinstance(answered, tuple):
                     return self._answer(*answered)
+                self._unless_leaving()
                 held = held or self._hold()
                 if answered is UNREACHABLE:
                     await self._until_reachable(deadline)
                 else:  # vLLM's 503: it is there, loading; no sooner than the pause
-                    await asyncio.sleep(RETRY_PAUSE_S)
+                    await self._until_leaving(RETRY_PAUSE_S)
+                self._unless_leaving()
         finally:
             if held is not None:
                 self._release(held)
@@ -126,6 +131,15 @@ class VllmClient:
         else:
             await self.limit.acquire()
 
+    def _unless_leaving(self) -> None:
+        if self.load.leaving.is_set():
+            raise self._failed(upstream_unavailable(LEAVING_MESSAGE, OVERLOADED_RETRY_AFTER_S))
+
+    async def _until_leaving(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.load.leaving.wait()
+
     async def _until_reachable(self, deadline: float) -> None:
         """Wait until vLLM takes connections, or until the deadline: one probe for all
         held calls, every PROBE_PAUSE_S, so that they make no attempts of their own
@@ -134,9 +148,14 @@ class VllmClient:
         if self._probe is None or self._probe.done():
             self._reachable = asyncio.Event()
             self._probe = asyncio.get_running_loop().create_task(self._probe_until_reachable(self._reachable))
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout_at(asyncio.get_running_loop().time() + deadline - time.monotonic()):
-                await self._reachable.wait()  # type: ignore[union-attr]
+        reachable = asyncio.ensure_future(self._reachable.wait())  # type: ignore[union-attr]
+        leaving = asyncio.ensure_future(self.load.leaving.wait())
+        try:
+            await asyncio.wait((reachable, leaving), timeout=max(0.0, deadline - time.monotonic()),
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finally:
+            reachable.cancel()
+            leaving.cancel()
 
     async def _probe_until_reachable(self, reachable: asyncio.Event) -> None:
         while self.load.held:
@@ -223,6 +242,7 @@ def _message(payload: bytes) -> str:
     if isinstance(body, dict):
         error = body.get("error", body.get("message", body))
         if isinstance(error, dict):
-            error = error.get("message", error)
+            # vLLM's error without a message (an exception with none, seen once at a cold start): its type
+            error = error.get("message") or f"no message; {error.get('type', 'error')} {error.get('code', '')}".strip()
         return str(error)[:500]
     return str(body)[:500]

@@ -196,3 +196,13 @@ def test_the_access_line_filter_escapes_and_leaves_out_the_query():
     line = record.getMessage()
     assert line == '1.2.3.4:5 - "GET /health\\r\\nFORGED?... HTTP/1.1" 404'
     assert "\n" not in line and "s3cret" not in line
+
+
+def test_a_vllm_error_without_a_message_is_named_by_its_type_and_code():
+    # vLLM answers a raw exception without text as `{"error": {"message": "", ...}}` (seen once at a cold start)
+    from reward_gateway.upstream import _message
+
+    assert _message(b'{"error": {"message": "", "type": "BadRequestError", "code": 400}}') == (
+        "no message; BadRequestError 400"
+    )
+    assert _message(b'{"error": {"message": "too long", "code": 400}}') == "too long"

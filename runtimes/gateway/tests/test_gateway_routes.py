@@ -183,6 +183,22 @@ def test_metrics_count_requests_items_and_scores(start_gateway, backend):
     assert 'reward_gateway_inflight_requests{model="rm"} 0.0' in text
 
 
+def test_the_mean_score_is_read_from_two_growing_sums_since_the_histogram_has_no_sum():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from reward_gateway.metrics import GatewayMetrics
+
+    registry = CollectorRegistry()
+    recorder = GatewayMetrics(registry).score_recorder("rm")
+    for reward in (1.5, -0.5, -2.0, 0.0, float("nan")):
+        recorder.observe(reward)
+    text = generate_latest(registry).decode()
+    assert 'reward_gateway_score_count{model="rm"} 4.0' in text  # a nan falls in no bucket
+    assert "reward_gateway_score_sum" not in text  # prometheus-client's choice: the buckets go below zero
+    assert 'reward_gateway_score_positive_sum_total{model="rm"} 1.5' in text
+    assert 'reward_gateway_score_negative_sum_total{model="rm"} 2.5' in text  # magnitudes: only ever grows
+
+
 def _find_all(text: str, tag: str) -> list[int]:
     found, start = [], 0
     while (index := text.find(tag, start)) != -1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -103,6 +104,26 @@ def test_after_sigterm_it_answers_the_drain_with_connection_close_then_exits(run
     # uvicorn raises the signal again once it has shut down gracefully, as it does without the drain
     assert run_gateway.process.wait(timeout=30) == -signal.SIGTERM
     assert "Application shutdown complete" in log.read_text()
+
+
+def test_at_sigterm_a_request_held_for_the_predictor_is_answered_503_for_its_client_to_retry_elsewhere(run_gateway):
+    """A pod replaced while the predictor is at zero (KServe rolls the gateways): the graceful shutdown (30 s) is
+    shorter than a cold start, and would cut the held request without an answer. It is answered 503 at the
+    signal instead, and so is a request that comes during the drain: their clients retry on the pod that stays."""
+    port, nothing_listens = free_port(), free_port()
+    env = {"REWARD_GATEWAY_DRAIN_SECONDS": "3", "REWARD_GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS": "600"}
+    url, _ = run_gateway(kserve_args("rm", f"127.0.0.1:{nothing_listens}", port), env, port, "rm")
+    held_now = 'reward_gateway_held_requests{model="rm"} 1.0'
+    with ThreadPoolExecutor(max_workers=1) as pool, httpx.Client(base_url=url, timeout=60) as client:
+        held = pool.submit(client.post, "/get_reward", json={"query": ["a"]})
+        wait_until("the request held", lambda: held_now in client.get("/metrics").text, 10, 0.05)
+        run_gateway.process.terminate()
+        answer = held.result(timeout=10)
+        assert answer.status_code == 503 and answer.headers["retry-after"] == "1", answer.text
+        assert "shutting down" in answer.json()["error"]
+        late = client.post("/get_reward", json={"query": ["b"]})  # during the drain
+        assert late.status_code == 503 and "shutting down" in late.json()["error"]
+    assert run_gateway.process.wait(timeout=30) == -signal.SIGTERM
 
 
 def raw_request(port: int, request: bytes) -> bytes:
