@@ -71,10 +71,16 @@ MUTATIONS = [
     ("RewardCanaryAgreementLow", ">= 200", ">= 100"),  # the least pairs a rollout must have compared
     ("RewardCanaryAgreementLow", "+ 0.5 * sum", "+ 1 * sum"),  # a candidate tie is half an agreement
     ("RewardCanaryAgreementLow", "by (namespace, model, candidate)", "by (namespace, model, candidate, pod)"),  # pooled
+    ("RewardCanaryAgreementLow", "(reward_gateway_canary_concordant_pairs_total)\n",
+     "(last_over_time(reward_gateway_canary_concordant_pairs_total[15m]))\n"),  # clears when the rollout ends
     ("RewardCanaryCandidateErrors", "> 0.05", "> 0.5"),
     ("RewardCanaryCandidateErrors", '{role="candidate",result="error"}', '{result="error"}'),  # the candidate's only
     ("RewardCanaryCandidateErrors", ">= 50", ">= 5"),
-]
+    ("RewardCanaryCandidateErrors", '(reward_gateway_canary_requests_total{role="candidate"})\n',
+     '(last_over_time(reward_gateway_canary_requests_total{role="candidate"}[10m]))\n'),  # clears when it ends
+    ("RewardScoreDrift", "- sum by (namespace, model) (rate(reward_gateway_score_negative_sum_total[1h]))",
+     "+ sum by (namespace, model) (rate(reward_gateway_score_negative_sum_total[1h]))"),  # negative scores subtract
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("alert", "old", "new"), MUTATIONS, ids=[f"{m[0]}:{m[1]}" for m in MUTATIONS])
@@ -150,9 +156,9 @@ def rule_exprs() -> list[str]:
 def test_expression_parser_finds_metric_names():
     expr = (
         'histogram_quantile(0.99, sum by (le, model) (rate(vllm:e2e_request_latency_seconds_bucket{model_name=~"$m"}'
-        '[$__rate_interval]))) / sum(rate(reward_gateway_score_sum[1d] offset 1h)) and absent(up{job="x"} == 1)'
+        '[$__rate_interval]))) / sum(rate(reward_gateway_score_count[1d] offset 1h)) and absent(up{job="x"} == 1)'
     )
-    assert metrics_in(expr) == {"vllm:e2e_request_latency_seconds_bucket", "reward_gateway_score_sum", "up"}
+    assert metrics_in(expr) == {"vllm:e2e_request_latency_seconds_bucket", "reward_gateway_score_count", "up"}
     assert metrics_in('label_values(reward_gateway_requests_total{namespace=~"$namespace"}, model)') == {
         "reward_gateway_requests_total"
     }
@@ -240,21 +246,46 @@ def _declared_metrics(holder) -> dict[str, tuple[str, set[str]]]:
     }
 
 
-def _exported_by_the_gateway() -> dict[str, tuple[str, set[str]]]:
-    """What the gateway declares (reward_gateway.metrics, reward_gateway.canary_metrics), and the rollout window's
-    gauges, computed at scrape time: one stable/candidate pair with ordered pairs and both roles' calls shows them."""
+def _used(holder, value: float) -> None:
+    """Gives every metric an object holds a child, and one observation of the value: what a scrape then shows."""
+    metrics = []
+    for held in vars(holder).values():
+        metrics += held.values() if isinstance(held, dict) else [held]
+    for metric in metrics:
+        if not (hasattr(metric, "_labelnames") and hasattr(metric, "_type")):
+            continue
+        child = metric.labels(*("x" for _ in metric._labelnames)) if metric._labelnames else metric
+        if metric._type == "counter":
+            child.inc(abs(value))
+        elif metric._type == "gauge":
+            child.set(value)
+        else:
+            child.observe(value)
+
+
+def _gateway_registry():
+    """(registry, declared) of the gateway's metrics (reward_gateway.metrics, reward_gateway.canary_metrics), every
+    one used once with a negative value, and the rollout window's gauges, computed at scrape time: one
+    stable/candidate pair with ordered pairs and both roles' calls shows them."""
     from prometheus_client import CollectorRegistry
 
     from reward_gateway.canary_metrics import CanaryMetrics
     from reward_gateway.metrics import GatewayMetrics
 
     registry = CollectorRegistry()
-    canary = CanaryMetrics(registry, half_life_s=None)
-    declared = _declared_metrics(GatewayMetrics(registry)) | _declared_metrics(canary)
+    gateway, canary = GatewayMetrics(registry), CanaryMetrics(registry, half_life_s=None)
+    declared = _declared_metrics(gateway) | _declared_metrics(canary)
+    for holder in (gateway, canary):
+        _used(holder, -0.5)
     tracker = canary.tracker("rm", "rm-candidate-0123abcd")
     tracker.observe([0.1, 0.2, 0.3, 0.3], [0.3, 0.2, 0.1, 0.4], ["g", "g", "g", "g"])
     for role in ("stable", "candidate"):
         tracker.record_request(role, True, 0.1)
+    return registry, declared
+
+
+def _exported_by_the_gateway() -> dict[str, tuple[str, set[str]]]:
+    registry, declared = _gateway_registry()
     window = {
         family.name: (family.type, {label for sample in family.samples for label in sample.labels})
         for family in registry.collect()
@@ -263,8 +294,8 @@ def _exported_by_the_gateway() -> dict[str, tuple[str, set[str]]]:
     return declared | window
 
 
-def _exported_by_the_operator() -> dict[str, tuple[str, set[str]]]:
-    """Sample name -> (type, label names) of what the operator's registry exposes, one object managed."""
+def _operator_registry():
+    """The operator's registry, one object managed."""
     from prometheus_client import CollectorRegistry
 
     from reward_operator.metrics import OperatorMetrics
@@ -277,12 +308,38 @@ def _exported_by_the_operator() -> dict[str, tuple[str, set[str]]]:
     metrics.duration.labels(kind="RewardModel").observe(0.1)
     metrics.objects.record_ready("RewardModel", "ns", "rm", "True")
     metrics.objects.record_generation_lag("RewardModel", "ns", "rm", 2, 2)
+    return registry
+
+
+def _exported_by_the_operator() -> dict[str, tuple[str, set[str]]]:
+    """Metric name -> (type, label names) of what the operator's registry exposes."""
     exported = {}
-    for family in registry.collect():
+    for family in _operator_registry().collect():
         name = family.name + ("_total" if family.type == "counter" else "")
         labels = {label for sample in family.samples for label in sample.labels if label != "le"}
         exported[name] = (family.type, labels)
     return exported
+
+
+@pytest.mark.parametrize("where", ["dashboard", "alerts"])
+def test_every_series_a_query_names_is_exported(where):
+    # a listed histogram is not enough: prometheus-client leaves out a histogram's _sum when its buckets go below
+    # zero, and a query of that _sum has no data on any Prometheus (the mean score did, until make prometheus-real)
+    exposed = {
+        sample.name
+        for registry in (_gateway_registry()[0], _operator_registry())
+        for family in registry.collect()
+        for sample in family.samples
+    }
+    exprs = dashboard_exprs() if where == "dashboard" else rule_exprs()
+    ours = {
+        name
+        for expr in exprs
+        for name in metrics_in(expr)
+        if CONTRACT["metrics"][base_name(name)]["source"] in ("gateway", "operator")
+    }
+    assert ours, "no metric of the gateway or the operator found: the parser is broken"
+    assert ours - exposed == set(), f"{where} query series nobody exports: {sorted(ours - exposed)}"
 
 
 @pytest.mark.parametrize(("name", "spec"), _contract_params("operator"))
