@@ -117,13 +117,16 @@ def test_schema_rejects_bad_values(helm, value, message):
     assert message in result.stderr
 
 
-def test_deployment_runs_one_standalone_instance(helm):
+def test_deployment_runs_one_instance_through_kopfs_peering(helm):
     (deployment,) = (doc for doc in template(helm, "ops") if doc["kind"] == "Deployment")
     assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # peering on by default, as a Go operator's leader election: a rolling update's new pod waits for the old one
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}  # fmt: skip
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "reward-operator:0.1.0"
-    assert container["args"][:3] == ["run", "--standalone", "--all-namespaces"]
+    assert container["args"][:2] == ["run", "--peering=reward-operator"]
+    assert "--all-namespaces" in container["args"] and "--standalone" not in container["args"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
     assert {"name": "healthz", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -171,13 +174,35 @@ def _rules_of(docs: list[dict], group: str) -> dict[str, list[dict]]:
     }
 
 
-def test_one_replica_ships_no_peering(helm):
-    docs = template(helm, "ops")
+def _deployment(docs: list[dict]) -> dict:
+    (deployment,) = (doc for doc in docs if doc["kind"] == "Deployment")
+    return deployment
+
+
+def test_going_from_one_replica_to_two_changes_no_pod_template(helm):
+    """The Deployment controller scales the old pods up first when the replicas and the template change in one
+    update: with the template unchanged there is no rollout, and every pod already peers."""
+    one, two = template(helm, "ops"), template(helm, "ops", "--set=replicas=2")
+    assert _deployment(one)["spec"]["template"] == _deployment(two)["spec"]["template"]
+    assert [doc for doc in one if doc["kind"] == "ClusterKopfPeering"]
+    # a budget of one pod with one replica would block every drain: only with two
+    assert not [doc for doc in one if doc["kind"] == "PodDisruptionBudget"]
+    assert [doc for doc in two if doc["kind"] == "PodDisruptionBudget"]
+
+
+def test_peering_off_runs_one_standalone_instance_and_refuses_more(helm):
+    docs = template(helm, "ops", "--set=peering.enabled=false")
     assert not [doc for doc in docs if doc["kind"] in ("ClusterKopfPeering", "KopfPeering", "PodDisruptionBudget")]
     assert not any(_rules_of(docs, "kopf.dev").values())
-    (deployment,) = (doc for doc in docs if doc["kind"] == "Deployment")
-    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert "POD_ID" not in {variable["name"] for variable in env}
+    deployment = _deployment(docs)
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:3] == ["run", "--standalone", "--all-namespaces"]
+    assert "POD_ID" not in {variable["name"] for variable in container["env"]}
+    result = run_helm(helm, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+                      "--set=peering.enabled=false", "--set=replicas=2", check=False)  # fmt: skip
+    assert result.returncode != 0
+    assert "replicas: 2 needs peering.enabled: true" in result.stderr
 
 
 def test_two_replicas_peer_through_kopf_with_a_priority_each(helm):
@@ -314,7 +339,8 @@ def test_crds_come_first_for_argocd_and_are_kept(helm):
 
 
 def test_template_is_accepted_by_the_api_server(cluster, namespace, helm, monitoring_crds):
-    docs = template(helm, namespace, *EVERYTHING_ON, release=f"dry-{namespace}")
+    # crds/ too (kopf's peering CRDs, for the peering object), as `helm install` applies them
+    docs = template(helm, namespace, *EVERYTHING_ON, "--include-crds", release=f"dry-{namespace}")
     server_dry_run(cluster, docs)  # the CRDs for real first, as Argo CD and helm would apply them
     kinds = {doc["kind"] for doc in docs}
     assert kinds >= {

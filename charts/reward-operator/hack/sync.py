@@ -7,8 +7,8 @@
 - files/dashboards/  <- manifests/grafana/*.json (the one source of the dashboard)
 - files/prometheus/  <- manifests/prometheus/prometheusrule.yaml (the one source of the alerts)
 - README.md          <- values.yaml and its "# --" comments
-- manifests/base/reward-operator.yaml <- `helm template` of the chart's defaults,
-  so installs without Helm get the same RBAC and Deployment as the chart
+- manifests/base/reward-operator.yaml <- `helm template` of the chart's defaults (but peering.enabled:
+  false: one --standalone pod), so installs without Helm get the same RBAC and Deployment as the chart
 
 Helm cannot read files outside the chart folder, hence copies; --check (the drift
 test) fails when any copy or generated file differs from what this would write.
@@ -119,7 +119,9 @@ def render_readme() -> str:
 
 
 def render_base(helm: str) -> bytes:
-    return _render(helm, [], "the chart's default values")
+    # peering off: kopf's peering CRDs are the chart's crds/, and a ClusterKopfPeering applied in the same
+    # `kubectl apply` as its CRD fails the first time; so one --standalone pod (several replicas: the chart)
+    return _render(helm, ["--set", "peering.enabled=false"], "the chart's default values (peering off)")
 
 
 def render_monitors(helm: str) -> bytes:

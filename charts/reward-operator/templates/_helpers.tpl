@@ -36,8 +36,16 @@ app.kubernetes.io/part-of: reward-operator
 {{- end -}}
 {{- end -}}
 
-{{/* Whether the operator runs several replicas through kopf's peering ("true" or ""). */}}
+{{/* Whether the operator runs through kopf's peering ("true" or ""): peering.enabled; several replicas need it. */}}
 {{- define "reward-operator.peered" -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.peering.enabled) }}
+{{- fail (printf "replicas: %d needs peering.enabled: true (kopf's peering lets one pod act; --standalone pods would all act)" (int .Values.replicas)) }}
+{{- end }}
+{{- if .Values.peering.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* Whether several operator pods run at once (a PodDisruptionBudget then keeps one through drains). */}}
+{{- define "reward-operator.replicated" -}}
 {{- if gt (int .Values.replicas) 1 }}true{{ end -}}
 {{- end -}}
 
