@@ -42,7 +42,8 @@ testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's
 # chart as a pod on the real node (`make operator-pod`), two cold starts of vLLM; test_real_node_prometheus.py:
 # Prometheus through prometheus-operator on the real node (`make prometheus-real`), their builds and one vLLM.
 OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_node_wake.py e2e/tests/test_real_node_canary.py \
-	e2e/tests/test_real_node_operator_pod.py e2e/tests/test_real_node_prometheus.py
+	e2e/tests/test_real_node_operator_pod.py e2e/tests/test_real_node_rewards_chart.py \
+	e2e/tests/test_real_node_prometheus.py
 # The chaos, fuzz and scale-to-zero suites run on targets of their own (in `make test` too), with
 # -s: their counts and times (objects, restarts, generated specs, wake-up) are printed into the log.
 OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_validation_differential.py \
@@ -91,7 +92,8 @@ canary-real: venv testenv-build host-packages vllm-venv ## a canary on the real 
 # two cold starts of vLLM (a RewardModel scored, then one held back by a verb taken from the ClusterRole).
 .PHONY: operator-pod
 operator-pod: venv testenv-build host-packages vllm-venv ## the operator installed by its chart as a pod on the real node: RBAC and restricted enforced, a model scored, helm test, a verb removed, the pod and its process killed (figures printed)
-	$(PY) -m pytest e2e/tests/test_real_node_operator_pod.py -q -s -p no:cacheprovider --timeout=3600
+	$(PY) -m pytest e2e/tests/test_real_node_operator_pod.py e2e/tests/test_real_node_rewards_chart.py -q -s \
+		-p no:cacheprovider --timeout=3600
 
 # Prometheus for real: prometheus-operator (built from its Go module) turns the chart's ServiceMonitor, PodMonitor
 # and PrometheusRule into the configuration of a Prometheus (promtool's release) it runs on the real node, which

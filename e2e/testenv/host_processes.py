@@ -68,6 +68,11 @@ def container_id(status_id: str) -> str:
     return status_id.partition("://")[2] or status_id
 
 
+def freeze(pid: int) -> None:
+    """SIGSTOP ``pid``: it stays, holds what it holds and does nothing, as a hung process or a lost node's."""
+    os.kill(pid, signal.SIGSTOP)
+
+
 def kill(pid: int, timeout: float = 10) -> None:
     """SIGKILL ``pid`` and wait until it has gone (the kernel reaps asynchronously)."""
     os.kill(pid, signal.SIGKILL)

@@ -8,11 +8,13 @@ Shared by the real-node suites (``test_real_node_*``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import textwrap
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from reward_testing.waiting import wait_until
@@ -100,9 +102,54 @@ def serve(cluster, namespace: str, reward_model: dict) -> dict:
     try:
         return wait_until(f"RewardModel {name} Ready", ready, timeout=READY_TIMEOUT, interval=2)
     except AssertionError:
-        pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout
-        events = cluster.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp").stdout
-        raise AssertionError(f"{name} not Ready\n{pods}\n{events[-4000:]}") from None
+        raise AssertionError(f"{name} not Ready\n{what_runs(cluster, namespace)}") from None
+
+
+# Run in vLLM's container: each file of the model folder with its SHA-256, as one JSON object.
+MODEL_FILES = textwrap.dedent(
+    """
+    import hashlib, json, os, sys
+    root = sys.argv[1]
+    print(json.dumps({os.path.relpath(os.path.join(d, f), root): hashlib.sha256(open(os.path.join(d, f), "rb").read())
+                      .hexdigest() for d, _, files in os.walk(root) for f in files}))
+    """
+)
+
+
+def model_files_differ(cluster, namespace: str, pod: str, local: Path, mounted: str = "/mnt/models") -> dict:
+    """The files whose SHA-256 differs between the model folder vLLM loads in ``pod`` and ``local`` (missing on
+    either side: None), for a failure's message."""
+    printed = cluster.kubectl("exec", "-n", namespace, pod, "-c", "kserve-container", "--", "python3", "-c",
+                              MODEL_FILES, mounted, check=False)  # fmt: skip
+    if printed.returncode != 0:
+        return {"(could not read the pod's model)": printed.stderr.strip()[-500:]}
+    served = json.loads(printed.stdout.strip().splitlines()[-1])
+    here = {
+        str(f.relative_to(local)): hashlib.sha256(f.read_bytes()).hexdigest() for f in local.rglob("*") if f.is_file()
+    }
+    return {
+        name: (here.get(name), served.get(name))
+        for name in here.keys() | served.keys()
+        if here.get(name) != served.get(name)
+    }
+
+
+def what_runs(cluster, namespace: str) -> str:
+    """For a failure's message: the namespace's pods (with each container's args and plain env, where they were
+    created, deleted, restarted) and its latest events."""
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False).stdout or "{}")
+    lines = []
+    for pod in pods.get("items", []):
+        meta, status = pod["metadata"], pod.get("status", {})
+        restarts = {c["name"]: c.get("restartCount", 0) for c in status.get("containerStatuses", [])}
+        where = f"{status.get('phase')} on {pod['spec'].get('nodeName')}"
+        when = f"created {meta.get('creationTimestamp')}, deleted {meta.get('deletionTimestamp')}"
+        lines.append(f"pod {meta['name']}: {where}, {when}, restarts {restarts}")
+        for container in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
+            env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+            lines.append(f"  {container['name']} {container['image']} args {container.get('args')} env {env}")
+    events = cluster.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False).stdout
+    return "\n".join(lines) + "\n" + events[-4000:]
 
 
 # Run in the client pod: one POST to the RewardModel's URL, the answer's status and body printed.

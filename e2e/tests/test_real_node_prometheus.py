@@ -11,7 +11,11 @@ RewardModel serves and is scored; then, through Prometheus's HTTP API:
    empty ones are named (what feeds them: a rollout, an error, a cold start);
 4. a RewardModel whose vLLM crash-loops (its model names an architecture vLLM does not have) fires
    ``RewardModelNotReady`` (its ``for`` set to 20 s through the chart's ``prometheusRule.alerts``), and the alert
-   clears once the RewardModel names a good model and turns Ready.
+   clears once the RewardModel names a good model and turns Ready;
+5. a rollout whose candidate has other weights (in shadow: the trainer gets the stable model's scores, the
+   gateway compares) fires ``RewardCanaryAgreementLow`` once 200 pairs are compared (its ``for`` set to 10 s), and
+   the alert clears once spec.canary is removed and the gateways no longer export the candidate; meanwhile
+   the dashboard's Rollout row, which a plain scoring run leaves empty, answers (its empty panels named).
 
 `make prometheus-real` runs it; not in `make test`: the Prometheus and prometheus-operator builds (about 15
 CPU-minutes cold) and the vLLM image. Figures are printed, never asserted.
@@ -26,13 +30,14 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import test_real_node_canary as canary_real
 import test_real_node_operator_pod as operator_pod
 import yaml
 
 from reward_testing import dashboard
 from reward_testing.paths import REPO
 from reward_testing.scoring_cases import CONVERSATION, PROMPT, RESPONSE
-from reward_testing.tiny_models import tar_model
+from reward_testing.tiny_models import make_tiny_models, tar_model
 from reward_testing.waiting import wait_until
 from testenv import images, node, prometheus
 from testenv.helpers import condition, get_json, predictor_pod, wait_for_ready
@@ -75,8 +80,10 @@ def chart_values(prometheus_crds) -> dict:
             "serviceMonitor": {"enabled": True, "interval": every},
             "podMonitor": {"enabled": True, "interval": every},
         },
-        # the crash-loop test's alert fires after 20 s of its condition instead of 15 min
-        "prometheusRule": {"enabled": True, "alerts": {"RewardModelNotReady": {"for": "20s"}}},
+        # the crash-loop test's alert fires after 20 s of its condition instead of 15 min,
+        # and the canary's after 10 s instead of 10 min
+        "prometheusRule": {"enabled": True, "alerts": {"RewardModelNotReady": {"for": "20s"},
+                                                       "RewardCanaryAgreementLow": {"for": "10s"}}},
     }  # fmt: skip
 
 
@@ -182,20 +189,31 @@ def test_the_charts_alert_rules_are_loaded_and_evaluate(prometheus_api, scored) 
           f"health ok, none firing on a healthy model: {sorted(wanted)}")  # fmt: skip
 
 
-def test_every_dashboard_query_answers_and_the_scored_panels_have_series(prometheus_api, scored) -> None:
-    board = json.loads(dashboard.DASHBOARD.read_text())
+def rows_of_panels() -> dict[str, str]:
+    """Each dashboard panel's row, by the panel's title."""
     row_of: dict[str, str] = {}
     row = ""
-    for panel in board["panels"]:
+    for panel in json.loads(dashboard.DASHBOARD.read_text())["panels"]:
         row = panel["title"] if panel["type"] == "row" else row
         row_of.setdefault(panel["title"], row)
+    return row_of
+
+
+def panel_series(api: prometheus.Api, namespace: str, model: str) -> dict[str, int]:
+    """How many series each panel's queries answer, Grafana's filters set to one model."""
+    values = {**dashboard.ALL_VALUES, "$namespace": namespace, "$model": model}
+    counts: dict[str, int] = {}
+    for title, expr in dashboard.panel_queries():
+        counts[title] = counts.get(title, 0) + len(api.query(dashboard.with_values(expr, values)))
+    return counts
+
+
+def test_every_dashboard_query_answers_and_the_scored_panels_have_series(prometheus_api, scored) -> None:
+    row_of = rows_of_panels()
     values = {**dashboard.ALL_VALUES, "$namespace": scored, "$model": MODEL}
 
     def series_per_panel() -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for title, expr in dashboard.panel_queries():
-            counts[title] = counts.get(title, 0) + len(prometheus_api.query(dashboard.with_values(expr, values)))
-        return counts
+        return panel_series(prometheus_api, scored, MODEL)
 
     def fed_and_empty(counts: dict[str, int]) -> list[str]:
         return [t for t, n in counts.items() if not n and t not in FED_BY_OTHER_EVENTS and row_of[t] != ROLLOUT_ROW]
@@ -210,7 +228,11 @@ def test_every_dashboard_query_answers_and_the_scored_panels_have_series(prometh
         empty = fed_and_empty(series_per_panel())
         raw = {
             m: prometheus_api.query(f'{m}{{namespace="{scored}"}}')
-            for m in ("reward_gateway_score_sum", "reward_gateway_score_count")
+            for m in (
+                "reward_gateway_score_positive_sum_total",
+                "reward_gateway_score_negative_sum_total",
+                "reward_gateway_score_count",
+            )
         }
         raise AssertionError(f"panels with no series after a scoring run: {empty}; the score's series: {raw}") from None
     for query in dashboard.variable_queries():  # label_values(metric{...}, label) as Grafana asks: its series
@@ -221,13 +243,22 @@ def test_every_dashboard_query_answers_and_the_scored_panels_have_series(prometh
           f"after the scoring run; empty: {empty}")  # fmt: skip
 
 
-def alert_state(api: prometheus.Api, alertname: str, namespace: str, name: str) -> str:
-    """``firing``, ``pending`` or ``inactive`` (no alert) for one object's alert."""
+def alert_state(api: prometheus.Api, alertname: str, namespace: str, name: str, by: str = "name") -> str:
+    """``firing``, ``pending`` or ``inactive`` (no alert) for one object's alert (``by``: the label naming it:
+    ``name`` for the operator's alerts, ``model`` for the gateway's)."""
     for alert in api.alerts():
         labels = alert["labels"]
-        if (labels.get("alertname"), labels.get("namespace"), labels.get("name")) == (alertname, namespace, name):
+        if (labels.get("alertname"), labels.get("namespace"), labels.get(by)) == (alertname, namespace, name):
             return alert["state"]
     return "inactive"
+
+
+def wait_for_alert(api: prometheus.Api, alertname: str, namespace: str, name: str, state: str, by: str = "name",
+                   timeout: float = 300) -> None:  # fmt: skip
+    """Until one object's alert is in ``state`` (``firing``, or ``inactive``: cleared), Prometheus asked every 2 s."""
+    word = "cleared" if state == "inactive" else state
+    wait_until(f"{alertname} {word}", lambda: alert_state(api, alertname, namespace, name, by) == state,
+               timeout=timeout, interval=2)  # fmt: skip
 
 
 def test_a_crash_looping_vllm_fires_its_alert_which_clears_once_healthy(
@@ -256,8 +287,7 @@ def test_a_crash_looping_vllm_fires_its_alert_which_clears_once_healthy(
 
         restarted = wait_until("vLLM's container restarted", restarts, timeout=600, interval=2)
         crashed = time.monotonic() - started
-        wait_until(f"{alert} firing", lambda: alert_state(prometheus_api, alert, scored, name) == "firing",
-                   timeout=300, interval=2)  # fmt: skip
+        wait_for_alert(prometheus_api, alert, scored, name, "firing")
         fired = time.monotonic() - started
         assert condition(get_json(cluster, "rewardmodel", name, "-n", scored))["status"] != "True"
 
@@ -266,11 +296,57 @@ def test_a_crash_looping_vllm_fires_its_alert_which_clears_once_healthy(
         cluster.kubectl("patch", "rewardmodel", name, "-n", scored, "--type=merge", "-p", json.dumps(patch))
         wait_for_ready(cluster, scored, name, timeout=900)
         ready = time.monotonic() - started
-        wait_until(f"{alert} cleared", lambda: alert_state(prometheus_api, alert, scored, name) == "inactive",
-                   timeout=120, interval=2)  # fmt: skip
+        wait_for_alert(prometheus_api, alert, scored, name, "inactive", timeout=120)
         cleared = time.monotonic() - started
     finally:
         finished(cluster, scored, name)
     print(f"\n[prometheus] crash loop: vLLM restarted {crashed:.0f}s after the apply ({restarted} restart(s) seen), "
           f"{alert} firing at {fired:.0f}s (for: 20s); the good model Ready at {ready:.0f}s, the alert cleared at "
           f"{cleared:.0f}s")  # fmt: skip
+
+
+CANARY = "judged"
+
+
+def test_a_disagreeing_candidate_fires_its_alert_which_clears_when_the_rollout_ends(
+    cluster, plane, prometheus_api, scored, model_uris, tmp_path_factory
+) -> None:
+    finished(cluster, scored, MODEL)  # the node's 2 cores: two vLLMs of 600m each and the gateway
+    storage, port = node.storage_dir(plane.directory), plane.state.ports[node.STORAGE]
+    other = make_tiny_models(tmp_path_factory.mktemp("other-weights"), ("sequence",), seed=canary_real.OTHER_SEED)
+    tar_model(other["sequence"], storage / "sequence-other.tar.gz")
+    candidate = node.storage_url(node.host_address(), port, "sequence-other.tar.gz")
+    alert = "RewardCanaryAgreementLow"
+    # shadow, and a gate that judges only after far more pairs than the alert's 200: the rollout goes on comparing
+    spec = canary_real.canary_model(CANARY, model_uris["sequence"], candidate, minPairs=100000)
+    started = time.monotonic()
+    try:
+        served_model = serve(cluster, scored, spec)
+        ready = time.monotonic() - started
+        with canary_real.Traffic(cluster, scored, served_model["status"]["url"], "alert") as traffic:
+            traffic.resume()
+            sent = time.monotonic()
+            wait_for_alert(prometheus_api, alert, scored, CANARY, "firing", by="model", timeout=600)
+            fired = time.monotonic() - sent
+            traffic.pause()
+        # the dashboard's Rollout row, which a plain scoring run leaves empty
+        row_of = rows_of_panels()
+        rollout = {t: n for t, n in panel_series(prometheus_api, scored, CANARY).items() if row_of[t] == ROLLOUT_ROW}
+        assert rollout["Agreement"], rollout
+        (labels,) = [a["labels"] for a in prometheus_api.alerts() if a["labels"].get("alertname") == alert]
+        answered = [a for a in traffic.answers if a.status == 200]
+        assert answered and {a.role for a in answered} == {"stable"}, traffic.answers[-3:]  # shadow: stable's
+
+        # the rollout ends (spec.canary removed, as a Git revert would): the gateways roll without the candidate
+        cluster.kubectl("patch", "rewardmodel", CANARY, "-n", scored, "--type=json",
+                        "-p", json.dumps([{"op": "remove", "path": "/spec/canary"}]))  # fmt: skip
+        removed = time.monotonic()
+        wait_for_alert(prometheus_api, alert, scored, CANARY, "inactive", by="model")
+        cleared = time.monotonic() - removed
+    finally:
+        finished(cluster, scored, CANARY)
+    print(f"\n[prometheus] canary: stable and candidate Ready {ready:.0f}s after the apply; {alert} firing "
+          f"{fired:.0f}s after the traffic began ({len(traffic.answers)} requests of 2 groups of 4, for: 10s; "
+          f"candidate {labels.get('candidate')}); spec.canary removed: cleared {cleared:.0f}s later; the Rollout "
+          f"row: {sum(1 for n in rollout.values() if n)} of {len(rollout)} panels with series, empty: "
+          f"{[t for t, n in rollout.items() if not n]}")  # fmt: skip
