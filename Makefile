@@ -40,10 +40,11 @@ testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's
 # (12-13 min); test_real_node_canary.py: a canary rollout on real scores (`make canary-real`), three cold
 # starts of vLLM, two of them side by side; test_real_node_operator_pod.py: the operator installed by its
 # chart as a pod on the real node (`make operator-pod`), two cold starts of vLLM; test_real_node_prometheus.py:
-# Prometheus through prometheus-operator on the real node (`make prometheus-real`), their builds and one vLLM.
+# Prometheus through prometheus-operator on the real node (`make prometheus-real`), their builds and one vLLM;
+# test_real_node_network_policy.py: allowedClients enforced by kube-router (`make network-policy-real`), its build.
 OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_node_wake.py e2e/tests/test_real_node_canary.py \
 	e2e/tests/test_real_node_operator_pod.py e2e/tests/test_real_node_rewards_chart.py \
-	e2e/tests/test_real_node_prometheus.py
+	e2e/tests/test_real_node_prometheus.py e2e/tests/test_real_node_network_policy.py
 # The chaos, fuzz and scale-to-zero suites run on targets of their own (in `make test` too), with
 # -s: their counts and times (objects, restarts, generated specs, wake-up) are printed into the log.
 OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_validation_differential.py \
@@ -103,6 +104,13 @@ prometheus-real: venv testenv-build host-packages vllm-venv ## Prometheus by pro
 	$(TESTENV) build --only prometheus,prometheus-operator
 	$(PY) -m pytest e2e/tests/test_real_node_prometheus.py -q -s -p no:cacheprovider --timeout=3600
 
+# gateway.allowedClients enforced: kube-router's firewall (built from its Go module) on the real node refuses what
+# the operator's NetworkPolicies refuse. Not in `make test`: kube-router's build and a cold start of vLLM.
+.PHONY: network-policy-real
+network-policy-real: venv testenv-build host-packages ## allowedClients enforced on the real node by kube-router: the listed pod scores, others are refused, only the gateway reaches vLLM, KEDA's namespace reaches the scaler port, removal opens it
+	$(TESTENV) build --only kube-router
+	$(PY) -m pytest e2e/tests/test_real_node_network_policy.py -q -s -p no:cacheprovider --timeout=3600
+
 # chaos and scale-to-zero mostly wait (kopf's and KEDA's timeouts, peer lifetimes, cooldowns), each on a
 # control plane of its own: they run side by side, each one's output printed whole when it ends.
 test: docs lint unit node-host integration fuzz ## everything CI runs (the docs site first: it takes seconds)
@@ -113,9 +121,9 @@ node-host: venv testenv-build host-packages ## the real node alone: a pod runs, 
 	$(PY) -m pytest e2e/tests/test_real_node_host.py -q -s
 
 # Debian's packages the real node takes from the host (runc, iptables, iproute2; nftables: `down` deletes the
-# tables iptables made) and the image
+# tables iptables made; ipset: kube-router's sets in `make network-policy-real`) and the image
 # builder (buildah, debootstrap); installed when missing (root, as in CI).
-HOST_PACKAGES := runc iptables nftables iproute2 buildah debootstrap
+HOST_PACKAGES := runc iptables nftables iproute2 ipset buildah debootstrap
 host-packages: ## install the Debian packages the real node and the image builds need, where missing
 	@missing=$$(for p in $(HOST_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then echo "installing Debian's $$missing"; \

@@ -157,6 +157,16 @@ COMPONENTS = (
         ldflags=f"-X github.com/prometheus/common/version.Version={PROMETHEUS_OPERATOR_RELEASE}",
         default=False,
     ),
+    # `make network-policy-real` only: kube-router's firewall, which enforces NetworkPolicies on the real node
+    # with iptables and ipsets (SIG Network's kube-network-policies needs the kernel's NFT_QUEUE, which this
+    # machine's lacks: docs/network-policy.md); its routing and service proxy stay off (node.py has both)
+    Component(
+        "kube-router",
+        {"kube-router": "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"},
+        ldflags="-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version="
+        + _required_version("kube-router", "github.com/cloudnativelabs/kube-router/v2"),
+        default=False,
+    ),
     # KEDA's operator (ScaledObjects: the HPA it owns, scaling 0 <-> 1 itself) and its
     # external metrics API server (what the HPA asks for 1..N); see keda.py. The version
     # its logs print is set the way KEDA's Makefile sets it (the default says "main").

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import yaml
 
@@ -11,6 +12,15 @@ from reward_testing.waiting import wait_until
 # KServe's workloads for one InferenceService carry this label (its value: the InferenceService's name).
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
 GATEWAY_PREFIX = "REWARD_GATEWAY_"
+
+
+def answers_ok(url: str) -> bool:
+    """Whether a plain GET of ``url`` answers 200 now (a health endpoint of a process on the host)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
 
 
 def get_json(cluster, *args: str) -> dict | None:

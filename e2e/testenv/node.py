@@ -67,8 +67,11 @@ HOST_RECORD = Path("/run/reward-operator-testenv-node.json")
 # at most 104 bytes, and a test's temporary folder is longer (one real node per machine: one folder).
 RUN_DIR = Path("/run/reward-operator-testenv-node")
 CONTAINERD_SOCKET = RUN_DIR / "containerd.sock"
-# Chains the kubelet, kube-proxy and the bridge plugin create; removed on down.
+# Chains the kubelet, kube-proxy, the bridge plugin and kube-router (network_policy.py) create; removed on down.
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
+# kube-router's ipsets: each policy's sources and destinations (v2.1.0's kubeSourceIPSetPrefix and
+# kubeDestinationIPSetPrefix), IPv6 ones with ipset's family prefix; removed on down, after the chains.
+IPSET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-", "inet6:KUBE-SRC-", "inet6:KUBE-DST-")
 # Paths the kubelet, containerd and CNI use whatever their configured folders say.
 FIXED_PATHS = ("/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/var/lib/cni", "/run/containerd")
 # Kernel settings the node changes: forwarding for the bridge (ours, and the bridge plugin's), and
@@ -449,7 +452,12 @@ def _owner_alive(state_dir: Path) -> bool:
 
 
 def _leftovers() -> bool:
-    return Path(f"/sys/class/net/{BRIDGE}").exists() or bool(_our_chains("iptables")) or bool(_node_processes())
+    return (
+        Path(f"/sys/class/net/{BRIDGE}").exists()
+        or bool(_our_chains("iptables"))
+        or bool(_our_ipsets())
+        or bool(_node_processes())
+    )
 
 
 def clean_host() -> None:
@@ -466,6 +474,7 @@ def clean_host() -> None:
         _run("ip", "link", "delete", BRIDGE, check=False)
     for tool in ("iptables", "ip6tables"):
         _remove_chains(tool)
+    _remove_ipsets()
     if record is not None and record.netfilter_tables_before is not None:
         _remove_new_empty_tables(record.netfilter_tables_before)
     if record is not None:
@@ -496,7 +505,8 @@ def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return result
 
 
-NODE_BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "coredns")
+# kube-router: `make network-policy-real`'s firewall, which rewrites iptables while it runs
+NODE_BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "coredns", "kube-router")
 
 
 def _node_processes() -> list[int]:
@@ -602,6 +612,20 @@ def _remove_chains(tool: str) -> None:
             subprocess.run([tool, "-t", table, "-X", chain], capture_output=True)
 
 
+def _our_ipsets() -> list[str]:
+    """kube-router's ipsets on the host (none where Debian's ``ipset`` is not installed)."""
+    if shutil.which("ipset") is None:
+        return []
+    listed = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True).stdout.split()
+    return sorted(name for name in listed if name.startswith(IPSET_PREFIXES))
+
+
+def _remove_ipsets() -> None:
+    """Destroy kube-router's ipsets; after the chains, since the kernel keeps a set that a rule still uses."""
+    for name in _our_ipsets():
+        subprocess.run(["ipset", "destroy", name], capture_output=True)
+
+
 def _netfilter_tables() -> list[str] | None:
     """The host's nftables tables as "family name" (iptables-nft keeps its tables there), None without nft."""
     if shutil.which("nft") is None:
@@ -640,6 +664,7 @@ def host_state() -> dict:
     return {
         "iptables": rules("iptables"),
         "ip6tables": rules("ip6tables"),
+        "ipsets": _our_ipsets(),
         "links": sorted(os.listdir("/sys/class/net")),
         "sysctls": _sysctls(),
         # buildah's store (images.py) mounts and unmounts on its own while images build

@@ -24,6 +24,7 @@ from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
 from . import build, images, node
+from .helpers import answers_ok
 
 OPERATOR = "prometheus-operator"  # the recorded process's name
 NAME = "rewards"  # the Prometheus object's, so the pod is prometheus-rewards-0
@@ -75,17 +76,9 @@ def start_operator(plane) -> int:
         ],
     )
     log = plane.directory / "logs" / f"{OPERATOR}.log"
-    wait_until(f"prometheus-operator's /healthz (its log: {log})", lambda: _answers(f"http://127.0.0.1:{port}/healthz"),
+    wait_until(f"prometheus-operator's /healthz (its log: {log})", lambda: answers_ok(f"http://127.0.0.1:{port}/healthz"),
                timeout=120, interval=0.5)  # fmt: skip
     return port
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
 
 
 def objects(namespace: str) -> list[dict]:
@@ -202,6 +195,6 @@ def wait_for_api(cluster, namespace: str, timeout: float = 600) -> Api:
     address = wait_until(f"prometheus-{NAME}-0 Running and Ready in {namespace}",
                          lambda: pod_address(cluster, namespace), timeout=timeout, interval=2)  # fmt: skip
     api = Api(f"http://{address}:{PORT}")
-    wait_until("Prometheus's /-/ready", lambda: _answers(f"{api.base}/-/ready"), timeout=120, interval=1)
+    wait_until("Prometheus's /-/ready", lambda: answers_ok(f"{api.base}/-/ready"), timeout=120, interval=1)
     print(f"\nprometheus: {api.base} ready {time.monotonic() - started:.0f}s after the Prometheus object was applied")
     return api

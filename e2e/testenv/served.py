@@ -33,11 +33,16 @@ RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"dro
 
 @contextmanager
 def client_namespace(
-    cluster, secrets: dict[str, dict[str, str]] | None = None, labels: dict[str, str] | None = None
+    cluster,
+    secrets: dict[str, dict[str, str]] | None = None,
+    labels: dict[str, str] | None = None,
+    pod_labels: dict[str, str] | None = None,
+    name: str | None = None,
 ) -> Iterator[str]:
     """A namespace on the real node with the client pod in it (and ``secrets``: name -> string data;
-    ``labels`` on the namespace, such as Pod Security's enforced level)."""
-    name = f"rw-{uuid.uuid4().hex[:6]}"
+    ``labels`` on the namespace, such as Pod Security's enforced level; ``pod_labels`` on the client pod, which
+    a NetworkPolicy may select; ``name``: the namespace's, else a new one)."""
+    name = name or f"rw-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("apply", "-f", "-", input=json.dumps(node.namespace_for_real_node(name, labels)))
     cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
     items: list[dict] = [
@@ -48,7 +53,7 @@ def client_namespace(
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": CLIENT, "namespace": name},
+            "metadata": {"name": CLIENT, "namespace": name, "labels": pod_labels or {}},
             "spec": {
                 "containers": [
                     {
@@ -218,3 +223,28 @@ def finished(cluster, namespace: str, name: str) -> None:
     )
     cluster.kubectl("wait", "--for=delete", "pod", "-n", namespace, "-l", f"serving.kserve.io/inferenceservice={name}",
                     "--timeout=120s", check=False)  # fmt: skip
+
+
+# Run in the client pod: one TCP connection to host:port, opened and closed; the error (None: connected) and
+# how long it took, as one JSON object.
+CONNECT = textwrap.dedent(
+    """
+    import json, socket, sys, time
+    host, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    started = time.monotonic()
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        error = None
+    except OSError as failed:
+        error = f"{type(failed).__name__}: {failed}"
+    print(json.dumps({"error": error, "ms": round((time.monotonic() - started) * 1000, 1)}))
+    """
+)
+
+
+def connect(cluster, namespace: str, host: str, port: int, timeout: float = 3.0) -> dict:
+    """Whether the client pod in ``namespace`` can open a TCP connection to ``host``:``port`` (a NetworkPolicy
+    that refuses it makes it fail): {"error": None or why, "ms": how long it took}."""
+    command = ["python", "-c", CONNECT, host, str(port), str(timeout)]
+    printed = cluster.kubectl("exec", "-n", namespace, CLIENT, "--", *command)
+    return json.loads(printed.stdout.strip().splitlines()[-1])
