@@ -210,9 +210,9 @@ def test_only_the_listed_pod_reaches_the_gateway_and_only_the_gateway_reaches_vl
 
 def test_removing_allowed_clients_opens_the_gateway_again(cluster, trainer_namespace, outsider_namespace, guarded):
     url = guarded["status"]["url"]
+    print()
     admitted = rewards(cluster, trainer_namespace, url, "/v1/rewards", BODY)
     refused(cluster, outsider_namespace, service_host(url), 80, "a pod in another namespace -> the gateway's Service")
-    print()
     started = time.monotonic()
     patch = {"spec": {"gateway": {"allowedClients": None}}}
     cluster.kubectl("patch", "rewardmodel", GUARDED, "-n", trainer_namespace, "--type=merge", "-p", json.dumps(patch))
