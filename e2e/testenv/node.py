@@ -350,9 +350,10 @@ def storage_dir(state_dir: Path) -> Path:
 
 
 def storage_command(python: str, directory: Path, address: str, port: int) -> list[str]:
-    # Python's own file server: KServe's storage initializer takes a .tar.gz it serves
-    # (application/gzip) and unpacks it into /mnt/models
-    return [python, "-m", "http.server", str(port), "--bind", address, "--directory", str(directory)]
+    # Python's own file server (model_storage.py: one path prefix answers an error on purpose): KServe's
+    # storage initializer takes a .tar.gz it serves (application/gzip) and unpacks it into /mnt/models
+    server = Path(__file__).with_name("model_storage.py")
+    return [python, str(server), str(port), "--bind", address, "--directory", str(directory)]
 
 
 def storage_url(address: str, port: int, filename: str) -> str:

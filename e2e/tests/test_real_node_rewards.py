@@ -40,6 +40,7 @@ from reward_testing.scoring_cases import (
 from reward_testing.waiting import wait_until
 from testenv import images, localmodel, node, served
 from testenv.helpers import get_json, predictor_pod, wait_for_condition
+from testenv.model_storage import failing_url
 from testenv.served import call, finished, reward_model, rewards, serve
 
 TOKEN = "s3cret-trainer-token"
@@ -125,8 +126,8 @@ def test_a_token_model_cached_on_the_node_by_kserves_download_job_scores_through
     built here) on the node, into the group's volume on the node's disk; ModelCached, then the predictor
     mounts the cache, with no storage initializer of its own, and vLLM loads the model from there. The
     tokenizer's own template applied by vLLM (chatTemplateMode upstream), the last token's value.
-    A second model whose archive is missing fails its download: ModelCached and Ready say so, and the
-    first keeps serving."""
+    Two more models fail their downloads, one whose archive is missing (404) and one whose storage server
+    answers 500: ModelCached and Ready say so, and the first keeps serving."""
     cache = {"modelSize": "1Gi", "nodeGroups": [real_node_group]}
     served = serve(cluster, served_namespace, reward_model("tok", "token", model_uris["token"], 0, cache=cache))
     cached = wait_for_condition(cluster, served_namespace, "tok", "ModelCached", "True", "Downloaded")
@@ -153,15 +154,21 @@ def test_a_token_model_cached_on_the_node_by_kserves_download_job_scores_through
         "model": "tok", "revision": model_uris["token"], "digest": None, "generation": generation, "role": "stable"
     }  # fmt: skip
 
-    missing = model_uris["token"].replace("token.tar.gz", f"missing-{served_namespace}.tar.gz")
-    cluster.kubectl("apply", "-n", served_namespace, "-f", "-",
-                    input=json.dumps(reward_model("uncached", "token", missing, 0, cache=cache)))  # fmt: skip
-    failed = wait_for_condition(cluster, served_namespace, "uncached", "ModelCached", "False", "DownloadFailed",
-                                saying=node.NAME, timeout=300)  # fmt: skip
-    ready = wait_for_condition(cluster, served_namespace, "uncached", "Ready", "False", "ModelCacheFailed")
-    assert failed["message"] in ready["message"], (failed, ready)
-    assert get_json(cluster, "inferenceservice", "uncached", "-n", served_namespace) is None
-    cluster.kubectl("delete", "rewardmodel", "uncached", "-n", served_namespace, "--wait=true", "--timeout=120s")
+    # two downloads that fail, side by side: the object missing (404), and the storage server failing (500)
+    failing = {
+        "uncached": model_uris["token"].replace("token.tar.gz", f"missing-{served_namespace}.tar.gz"),
+        "broken": failing_url(model_uris["token"].replace("token.tar.gz", f"{served_namespace}.tar.gz"), 500),
+    }
+    for name, uri in failing.items():
+        cluster.kubectl("apply", "-n", served_namespace, "-f", "-",
+                        input=json.dumps(reward_model(name, "token", uri, 0, cache=cache)))  # fmt: skip
+    for name in failing:
+        failed = wait_for_condition(cluster, served_namespace, name, "ModelCached", "False", "DownloadFailed",
+                                    saying=node.NAME, timeout=300)  # fmt: skip
+        ready = wait_for_condition(cluster, served_namespace, name, "Ready", "False", "ModelCacheFailed")
+        assert failed["message"] in ready["message"], (failed, ready)
+        assert get_json(cluster, "inferenceservice", name, "-n", served_namespace) is None
+    cluster.kubectl("delete", "rewardmodel", *failing, "-n", served_namespace, "--wait=true", "--timeout=120s")
 
     assert_generation_moves_without_a_new_gateway_pod(cluster, served_namespace, url, generation)
     finished(cluster, served_namespace, "tok")
