@@ -680,6 +680,17 @@ def host_state() -> dict:
     }
 
 
+def host_differences(before: dict, after: dict) -> dict:
+    """What changed between two ``host_state`` readings (a list: what is gone and what is new); {} for none."""
+    return {
+        key: {"gone": sorted(set(before[key]) - set(after[key])), "new": sorted(set(after[key]) - set(before[key]))}
+        if isinstance(before[key], list)
+        else {"before": before[key], "after": after[key]}
+        for key in before
+        if before[key] != after[key]
+    }
+
+
 class RealNode(addon.AddOn):
     """The add-on: kube-apiserver reachable from pods at the host's ``address``; started after kwok's
     nodes, and ready once the Node is Ready (``start`` waits for all of it)."""

@@ -48,16 +48,6 @@ def _run_a_pod(plane: ControlPlane, name: str) -> dict:
     return json.loads(plane.kubectl("get", "pod", "pause", "-n", name, "-o", "json").stdout)
 
 
-def _differences(before: dict, after: dict) -> dict:
-    return {
-        key: {"gone": sorted(set(before[key]) - set(after[key])), "new": sorted(set(after[key]) - set(before[key]))}
-        if isinstance(before[key], list)
-        else {"before": before[key], "after": after[key]}
-        for key in before
-        if before[key] != after[key]
-    }
-
-
 def test_a_pod_runs_and_down_leaves_the_host_as_it_found_it(tmp_path: Path) -> None:
     before = node.host_state()
     plane = ControlPlane(tmp_path / "plane")
@@ -67,11 +57,11 @@ def test_a_pod_runs_and_down_leaves_the_host_as_it_found_it(tmp_path: Path) -> N
         assert pod["spec"]["nodeName"] == node.NAME
         assert node.in_pod_subnet(pod["status"]["podIP"]), pod["status"]
         # the comparison can fail: with the node up, the host differs in each kind of state
-        during = _differences(before, node.host_state())
+        during = node.host_differences(before, node.host_state())
         assert {"iptables", "links", "mounts", "node_processes", "record"} <= during.keys(), during
     finally:
         plane.down()
-    assert _differences(before, node.host_state()) == {}
+    assert node.host_differences(before, node.host_state()) == {}
 
 
 def test_up_clears_a_node_left_by_an_interrupted_run(tmp_path: Path) -> None:
@@ -93,7 +83,7 @@ def test_up_clears_a_node_left_by_an_interrupted_run(tmp_path: Path) -> None:
         assert pod["spec"]["nodeName"] == node.NAME
     finally:
         second.down()
-    assert _differences(before, node.host_state()) == {}
+    assert node.host_differences(before, node.host_state()) == {}
 
 
 def _alive(pid: int) -> bool:
