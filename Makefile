@@ -41,10 +41,12 @@ testenv-build: venv ## build the testenv binaries into the cache, all but KEDA's
 # starts of vLLM, two of them side by side; test_real_node_operator_pod.py: the operator installed by its
 # chart as a pod on the real node (`make operator-pod`), two cold starts of vLLM; test_real_node_prometheus.py:
 # Prometheus through prometheus-operator on the real node (`make prometheus-real`), their builds and one vLLM;
-# test_real_node_network_policy.py: allowedClients enforced by kube-router (`make network-policy-real`), its build.
+# test_real_node_network_policy.py: allowedClients enforced by kube-router (`make network-policy-real`), its build;
+# test_real_node_pipeline.py: an RLHFPipeline through KServe's router as a pod (`make pipeline-real`), five vLLMs.
 OPT_IN_SUITES = e2e/tests/test_keda.py e2e/tests/test_real_node_wake.py e2e/tests/test_real_node_canary.py \
 	e2e/tests/test_real_node_operator_pod.py e2e/tests/test_real_node_rewards_chart.py \
-	e2e/tests/test_real_node_prometheus.py e2e/tests/test_real_node_network_policy.py
+	e2e/tests/test_real_node_prometheus.py e2e/tests/test_real_node_network_policy.py \
+	e2e/tests/test_real_node_pipeline.py
 # The chaos, fuzz and scale-to-zero suites run on targets of their own (in `make test` too), with
 # -s: their counts and times (objects, restarts, generated specs, wake-up) are printed into the log.
 OWN_TARGET_SUITES = e2e/tests/test_chaos.py e2e/tests/test_fuzz_rewardmodel.py e2e/tests/test_validation_differential.py \
@@ -110,6 +112,15 @@ prometheus-real: venv testenv-build host-packages vllm-venv ## Prometheus by pro
 network-policy-real: venv testenv-build host-packages ## allowedClients enforced on the real node by kube-router: the listed pod scores, others are refused, only the gateway reaches vLLM, KEDA's namespace reaches the scaler port, removal opens it
 	$(TESTENV) build --only kube-router
 	$(PY) -m pytest e2e/tests/test_real_node_network_policy.py -q -s -p no:cacheprovider --timeout=3600
+
+# An RLHFPipeline that generates: KServe's router as a pod (its image built from the pinned module's cmd/router),
+# a tiny causal LM as actor and reference, a value model as critic and two RewardModels, five vLLMs side by
+# side; the reference's and the critic's numbers checked against transformers. Not in `make test`: five cold
+# starts of vLLM on the node's 2 cores (the reference's and critic's parity alone runs in `make test`:
+# test_real_vllm_pipeline.py).
+.PHONY: pipeline-real
+pipeline-real: venv testenv-build host-packages vllm-venv ## an RLHFPipeline on the real node through KServe's router pod: score, generate-and-score and best-of-n, parity with transformers, a killed role's error (figures printed)
+	$(PY) -m pytest e2e/tests/test_real_node_pipeline.py -q -s -p no:cacheprovider --timeout=3600
 
 # chaos and scale-to-zero mostly wait (kopf's and KEDA's timeouts, peer lifetimes, cooldowns), each on a
 # control plane of its own: they run side by side, each one's output printed whole when it ends.

@@ -9,7 +9,9 @@ to its containerd as a docker-archive tar (``ctr images import``):
 - ``vllm-cpu``: ``runtimes/vllm-cpu/Dockerfile``, vLLM's CPU build for the ``vllm-reward-cpu`` runtime;
 - ``storage-initializer``: KServe's own storage code of the pinned release (PyPI's ``kserve-storage``)
   behind an entry point of ours, called as KServe's webhook calls its init container;
-- ``pause``: the Kubernetes module's ``pause.c``, compiled statically: containerd's sandbox image.
+- ``pause``: the Kubernetes module's ``pause.c``, compiled statically: containerd's sandbox image;
+- ``kserve-router``, ``prometheus``, ``prometheus-config-reloader``: one static binary built by build.py
+  each, alone in its image (named only by the targets that run them).
 
 Each image is cached as ``<cache>/testenv/images/<name>-<key>.tar``, the key a hash of what decides
 its content (Dockerfile, the context files it copies, build args, the key of the image it starts
@@ -188,6 +190,18 @@ PROMETHEUS_IMAGES = tuple(
     )
 )
 IMAGES += PROMETHEUS_IMAGES
+# KServe's InferenceGraph router (cmd/router of the pinned module) for the real node, alone in its image as
+# upstream ships it (on distroless); KServe's controller starts it with --graph-json and nothing else
+ROUTER_IMAGE = f"reward-operator-testenv/kserve-router:{kserve.KSERVE_VERSION}"
+IMAGES += (
+    Image(
+        "kserve-router",
+        ROUTER_IMAGE,
+        binary=("kserve", "kserve-router"),
+        default=False,
+        checks=(("65534", ("/bin/kserve-router", "--help")),),
+    ),
+)
 BY_NAME = {image.name: image for image in IMAGES}
 
 

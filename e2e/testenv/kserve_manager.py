@@ -39,7 +39,7 @@ def enabled_by_env() -> bool:
 
 
 def inference_service_config() -> dict:
-    """KServe's shipped ConfigMap, its storage initializer's image aside.
+    """KServe's shipped ConfigMap, its storage initializer's and router's images aside.
 
     deploy.defaultDeploymentMode stays Knative (Serverless): our objects set the mode
     explicitly, and one that forgets gets KServe's real answer (Knative is not
@@ -56,6 +56,11 @@ def inference_service_config() -> dict:
     initializer = json.loads(config["data"]["storageInitializer"])
     initializer["image"] = images.STORAGE_INITIALIZER_IMAGE
     config["data"]["storageInitializer"] = json.dumps(initializer, indent=2)
+    # Likewise the InferenceGraph's router: cmd/router of the same module (images.py), for the graphs on
+    # the real node (make pipeline-real).
+    router = json.loads(config["data"]["router"])
+    router["image"] = images.ROUTER_IMAGE
+    config["data"]["router"] = json.dumps(router, indent=2)
     return config
 
 

@@ -161,10 +161,10 @@ def what_runs(cluster, namespace: str) -> str:
 CALL = textwrap.dedent(
     """
     import json, sys, urllib.error, urllib.request
-    url, body, token = sys.argv[1], sys.argv[2].encode(), sys.argv[3]
+    url, body, token, timeout = sys.argv[1], sys.argv[2].encode(), sys.argv[3], float(sys.argv[4])
     headers = {"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=120) as answer:
+        with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=timeout) as answer:
             print(json.dumps({"status": answer.status, "body": json.load(answer)}))
     except urllib.error.HTTPError as error:
         print(json.dumps({"status": error.code, "body": error.read().decode()}))
@@ -172,11 +172,25 @@ CALL = textwrap.dedent(
 )
 
 
-def call(cluster, namespace: str, url: str, path: str, body: dict, token: str = "") -> dict:
-    """POST from the client pod on the node to ``url`` + ``path``: by name, through CoreDNS and kube-proxy."""
-    command = ["python", "-c", CALL, url.rstrip("/") + path, json.dumps(body), token]
+def call(cluster, namespace: str, url: str, path: str, body: dict, token: str = "", timeout: float = 120) -> dict:
+    """POST from the client pod on the node to ``url`` + ``path``: by name, through CoreDNS and kube-proxy
+    (``timeout``: seconds the client waits for the answer)."""
+    command = ["python", "-c", CALL, url.rstrip("/") + path, json.dumps(body), token, str(timeout)]
     printed = cluster.kubectl("exec", "-n", namespace, CLIENT, "--", *command)
     return json.loads(printed.stdout.strip().splitlines()[-1])
+
+
+def container_logs(cluster, namespace: str, container: str = "kserve-container", tail: int = 30) -> str:
+    """For a failure's message: the last ``tail`` lines of ``container`` in each of the namespace's pods that
+    run one (KServe's name for vLLM's container and for the gateway's, the default)."""
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False).stdout or "{}")
+    parts = []
+    for pod in pods.get("items", []):
+        if any(c["name"] == container for c in pod["spec"]["containers"]):
+            name = pod["metadata"]["name"]
+            printed = cluster.kubectl("logs", "-n", namespace, name, "-c", container, f"--tail={tail}", check=False)
+            parts.append(f"---- {name} {container}:\n{printed.stdout or printed.stderr}")
+    return "\n".join(parts)
 
 
 # Run in the client pod: POSTs one after another to one URL (a trainer's steady traffic), each answer's

@@ -12,14 +12,19 @@ Requests:
   three model kinds, ``internlm2``: a token model of InternLM2-Reward's architecture, scored at its
   reward token (see make_internlm2). ``"seed"``
   (optional) seeds the weights instead of the kind's own seed: another model of the same kind and
-  tokenizer, whose scores order the same texts differently (a canary that disagrees).
+  tokenizer, whose scores order the same texts differently (a canary that disagrees). For an
+  RLHFPipeline's roles: ``causal`` (LlamaForCausalLM: the actor and the reference, generating) and
+  ``critic`` (Qwen2ForRewardModel: a value per token; vLLM 0.32 has no Llama token classifier of its
+  own, and loads LlamaForTokenClassification through its Transformers backend as a sequence classifier,
+  which fails on the head's weights).
 - ``{"score": {"model": folder, "kind": kind, "items": [...]}}``: for each item (``{"ids"}``,
   ``{"text", "add_special_tokens"?}``, or ``{"messages", "chat_template"?}``: the tokenizer's
   ``apply_chat_template``, the model's template or the given one), the token ids and what the
   reward gateway must answer for them: ``reward`` (sequence: the raw last-token logit; token: the
   last token's raw value; process: the min of the step scores; InternLM2ForRewardModel: its own
   scorer's, the value at the reward token it appends) and, for token and process models,
-  ``values`` (each token's raw value(s)) and ``step_scores`` (p_positive at each step tag).
+  ``values`` (each token's raw value(s)) and ``step_scores`` (p_positive at each step tag); a causal
+  model answers ``logprobs``: each token's log-softmax under the tokens before it (None for the first).
 - ``{"scores": {name: <a score request>}}``: several at once, answered ``{name: answers}``.
 """
 
@@ -54,11 +59,27 @@ ARCHITECTURES = {
     "token": "Qwen2ForRewardModel",
     "process": "Qwen2ForProcessRewardModel",
     "internlm2": "InternLM2ForRewardModel",
+    # an RLHFPipeline's actor and reference (vLLM's generate runner), and its critic (served as the
+    # operator renders a critic: a token model's pooling, a raw value per token)
+    "causal": "LlamaForCausalLM",
+    "critic": "Qwen2ForRewardModel",
 }
-SEEDS = {"sequence": 1, "token": 2, "process": 3, "internlm2": 4}
-NUM_LABELS = {"sequence": 1, "token": 1, "process": 2, "internlm2": 1}
-# the model.kind each model is served as
-MODEL_KINDS = {"sequence": "sequence", "token": "token", "process": "process", "internlm2": "token"}
+SEEDS = {"sequence": 1, "token": 2, "process": 3, "internlm2": 4, "causal": 5, "critic": 6}
+NUM_LABELS = {"sequence": 1, "token": 1, "process": 2, "internlm2": 1, "critic": 1}
+# the model.kind each model is served as (causal: none, it generates)
+MODEL_KINDS = {
+    "sequence": "sequence",
+    "token": "token",
+    "process": "process",
+    "internlm2": "token",
+    "causal": "causal",
+    "critic": "token",
+}
+# the transformers class of the Llama-based kinds, saved with save_pretrained
+LLAMA_CLASSES = {
+    "sequence": "LlamaForSequenceClassification",
+    "causal": "LlamaForCausalLM",
+}
 # InternLM2-Reward's reward token (config.json reward_token_id), added to the tokenizer of that model only
 REWARD_TOKEN = "[UNUSED_TOKEN_130]"
 
@@ -140,14 +161,15 @@ def make_model(kind: str, dest: Path, tokenizer, shape: dict | None = None, seed
         make_internlm2(dest, tokenizer, shape)
         return
     import torch
+    import transformers
     from safetensors.torch import save_file
-    from transformers import LlamaConfig, LlamaForSequenceClassification, Qwen2Config, Qwen2Model
+    from transformers import LlamaConfig, Qwen2Config, Qwen2Model
 
     torch.manual_seed(SEEDS[kind] if seed is None else seed)
     dest.mkdir(parents=True, exist_ok=True)
-    if kind == "sequence":
-        config = LlamaConfig(**_common(tokenizer, shape), head_dim=32, num_labels=1)
-        model = LlamaForSequenceClassification(config).to(torch.float32).eval()
+    if kind in LLAMA_CLASSES:
+        config = LlamaConfig(**_common(tokenizer, shape), head_dim=32, num_labels=NUM_LABELS.get(kind, 1))
+        model = getattr(transformers, LLAMA_CLASSES[kind])(config).to(torch.float32).eval()
         model.save_pretrained(dest)
     else:
         # transformers has no Qwen2 reward classes (the checkpoints carry their own code): the
@@ -359,14 +381,9 @@ def item_ids(tokenizer, item: dict) -> list[int]:
 
 def score(request: dict) -> list[dict]:
     import torch
+    import transformers
     from safetensors.torch import load_file
-    from transformers import (
-        AutoConfig,
-        AutoTokenizer,
-        LlamaForSequenceClassification,
-        PreTrainedTokenizerFast,
-        Qwen2Model,
-    )
+    from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Model
 
     folder, kind = request["model"], request["kind"]
     if json.loads((Path(folder) / "config.json").read_text()).get("model_type") == "internlm2":
@@ -375,8 +392,10 @@ def score(request: dict) -> list[dict]:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     step_tag_id = tokenizer.convert_tokens_to_ids(STEP_TAG)
     config = AutoConfig.from_pretrained(folder)
-    if kind == "sequence":
-        model = LlamaForSequenceClassification.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    architecture = (config.architectures or [""])[0]
+    llama_kind = next((k for k, name in LLAMA_CLASSES.items() if name == architecture), None)
+    if llama_kind is not None:
+        model = getattr(transformers, architecture).from_pretrained(folder, torch_dtype=torch.float32).eval()
     else:
         tensors = load_file(str(Path(folder) / "model.safetensors"))
         backbone = Qwen2Model(config).to(torch.float32).eval()
@@ -388,8 +407,14 @@ def score(request: dict) -> list[dict]:
         for item in request["items"]:
             ids = item_ids(tokenizer, item)
             input_ids = torch.tensor([ids])
-            if kind == "sequence":
+            if llama_kind == "sequence":
                 answers.append({"ids": ids, "reward": float(model(input_ids=input_ids).logits[0, 0])})
+                continue
+            if llama_kind == "causal":
+                # token i's log-probability given tokens 0..i-1: log-softmax of the logits at i-1
+                logprobs = torch.log_softmax(model(input_ids=input_ids).logits[0].double(), dim=-1)
+                picked = [float(logprobs[i - 1, ids[i]]) for i in range(1, len(ids))]
+                answers.append({"ids": ids, "logprobs": [None, *picked]})
                 continue
             logits = head(backbone(input_ids=input_ids).last_hidden_state)[0]  # [tokens, labels]
             answer = {"ids": ids, "values": logits.tolist()}

@@ -86,15 +86,21 @@ def run_vllm(
 
 @contextmanager
 def started_vllm(
-    isvc: dict, model_dir: Path, workdir: Path, extra_env: dict[str, str] | None = None, device: str = "cpu"
+    isvc: dict,
+    model_dir: Path,
+    workdir: Path,
+    extra_env: dict[str, str] | None = None,
+    device: str = "cpu",
+    runtime: str = "vllm-reward",
 ) -> Iterator[VllmServer]:
     """As ``run_vllm``, but yields at once: start several, then ``wait_healthy`` on each (they load
-    side by side)."""
+    side by side). ``runtime``: the ClusterServingRuntime whose command and args come first
+    (``vllm-generate`` for an RLHFPipeline's actor and reference)."""
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "tmp").mkdir(exist_ok=True)
     device_args, device_env = DEVICE_SETTINGS[device]
-    command = [*predictor_command(isvc, model_dir, port), "--host=127.0.0.1", *device_args]
+    command = [*predictor_command(isvc, model_dir, port, runtime), "--host=127.0.0.1", *device_args]
     env = {
         **os.environ,
         **predictor_env(isvc),

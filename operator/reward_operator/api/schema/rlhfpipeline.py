@@ -190,7 +190,9 @@ CRITIC = _role(
     "classification over every token, raw). Omit it for critic-free training (GRPO, RLOO).",
     (DEFAULT_POOLING_RUNTIME, DEFAULT_POOLING_CPU_RUNTIME),
     True,
-    "The critic's checkpoint: a token-classification head with one label (a value head).",
+    "The critic's checkpoint: a value head over every token that vLLM pools natively (a *ForRewardModel "
+    "architecture such as Qwen2ForRewardModel, one label). vLLM has no Llama token classifier of its own: "
+    "a LlamaForTokenClassification checkpoint fails to load.",
 )
 
 REWARD = obj(

@@ -1,0 +1,105 @@
+"""An RLHFPipeline's reference and critic answer transformers' numbers, with a real vLLM (the pinned CPU
+build) behind each role's gateway, both started as the operator renders them.
+
+A tiny random-weight causal LM (LlamaForCausalLM) is the reference, served by the ``vllm-generate``
+runtime's command line and the reference's rendered args; a tiny value model (Qwen2ForRewardModel: a
+value per token, an architecture vLLM pools per token natively) is the critic, on the pooling runtime
+with the critic's rendered args. Each gateway runs its role's rendered environment
+(``/v1/pipeline/logprobs``, ``/v1/pipeline/values``). The numbers must be transformers' for the same
+text: each response token's log-softmax under the tokens before it, and each response token's value,
+cut where the prompt's tokens end (the prompt tokenized with its BOS).
+
+The whole pipeline, through KServe's router as a pod and with the actor generating, runs on the test bed's
+real node (test_real_node_pipeline.py, ``make pipeline-real``). Two vLLMs here (about 3 GB each); without
+the vLLM venv the module skips, or fails where REWARD_OPERATOR_REQUIRE_VLLM=1 (CI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import pytest
+
+from reward_operator.render import render_rlhf_pipeline
+from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
+from reward_testing.gateway_process import post_ok
+from reward_testing.pipeline_cases import PROMPTS, RESPONSES, expected_rows, largest_diff
+from reward_testing.ports import free_port
+from reward_testing.tiny_models import TinyModel, make_tiny_models
+from reward_testing.vllm_server import started_vllm, wait_healthy
+
+# The bound on the reference's log-probabilities and the critic's values (float32 on both sides: 9e-6 and
+# 2e-5 seen)
+TOLERANCE = 1e-4
+
+PIPELINE = {
+    "apiVersion": "serving.rlhf.dev/v1alpha1",
+    "kind": "RLHFPipeline",
+    "metadata": {"name": "tiny", "namespace": "test", "uid": "00000000-0000-4000-8000-000000000002"},
+    "spec": {
+        "actor": {"model": {"uri": "hf://tiny/causal", "dtype": "float32"}, "resources": {"gpus": 0}},
+        "critic": {"model": {"uri": "hf://tiny/critic", "dtype": "float32"}, "resources": {"gpus": 0}},
+        "rewards": [{"name": "tiny-rm"}],
+        "flows": {"score": {}},
+    },
+}
+# role -> (the tiny model it serves, the runtime whose command line KServe puts first)
+ROLES = {"reference": ("causal", "vllm-generate"), "critic": ("critic", "vllm-reward")}
+
+
+@dataclass(frozen=True)
+class Served:
+    gateways: dict[str, str]  # role -> its gateway's URL
+    models: dict[str, TinyModel]  # kind -> the model
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[Served]:
+    """The reference's and the critic's gateways, each in front of its own vLLM."""
+    models = make_tiny_models(tmp_path_factory.mktemp("pipeline-models"), ("causal", "critic"))
+    isvcs = {
+        child["metadata"]["name"].removeprefix("tiny-"): child
+        for child in render_rlhf_pipeline(PIPELINE, with_graph=False)
+    }
+    with ExitStack() as stack:
+        servers = {}
+        for role, (kind, runtime) in ROLES.items():
+            workdir = tmp_path_factory.mktemp(role)
+            servers[role] = stack.enter_context(
+                started_vllm(isvcs[role], models[kind].path, workdir / "vllm", runtime=runtime)
+            )
+        urls = {}
+        for role, server in servers.items():
+            wait_healthy(server)
+            env, args = rendered_gateway(isvcs[role])
+            port = free_port()
+            env.update(
+                REWARD_GATEWAY_UPSTREAM_URL=server.url,
+                REWARD_GATEWAY_PORT=str(port),
+                REWARD_GATEWAY_MEMORY_LIMIT_BYTES=str(2**30),  # the downward API's, in a pod
+            )
+            log = tmp_path_factory.mktemp(f"{role}-gateway") / "gateway.log"
+            stack.enter_context(gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], log))
+            urls[role] = f"http://127.0.0.1:{port}"
+        yield Served(urls, models)
+
+
+ITEMS = {"prompts": PROMPTS, "responses": RESPONSES}
+
+
+def test_the_references_logprobs_are_transformers_log_softmax_of_the_same_tokens(served):
+    answer = post_ok(served.gateways["reference"], "/v1/pipeline/logprobs", ITEMS)
+    expected = expected_rows(served.models["causal"], PROMPTS, RESPONSES, "logprobs")
+    worst = largest_diff(answer["logprobs"], expected)
+    print(f"\nreference logprobs: {sum(map(len, expected))} response tokens, largest |diff| {worst:.2e}")
+    assert worst <= TOLERANCE
+
+
+def test_the_critics_values_are_transformers_values_of_the_response_tokens(served):
+    answer = post_ok(served.gateways["critic"], "/v1/pipeline/values", ITEMS)
+    expected = expected_rows(served.models["critic"], PROMPTS, RESPONSES, "values")
+    worst = largest_diff(answer["values"], expected)
+    print(f"\ncritic values: {sum(map(len, expected))} response tokens, largest |diff| {worst:.2e}")
+    assert worst <= TOLERANCE
