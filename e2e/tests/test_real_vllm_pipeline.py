@@ -45,8 +45,10 @@ PIPELINE = {
         "flows": {"score": {}},
     },
 }
-# role -> (the tiny model it serves, the runtime whose command line KServe puts first)
-ROLES = {"reference": ("causal", "vllm-generate"), "critic": ("critic", "vllm-reward")}
+# role -> (the tiny model it serves, the CPU runtime whose command line and environment KServe puts first)
+ROLES = {"reference": ("causal", "vllm-generate-cpu"), "critic": ("critic", "vllm-reward-cpu")}
+# vLLM's CPU image has no C++ compiler (torch.compile's inductor needs one): neither has vLLM here
+NO_COMPILER = {"CXX": "no-cxx-compiler-in-the-image"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def served(tmp_path_factory) -> Iterator[Served]:
         for role, (kind, runtime) in ROLES.items():
             workdir = tmp_path_factory.mktemp(role)
             servers[role] = stack.enter_context(
-                started_vllm(isvcs[role], models[kind].path, workdir / "vllm", runtime=runtime)
+                started_vllm(isvcs[role], models[kind].path, workdir / "vllm", NO_COMPILER, runtime=runtime)
             )
         urls = {}
         for role, server in servers.items():

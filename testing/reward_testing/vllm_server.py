@@ -67,6 +67,13 @@ def predictor_command(isvc: dict, model_dir: Path, port: int, runtime: str = "vl
     return [str(require_vllm()), *container["command"][1:], *args, *rendered]
 
 
+def runtime_env(runtime: str) -> dict[str, str]:
+    """The literal environment of the runtime's container (KServe puts the InferenceService's after it)."""
+    manifest = yaml.safe_load((REPO / "runtimes" / f"{runtime}.yaml").read_text())
+    env = manifest["spec"]["containers"][0].get("env", [])
+    return {item["name"]: item["value"] for item in env if "value" in item}
+
+
 def predictor_env(isvc: dict) -> dict[str, str]:
     """The literal environment the operator rendered for the predictor (values only)."""
     env = isvc["spec"]["predictor"]["model"].get("env", [])
@@ -103,10 +110,12 @@ def started_vllm(
     command = [*predictor_command(isvc, model_dir, port, runtime), "--host=127.0.0.1", *device_args]
     env = {
         **os.environ,
+        **runtime_env(runtime),
         **predictor_env(isvc),
         **device_env,
         "VLLM_HOST_IP": "127.0.0.1",
         "TMPDIR": str(workdir / "tmp"),
+        "HOME": str(workdir),  # the runtime says /tmp: a pod's own
         "VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),
         "HF_HOME": str(workdir / "hf-home"),
         "HF_HUB_OFFLINE": "1",
