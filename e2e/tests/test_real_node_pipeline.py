@@ -246,13 +246,13 @@ def test_best_of_n_picks_the_candidate_with_the_highest_combined_reward(cluster,
 
 # ---- a role killed mid-request ---------------------------------------------------------------------------
 
-# Run in vLLM's container: stop every process but the API server (PID 1) and this one, so that a request the
-# API server takes waits on the stopped engine. A signal, not a sleep, holds the request at the role.
-STOP_ENGINE = (
-    "import os, signal\n"
+# Run in vLLM's container: send a signal (STOP, CONT) to every process but the API server (PID 1) and this one.
+# Stopped, the engine holds a request the API server took: a signal, not a sleep, keeps it at the role.
+SIGNAL_ENGINE = (
+    "import os, signal, sys\n"
     "for pid in [int(p) for p in os.listdir('/proc') if p.isdigit()]:\n"
     "    if pid not in (1, os.getpid()):\n"
-    "        try: os.kill(pid, signal.SIGSTOP)\n"
+    "        try: os.kill(pid, getattr(signal, 'SIG' + sys.argv[1]))\n"
     "        except ProcessLookupError: pass\n"
 )
 CRITIC = f"{NAME}-critic"
@@ -276,11 +276,17 @@ def gateway_inflight(cluster, namespace: str, isvc: str) -> float:
 
 def killed_mid_request(cluster, pipeline: Pipeline, component: str) -> tuple[dict, float, float]:
     """Score through the graph while the critic's engine is stopped; once the critic's gateway holds the request,
-    force-delete the critic's ``component`` pod (predictor: vLLM; transformer: its gateway). Returns the graph's
-    answer, the seconds into the request of the kill, and the seconds from the kill to the answer."""
+    force-delete the critic's ``component`` pod (predictor: vLLM; transformer: its gateway), and let the engine go
+    on where it still runs. Returns the graph's answer, the seconds into the request of the kill, and the
+    seconds from the kill to the answer."""
     namespace = pipeline.namespace
     vllm = role_pod(cluster, namespace, CRITIC, "predictor")["metadata"]["name"]
-    cluster.kubectl("exec", "-n", namespace, vllm, "-c", "kserve-container", "--", "python3", "-c", STOP_ENGINE)
+
+    def engine(signal: str) -> None:
+        cluster.kubectl("exec", "-n", namespace, vllm, "-c", "kserve-container", "--",
+                        "python3", "-c", SIGNAL_ENGINE, signal)  # fmt: skip
+
+    engine("STOP")
     answers: list[tuple[dict, float]] = []
     sender = threading.Thread(target=lambda: answers.append(through_graph(cluster, pipeline, SCORE, HELD_TIMEOUT)))
     sent = time.monotonic()
@@ -290,6 +296,8 @@ def killed_mid_request(cluster, pipeline: Pipeline, component: str) -> tuple[dic
     killed = time.monotonic()
     cluster.kubectl("delete", "pod", "-n", namespace, victim, "--grace-period=0", "--force")
     sender.join(timeout=HELD_TIMEOUT + 30)
+    if component != "predictor":  # the stopped engine's pod lives on: it goes on
+        engine("CONT")
     assert answers, "no answer through the graph"
     return answers[0][0], killed - sent, time.monotonic() - killed
 
