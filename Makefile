@@ -76,10 +76,12 @@ scale-to-zero: venv testenv-build keda-build ## a RewardModel at zero with KServ
 # The same wake on the real node, nothing standing in: KServe's storage initializer, the pinned vLLM's CPU
 # build and the gateway in containerd, KEDA beside them (TESTENV_KEDA=1). Not in `make test`: the vLLM
 # image's import into containerd (about 3 min) and two cold starts of vLLM on 2 cores; OpenRLHF's part
-# needs its venv (`TRAINER=openrlhf e2e/trainers/venvs/install.sh`, no-op when built; skipped without it).
+# needs its venv, which the target builds (a no-op when built; the test fails without it here).
 .PHONY: wake-real
 wake-real: venv testenv-build keda-build host-packages ## a RewardModel at zero on the real node: a burst of 64 wakes the real vLLM (timeline printed), then OpenRLHF's retry loop meets 503s from zero
-	TESTENV_KEDA=1 $(PY) -m pytest e2e/tests/test_real_node_wake.py -q -s -p no:cacheprovider --timeout=3600
+	TRAINER=openrlhf e2e/trainers/venvs/install.sh
+	REWARD_OPERATOR_REQUIRE_TRAINERS=1 TESTENV_KEDA=1 $(PY) -m pytest e2e/tests/test_real_node_wake.py -q -s \
+		-p no:cacheprovider --timeout=3600
 
 # A rollout (spec.canary) on the real node, nothing standing in: KServe's canary predictor and the stable
 # one, each a vLLM CPU build serving a tiny model, the gateway comparing their real scores, the operator
