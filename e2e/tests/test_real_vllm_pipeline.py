@@ -91,17 +91,16 @@ def served(tmp_path_factory) -> Iterator[Served]:
 ITEMS = {"prompts": PROMPTS, "responses": RESPONSES}
 
 
-def test_the_references_logprobs_are_transformers_log_softmax_of_the_same_tokens(served):
-    answer = post_ok(served.gateways["reference"], "/v1/pipeline/logprobs", ITEMS)
-    expected = expected_rows(served.models["causal"], PROMPTS, RESPONSES, "logprobs")
-    worst = largest_diff(answer["logprobs"], expected)
-    print(f"\nreference logprobs: {sum(map(len, expected))} response tokens, largest |diff| {worst:.2e}")
-    assert worst <= TOLERANCE
+# role -> (its route, the answer's field, the tiny model whose transformers numbers it must equal)
+ANSWERS = {"reference": ("logprobs", "logprobs", "causal"), "critic": ("values", "values", "critic")}
 
 
-def test_the_critics_values_are_transformers_values_of_the_response_tokens(served):
-    answer = post_ok(served.gateways["critic"], "/v1/pipeline/values", ITEMS)
-    expected = expected_rows(served.models["critic"], PROMPTS, RESPONSES, "values")
-    worst = largest_diff(answer["values"], expected)
-    print(f"\ncritic values: {sum(map(len, expected))} response tokens, largest |diff| {worst:.2e}")
+@pytest.mark.parametrize("role", ANSWERS)
+def test_the_reference_and_the_critic_answer_transformers_numbers_for_the_response_tokens(served, role):
+    """The reference: each response token's log-softmax under the tokens before it; the critic: its value."""
+    route, field, kind = ANSWERS[role]
+    answer = post_ok(served.gateways[role], f"/v1/pipeline/{route}", ITEMS)
+    expected = expected_rows(served.models[kind], PROMPTS, RESPONSES, field)
+    worst = largest_diff(answer[field], expected)
+    print(f"\n{role} {field}: {sum(map(len, expected))} response tokens, largest |diff| {worst:.2e}")
     assert worst <= TOLERANCE
