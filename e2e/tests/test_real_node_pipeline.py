@@ -113,7 +113,6 @@ class Pipeline:
     namespace: str
     url: str  # the graph's status.url
     reward_urls: dict[str, str]  # RewardModel -> its status.url
-    ready_after: float  # seconds from the apply to the pipeline's Ready
 
 
 def ready(cluster, namespace: str, kind: str, name: str) -> dict | None:
@@ -149,7 +148,7 @@ def pipeline(cluster, operator, runtimes, plane, models) -> Iterator[Pipeline]:
         ready_after = time.monotonic() - applied
         print(f"\nthe pipeline and its two RewardModels Ready {ready_after:.1f} s after the apply (5 vLLMs)")
         urls = {name: stored[name]["status"]["url"] for name in WEIGHTS}
-        yield Pipeline(namespace, stored[NAME]["status"]["url"], urls, ready_after)
+        yield Pipeline(namespace, stored[NAME]["status"]["url"], urls)
 
 
 def through_graph(cluster, pipeline: Pipeline, body: dict, timeout: float = 120) -> tuple[dict, float]:
