@@ -628,8 +628,7 @@ def settings(arguments: argparse.Namespace) -> Settings:
 def run_check(arguments: argparse.Namespace) -> int:
     import httpx
 
-    from reward_testing.gateway_process import gateway_process, rendered_gateway
-    from reward_testing.ports import free_port
+    from reward_testing.gateway_process import local_gateway, rendered_gateway
     from reward_testing.scoring_cases import prompt_response
     from reward_testing.vllm_server import started_vllm, wait_healthy
 
@@ -676,27 +675,19 @@ def run_check(arguments: argparse.Namespace) -> int:
             progress(f"vLLM healthy after {time.monotonic() - started:.0f} s")
 
             env, args = rendered_gateway(rendered.isvc)
-            port = free_port()
-            env.update(
-                REWARD_GATEWAY_UPSTREAM_URL=vllm.url,
-                REWARD_GATEWAY_PORT=str(port),
-                REWARD_GATEWAY_MEMORY_LIMIT_BYTES=str(2**30),  # the downward API's, in a pod
-                PYTHONPATH=os.pathsep.join(str(path) for path in SOURCE_PATHS),
-            )
+            env["PYTHONPATH"] = os.pathsep.join(str(path) for path in SOURCE_PATHS)
             cpus = sorted(os.sched_getaffinity(0))
             gateway_cpus = set(cpus[-rendered.gateway_cpus :]) if len(cpus) > rendered.gateway_cpus else None
-            stack.enter_context(
-                gateway_process(
-                    args,
+            gateway = stack.enter_context(
+                local_gateway(
                     env,
-                    port,
-                    env["REWARD_GATEWAY_MODEL_NAME"],
+                    args,
+                    vllm.url,
                     workdir / "gateway.log",
                     python=os.environ[GATEWAY_PYTHON_ENV],
                     cpus=gateway_cpus,
                 )
             )
-            gateway = f"http://127.0.0.1:{port}"
             pinned = f"CPUs {sorted(gateway_cpus)}" if gateway_cpus else "all CPUs"
             progress(f"gateway ready at {gateway} ({pinned}, as its rendered limits.cpu)")
 

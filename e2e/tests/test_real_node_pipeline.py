@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from reward_testing.pipeline_cases import PROMPTS, RESPONSES, expected_rows, largest_diff
+from reward_testing.pipeline_cases import PROMPTS, RESPONSES, expected_rows, largest_diff, pipeline_models
 from reward_testing.prometheus_text import sample_sum
 from reward_testing.scoring_cases import assert_close
-from reward_testing.tiny_models import TinyModel, make_tiny_models, tar_model
+from reward_testing.tiny_models import TinyModel, tar_model
 from reward_testing.waiting import wait_until
 from testenv import images, node, served
 from testenv.helpers import ISVC_LABEL, condition, get_json
@@ -68,7 +68,7 @@ class Models:
 @pytest.fixture(scope="module")
 def models(plane, model_uris, tmp_path_factory) -> Models:
     """The pipeline's own tiny models, made here and put on the storage server beside the reward models'."""
-    made = make_tiny_models(tmp_path_factory.mktemp("pipeline-models"), ("causal", "critic"))
+    made = pipeline_models(tmp_path_factory.mktemp("pipeline-models"))
     storage, port = node.storage_dir(plane.directory), plane.state.ports[node.STORAGE]
     uris = dict(model_uris)
     for kind, model in made.items():

@@ -28,9 +28,7 @@ import pytest
 
 from reward_operator.render import chat_template as rendered_template
 from reward_operator.render import render_reward_model
-from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
-from reward_testing.gateway_process import post_ok
-from reward_testing.ports import free_port
+from reward_testing.gateway_process import local_gateway, post_ok, rendered_gateway
 from reward_testing.scoring_cases import (
     CONVERSATION,
     OWN_QUERY,
@@ -137,15 +135,8 @@ def served(tiny_models, tmp_path_factory) -> Iterator[dict[str, Served]]:
             for mode, isvc in isvcs.items():
                 env, args = rendered_gateway(isvc)
                 env = dict(zip(env, local_paths(list(env.values()), template_file), strict=True))
-                port = free_port()
-                env.update(
-                    REWARD_GATEWAY_UPSTREAM_URL=vllm.url,
-                    REWARD_GATEWAY_PORT=str(port),
-                    REWARD_GATEWAY_MEMORY_LIMIT_BYTES=str(2**30),  # the downward API's, in a pod
-                )
                 log = workdir / f"gateway-{mode}.log"
-                stack.enter_context(gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], log))
-                gateways[mode] = f"http://127.0.0.1:{port}"
+                gateways[mode] = stack.enter_context(local_gateway(env, args, vllm.url, log))
             references = dict(zip(REFERENCE_ITEMS[kind], answers[kind], strict=True))
             served[kind] = Served(model, vllm, gateways, references)
         yield served

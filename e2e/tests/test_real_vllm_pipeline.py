@@ -23,11 +23,9 @@ from dataclasses import dataclass
 import pytest
 
 from reward_operator.render import render_rlhf_pipeline
-from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
-from reward_testing.gateway_process import post_ok
-from reward_testing.pipeline_cases import PROMPTS, RESPONSES, expected_rows, largest_diff
-from reward_testing.ports import free_port
-from reward_testing.tiny_models import TinyModel, make_tiny_models
+from reward_testing.gateway_process import local_gateway, post_ok, rendered_gateway
+from reward_testing.pipeline_cases import PROMPTS, RESPONSES, expected_rows, largest_diff, pipeline_models
+from reward_testing.tiny_models import TinyModel
 from reward_testing.vllm_server import started_vllm, wait_healthy
 
 # The bound on the reference's log-probabilities and the critic's values (float32 on both sides: 9e-6 and
@@ -60,7 +58,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Iterator[Served]:
     """The reference's and the critic's gateways, each in front of its own vLLM."""
-    models = make_tiny_models(tmp_path_factory.mktemp("pipeline-models"), ("causal", "critic"))
+    models = pipeline_models(tmp_path_factory.mktemp("pipeline-models"))
     isvcs = {
         child["metadata"]["name"].removeprefix("tiny-"): child
         for child in render_rlhf_pipeline(PIPELINE, with_graph=False)
@@ -75,16 +73,8 @@ def served(tmp_path_factory) -> Iterator[Served]:
         urls = {}
         for role, server in servers.items():
             wait_healthy(server)
-            env, args = rendered_gateway(isvcs[role])
-            port = free_port()
-            env.update(
-                REWARD_GATEWAY_UPSTREAM_URL=server.url,
-                REWARD_GATEWAY_PORT=str(port),
-                REWARD_GATEWAY_MEMORY_LIMIT_BYTES=str(2**30),  # the downward API's, in a pod
-            )
             log = tmp_path_factory.mktemp(f"{role}-gateway") / "gateway.log"
-            stack.enter_context(gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], log))
-            urls[role] = f"http://127.0.0.1:{port}"
+            urls[role] = stack.enter_context(local_gateway(*rendered_gateway(isvcs[role]), server.url, log))
         yield Served(urls, models)
 
 

@@ -26,9 +26,7 @@ import pytest
 
 from reward_operator.render import chat_template as rendered_template
 from reward_operator.render import render_reward_model
-from reward_testing.gateway_fixtures import gateway_process, rendered_gateway
-from reward_testing.gateway_process import post_ok
-from reward_testing.ports import free_port
+from reward_testing.gateway_process import local_gateway, post_ok, rendered_gateway
 from reward_testing.scoring_cases import (
     CONVERSATION,
     OWN_QUERY,
@@ -117,15 +115,7 @@ def served(tmp_path_factory) -> Iterator[Served]:
             env, args = rendered_gateway(isvc)
             assert env["REWARD_GATEWAY_REWARD_TOKEN_ID"] == str(model.reward_token_id)
             env = {name: value.replace(rendered_template.PATH, str(template_file)) for name, value in env.items()}
-            port = free_port()
-            env.update(
-                REWARD_GATEWAY_UPSTREAM_URL=vllm.url,
-                REWARD_GATEWAY_PORT=str(port),
-                REWARD_GATEWAY_MEMORY_LIMIT_BYTES=str(2**30),
-            )
-            log = workdir / f"gateway-{mode}.log"
-            stack.enter_context(gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], log))
-            gateways[mode] = f"http://127.0.0.1:{port}"
+            gateways[mode] = stack.enter_context(local_gateway(env, args, vllm.url, workdir / f"gateway-{mode}.log"))
         yield Served(model, vllm, gateways, dict(zip(REFERENCE_ITEMS, answers, strict=True)))
 
 

@@ -25,9 +25,8 @@ import pytest
 from summary import LINES
 
 from reward_operator.render import render_reward_model
-from reward_testing.gateway_process import gateway_process, rendered_gateway
+from reward_testing.gateway_process import local_gateway, rendered_gateway
 from reward_testing.paths import REPO
-from reward_testing.ports import free_port
 from reward_testing.tiny_models import TinyModel, reference_scores, tar_model
 from reward_testing.vllm_server import run_vllm
 from testenv import controlplane, keda, node
@@ -82,12 +81,8 @@ def _served_locally(model: TinyModel, workdir) -> Iterator[Served]:
     (isvc,) = [child for child in render_reward_model(spec) if child["kind"] == "InferenceService"]
     with ExitStack() as stack:
         vllm = stack.enter_context(run_vllm(isvc, model.path, workdir / "vllm"))
-        env, args = rendered_gateway(isvc)
-        port = free_port()
-        env.update(REWARD_GATEWAY_UPSTREAM_URL=vllm.url, REWARD_GATEWAY_PORT=str(port),
-                   REWARD_GATEWAY_MEMORY_LIMIT_BYTES=str(2**30))  # fmt: skip
-        stack.enter_context(gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], workdir / "gw.log"))
-        yield Served(f"http://127.0.0.1:{port}", lambda command: command, model, "local vLLM + gateway processes")
+        url = stack.enter_context(local_gateway(*rendered_gateway(isvc), vllm.url, workdir / "gw.log"))
+        yield Served(url, lambda command: command, model, "local vLLM + gateway processes")
 
 
 def _served_on_the_node(request, model: TinyModel, workdir) -> Iterator[Served]:

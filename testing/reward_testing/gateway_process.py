@@ -17,7 +17,11 @@ from pathlib import Path
 
 import httpx
 
+from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
+
+# What the downward API gives a gateway's REWARD_GATEWAY_MEMORY_LIMIT_BYTES in a pod (its limits.memory)
+LOCAL_MEMORY_LIMIT_BYTES = 2**30
 
 
 @contextmanager
@@ -63,6 +67,22 @@ def gateway_process(
         # Ctrl-C: a graceful shutdown at once (SIGTERM, a pod's end, answers REWARD_GATEWAY_DRAIN_SECONDS first)
         process.send_signal(signal.SIGINT)
         process.wait(timeout=20)
+
+
+@contextmanager
+def local_gateway(env: dict[str, str], args: list[str], upstream_url: str, log: Path, **options) -> Iterator[str]:
+    """A rendered gateway (``rendered_gateway``'s environment and args, changed by the caller where a pod's
+    paths differ) as a local process in front of ``upstream_url``, on a free port, with the memory limit a
+    pod's downward API would give it; yields its URL. ``options``: ``gateway_process``'s."""
+    port = free_port()
+    env = {
+        **env,
+        "REWARD_GATEWAY_UPSTREAM_URL": upstream_url,
+        "REWARD_GATEWAY_PORT": str(port),
+        "REWARD_GATEWAY_MEMORY_LIMIT_BYTES": str(LOCAL_MEMORY_LIMIT_BYTES),
+    }
+    with gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], log, **options):
+        yield f"http://127.0.0.1:{port}"
 
 
 def rendered_gateway(isvc: dict) -> tuple[dict[str, str], list[str]]:

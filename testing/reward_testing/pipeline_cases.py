@@ -3,18 +3,32 @@
 The roles' gateways (reward_gateway.pipeline) score ``prompt + response`` with the BOS vLLM adds, and cut
 each row where the prompt's own tokens (with that BOS) end; ``expected_rows`` does the same with the
 model's tokenizer and transformers' forward pass (tiny_model_maker: a causal model's ``logprobs``, a
-critic's ``values``). Shared by the local test (test_real_vllm_pipeline.py) and the real node's
+token model's ``values``). Shared by the local test (test_real_vllm_pipeline.py) and the real node's
 (test_real_node_pipeline.py).
 """
 
 from __future__ import annotations
 
-from reward_testing.tiny_models import TinyModel, reference_scores
+from pathlib import Path
+
+from reward_testing.tiny_models import TinyModel, make_tiny_models, reference_scores
+
+# The critic's weights: a token model (Qwen2ForRewardModel, a value per token, what vLLM pools per token
+# natively; vLLM 0.32 loads LlamaForTokenClassification as a sequence classifier, which fails on the head's
+# weights), not the token reward model's own
+CRITIC_SEED = 6
 
 # Words of the tiny tokenizer's corpus, so the texts are a few tokens each; the responses start with a
 # space, as generated text does.
 PROMPTS = ["what is two plus three?", "find the sum of four and seven", "check the final answer"]
 RESPONSES = [" the answer is five.", " maybe the total is ten, i think", " it is correct!"]
+
+
+def pipeline_models(dest: Path) -> dict[str, TinyModel]:
+    """``causal``: the actor's and the reference's model; ``critic``: the value model."""
+    causal = make_tiny_models(dest / "actor", ("causal",))["causal"]
+    critic = make_tiny_models(dest / "critic", ("token",), seed=CRITIC_SEED)["token"]
+    return {"causal": causal, "critic": critic}
 
 
 def expected_rows(model: TinyModel, prompts: list[str], responses: list[str], field: str) -> list[list[float]]:

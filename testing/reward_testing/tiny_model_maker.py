@@ -13,10 +13,8 @@ Requests:
   reward token (see make_internlm2). ``"seed"``
   (optional) seeds the weights instead of the kind's own seed: another model of the same kind and
   tokenizer, whose scores order the same texts differently (a canary that disagrees). For an
-  RLHFPipeline's roles: ``causal`` (LlamaForCausalLM: the actor and the reference, generating) and
-  ``critic`` (Qwen2ForRewardModel: a value per token; vLLM 0.32 has no Llama token classifier of its
-  own, and loads LlamaForTokenClassification through its Transformers backend as a sequence classifier,
-  which fails on the head's weights).
+  RLHFPipeline's actor and reference: ``causal`` (LlamaForCausalLM, generating; its critic is a token
+  model of other weights: reward_testing.pipeline_cases).
 - ``{"score": {"model": folder, "kind": kind, "items": [...]}}``: for each item (``{"ids"}``,
   ``{"text", "add_special_tokens"?}``, or ``{"messages", "chat_template"?}``: the tokenizer's
   ``apply_chat_template``, the model's template or the given one), the token ids and what the
@@ -59,22 +57,13 @@ ARCHITECTURES = {
     "token": "Qwen2ForRewardModel",
     "process": "Qwen2ForProcessRewardModel",
     "internlm2": "InternLM2ForRewardModel",
-    # an RLHFPipeline's actor and reference (vLLM's generate runner), and its critic (served as the
-    # operator renders a critic: a token model's pooling, a raw value per token)
+    # an RLHFPipeline's actor and reference (vLLM's generate runner)
     "causal": "LlamaForCausalLM",
-    "critic": "Qwen2ForRewardModel",
 }
-SEEDS = {"sequence": 1, "token": 2, "process": 3, "internlm2": 4, "causal": 5, "critic": 6}
-NUM_LABELS = {"sequence": 1, "token": 1, "process": 2, "internlm2": 1, "critic": 1}
+SEEDS = {"sequence": 1, "token": 2, "process": 3, "internlm2": 4, "causal": 5}
+NUM_LABELS = {"sequence": 1, "token": 1, "process": 2, "internlm2": 1}
 # the model.kind each model is served as (causal: none, it generates)
-MODEL_KINDS = {
-    "sequence": "sequence",
-    "token": "token",
-    "process": "process",
-    "internlm2": "token",
-    "causal": "causal",
-    "critic": "token",
-}
+MODEL_KINDS = {"sequence": "sequence", "token": "token", "process": "process", "internlm2": "token", "causal": "causal"}
 # the transformers class of the Llama-based kinds, saved with save_pretrained
 LLAMA_CLASSES = {
     "sequence": "LlamaForSequenceClassification",
