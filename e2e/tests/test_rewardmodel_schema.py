@@ -217,7 +217,8 @@ INVALID = {
     # gateway.scheduling (coalescing and fair share)
     "scheduling-tuned-with-coalescing-off": (
         _set("spec.gateway", {"scheduling": {"coalesce": False, "maxWaitMilliseconds": 5}}),
-        "gateway.scheduling.maxWaitMilliseconds, maxItemsPerCall and maxCallsInFlight tune coalescing",
+        "gateway.scheduling.maxWaitMilliseconds, maxItemsPerCall, maxCallsInFlight and maxCallMilliseconds tune "
+        "coalescing",
     ),
     "scheduling-weights-with-coalescing-off": (
         _set("spec.gateway", {"scheduling": {"coalesce": False, "clients": [{"name": "a", "weight": 2}]}}),
@@ -465,6 +466,7 @@ def test_a_gateway_scheduling_is_accepted(cluster, namespace):
             "maxWaitMilliseconds": 0,
             "maxItemsPerCall": 65536,
             "maxCallsInFlight": 4096,
+            "maxCallMilliseconds": 60000,
             "fairShare": True,
             "defaultClientWeight": 1000,
         },

@@ -39,6 +39,7 @@ def test_every_scheduling_field_reaches_the_gateway_under_the_name_it_reads():
         "maxWaitMilliseconds": 7,
         "maxItemsPerCall": 9,
         "maxCallsInFlight": 3,
+        "maxCallMilliseconds": 20,
         "fairShare": True,
         "clients": [{"name": "a", "weight": 2.5}],
         "defaultClientWeight": 0.25,
@@ -47,6 +48,7 @@ def test_every_scheduling_field_reaches_the_gateway_under_the_name_it_reads():
     config = load_config(env(with_scheduling(scheduling))).coalesce
     assert (config.enabled, config.fair_share) == (True, True)
     assert (config.max_wait_s, config.max_items, config.max_batches) == (pytest.approx(0.007), 9, 3)
+    assert config.max_call_s == pytest.approx(0.020)
     assert (dict(config.weights), config.default_weight) == ({"a": 2.5}, 0.25)
 
 

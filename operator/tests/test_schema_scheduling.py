@@ -35,6 +35,8 @@ def _problems(scheduling: dict, **gateway) -> list[tuple[str, str]]:
         {"coalesce": False, "fairShare": False},
         {"coalesce": True, "maxWaitMilliseconds": 0, "maxItemsPerCall": 1, "maxCallsInFlight": 1},
         {"maxWaitMilliseconds": 1000, "maxItemsPerCall": 65536, "maxCallsInFlight": 4096},
+        {"maxCallMilliseconds": 0},
+        {"coalesce": True, "maxCallMilliseconds": 60000},
         # weights with coalescing left to the operator: it turns coalescing on for them
         {"clients": [{"name": "grpo-job", "weight": 3}, {"name": "ppo-job", "weight": 0.5}]},
         {"coalesce": True, "fairShare": True, "defaultClientWeight": 0.001},
@@ -51,7 +53,7 @@ def test_a_scheduling_the_gateway_can_run_is_admitted(scheduling):
         (
             {"coalesce": False, "maxWaitMilliseconds": 5},
             ".spec.gateway.scheduling",
-            "maxWaitMilliseconds, maxItemsPerCall and maxCallsInFlight tune coalescing, which "
+            "maxWaitMilliseconds, maxItemsPerCall, maxCallsInFlight and maxCallMilliseconds tune coalescing, which "
             "gateway.scheduling.coalesce: false turns off",
         ),
         (
@@ -97,6 +99,7 @@ def test_a_scheduling_the_gateway_can_run_is_admitted(scheduling):
         ({"maxWaitMilliseconds": 1001}, ".spec.gateway.scheduling.maxWaitMilliseconds", "less than"),
         ({"maxItemsPerCall": 0}, ".spec.gateway.scheduling.maxItemsPerCall", "greater than"),
         ({"maxCallsInFlight": 0}, ".spec.gateway.scheduling.maxCallsInFlight", "greater than"),
+        ({"maxCallMilliseconds": -1}, ".spec.gateway.scheduling.maxCallMilliseconds", "greater than"),
         ({"coalesce": "yes"}, ".spec.gateway.scheduling.coalesce", "must be of type boolean"),
     ],
 )

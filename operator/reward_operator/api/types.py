@@ -104,6 +104,7 @@ class SchedulingSpec(TypedDict, total=False):
     maxWaitMilliseconds: int
     maxItemsPerCall: int
     maxCallsInFlight: int
+    maxCallMilliseconds: int
     fairShare: bool
     clients: list[ClientWeight]
     defaultClientWeight: float

@@ -18,6 +18,7 @@ _NUMBERS = (
     ("maxWaitMilliseconds", "COALESCE_MAX_WAIT_MS"),
     ("maxItemsPerCall", "COALESCE_MAX_ITEMS"),
     ("maxCallsInFlight", "COALESCE_MAX_BATCHES"),
+    ("maxCallMilliseconds", "COALESCE_MAX_CALL_MS"),
     ("defaultClientWeight", "CLIENT_DEFAULT_WEIGHT"),
 )
 

@@ -7,11 +7,20 @@ texts the scorer would make (a "part": one item, or one group's items) joins a q
 
 - no batch is in flight (vLLM idle, as far as this gateway knows): at once, with only the parts
   that arrived in the same turn of the event loop, so an idle gateway adds no wait;
-- the queue holds a batch's worth of items (max_items); or
+- the queue holds a batch's worth (max_items, or what vLLM answers in max_call_s); or
 - the oldest part has waited max_wait_s.
 
 At most max_batches are in flight; the rest wait here, which is where fair share acts. A part
 waits at most the request timeout for its batch (then 503 with Retry-After, as for a slot).
+
+A batch is also bounded in time: no bigger than what vLLM has been answering in max_call_s
+(its pace, measured here on the batches answered: characters, or token ids, per second of
+vLLM busy). vLLM answers what it is sent in arrival order, so whatever the gateway has sent
+is ahead of any newcomer; bounding each batch by time, not only by count, bounds that wait
+on any engine. A light client's part leaves in the next batch (fair share) and waits for
+at most the max_batches in flight and its own: about (max_batches + 1) x max_call_s of
+vLLM's work, however long the flood's backlog here. Where vLLM is fast (a GPU) the count
+bound is the smaller one and the pace changes nothing.
 
 Within a batch the texts go in sorted order, so that texts sharing a prompt sit side by side and
 vLLM's prefix cache (filled and matched block by block) is hit by all but the first of them, also
@@ -29,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +75,11 @@ class _Part:
     def items(self) -> int:
         return len(self.texts)
 
+    @property
+    def cost(self) -> int:
+        """vLLM's work for it, in characters (or token ids): what its pace is measured in."""
+        return sum(len(text) for text in self.texts)
+
     def wanted(self) -> bool:
         return not self.future.done()
 
@@ -89,6 +104,8 @@ class Coalescer:
         self.observe = observe or QueueObserver()
         self.queue: FairQueue[_Part] = FairQueue(settings.weights, settings.default_weight, settings.fair_share)
         self.in_flight = 0
+        self.pace = Pace()
+        self._busy_mark = 0.0  # the last batch answered, or when vLLM last became busy
         self._kicked = False
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -122,36 +139,56 @@ class Coalescer:
             oldest = self.queue.oldest()
             if oldest is None:
                 return
+            max_cost = self.max_cost()
             due = (
                 self.in_flight == 0
                 or self.queue.items >= self.settings.max_items
+                or self.queue.cost >= max_cost
                 or loop.time() - oldest >= self.settings.max_wait_s
             )
             if not due:
                 self._timer = loop.call_at(oldest + self.settings.max_wait_s, self._dispatch)
                 return
-            batch = self.queue.take(self.settings.max_items)
+            batch = self.queue.take(self.settings.max_items, max_cost)
             if not batch:
                 continue
             now = loop.time()
             for part in batch:
                 self.observe.sent(part.client, self.queue.depth.get(part.client, 0), now - part.enqueued)
+            if self.in_flight == 0:
+                self._busy_mark = now
             self.in_flight += 1
             # The batch is no request's own: it is held for a cold predictor as one request of its own.
+            held = Held()
             context = contextvars.copy_context()
-            context.run(CURRENT.set, Held())
-            task = loop.create_task(self._send(batch), context=context)
+            context.run(CURRENT.set, held)
+            task = loop.create_task(self._send(batch, held), context=context)
             self._tasks.add(task)  # a task is kept until done: the loop holds it only weakly
             task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, batch: list[_Part]) -> None:
+    def max_cost(self) -> float:
+        """What one batch may cost: what vLLM answers in max_call_s at its pace (no bound before one is known)."""
+        per_second = self.pace.per_second()
+        if per_second is None or not self.settings.max_call_s:
+            return math.inf
+        return per_second * self.settings.max_call_s
+
+    async def _send(self, batch: list[_Part], held: Held) -> None:
+        answered = False
         try:
-            await self._answer(batch)
+            answered = await self._answer(batch)
         finally:
+            now = asyncio.get_running_loop().time()
+            # The pace counts vLLM answering, not waiting: a batch held for a predictor scaled to zero, or
+            # one that failed, says nothing of it.
+            if answered and held.since == 0.0:
+                self.pace.add(sum(part.cost for part in batch), now - self._busy_mark)
+            self._busy_mark = now
             self.in_flight -= 1
             self._kick()
 
-    async def _answer(self, batch: list[_Part]) -> None:
+    async def _answer(self, batch: list[_Part]) -> bool:
+        """Settles each part of ``batch``; True where vLLM answered it in one call."""
         try:
             entries = await self._post([text for part in batch for text in part.texts])
         except UpstreamError as error:
@@ -161,19 +198,21 @@ class Coalescer:
                 # many calls as merging saved; the halves without it are answered on the way down.
                 half = len(batch) // 2
                 await asyncio.gather(self._answer(batch[:half]), self._answer(batch[half:]))
-                return
+                return False
             for part in batch:
                 _settle(part, exception=_copy(error))
-            return
+            return False
         except Exception as error:  # a bug: each request answers 500 with its own error, never waits
             for part in batch:
                 _settle(part, exception=RuntimeError(f"coalesced call failed: {error!r}"))
             logger.exception("a coalesced call to vLLM failed in the gateway itself")
+            return False
         start = 0
         for part in batch:
             own = entries[start : start + part.items]
             start += part.items
             _settle(part, result=[{**entry, "index": index} for index, entry in enumerate(own)])
+        return True
 
     async def _post(self, texts: list[Prompt]) -> list[dict[str, Any]]:
         """One vLLM call for ``texts``: sent in sorted order, answered in theirs."""
@@ -191,6 +230,28 @@ class Coalescer:
             part.future.set_exception(
                 upstream_unavailable(QUEUE_FULL_MESSAGE.format(timeout=self.timeout_s), RETRY_AFTER_S, "timeout")
             )
+
+
+class Pace:
+    """vLLM's pace on this gateway's batches: their cost answered per second of vLLM busy with them.
+
+    Each answered batch adds its cost and the busy time since the previous answer (or since vLLM became
+    busy), so batches in flight together share the time rather than each counting all of it. Sums that
+    decay by DECAY per batch: a change of load, of text lengths or of replicas shows within a few batches.
+    """
+
+    DECAY = 0.8
+
+    def __init__(self) -> None:
+        self.cost = 0.0
+        self.seconds = 0.0
+
+    def add(self, cost: float, seconds: float) -> None:
+        self.cost = self.cost * self.DECAY + cost
+        self.seconds = self.seconds * self.DECAY + max(seconds, 0.0)
+
+    def per_second(self) -> float | None:
+        return self.cost / self.seconds if self.seconds > 0 else None
 
 
 class QueueObserver:

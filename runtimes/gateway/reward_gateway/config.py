@@ -160,6 +160,9 @@ class CoalesceConfig:
     max_wait_s: float = 0.005  # the longest a call waits for others while vLLM is busy (never while idle)
     max_items: int = 64  # texts per merged call
     max_batches: int = 4  # merged calls in flight at once; the rest queue in the gateway
+    # A merged call no bigger than vLLM answers in this time at its measured pace (0: no bound by time),
+    # which bounds what a light client waits behind a flood (reward_gateway.coalesce)
+    max_call_s: float = 0.05
     fair_share: bool = True  # the queue in weighted fair order between clients (else arrival order)
     weights: Mapping[str, float] = field(default_factory=dict)  # by client; others weigh default_weight
     default_weight: float = 1.0
@@ -421,6 +424,7 @@ def _load_coalesce(reader: _Reader) -> CoalesceConfig:
         max_wait_s=reader.number("COALESCE_MAX_WAIT_MS", 5.0, allow_zero=True, unit=" of milliseconds") / 1000,
         max_items=reader.integer("COALESCE_MAX_ITEMS", 64, minimum=1),
         max_batches=reader.integer("COALESCE_MAX_BATCHES", 4, minimum=1),
+        max_call_s=reader.number("COALESCE_MAX_CALL_MS", 50.0, allow_zero=True, unit=" of milliseconds") / 1000,
         fair_share=fair_share,
         weights=weights,
         default_weight=reader.number("CLIENT_DEFAULT_WEIGHT", 1.0),

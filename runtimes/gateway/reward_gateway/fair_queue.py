@@ -14,6 +14,7 @@ arrival order.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Mapping
 from typing import Generic, Protocol, TypeVar
@@ -22,6 +23,7 @@ from typing import Generic, Protocol, TypeVar
 class Entry(Protocol):
     client: str
     items: int
+    cost: int  # its work for vLLM, for a bound on what one take may cost
     enqueued: float
     dispatched: bool  # set when taken
 
@@ -44,6 +46,7 @@ class FairQueue(Generic[E]):
         self._virtual = 0.0
         self._seq = 0
         self.items = 0  # queued items, of entries still wanted or not yet skipped
+        self.cost = 0  # their cost
         self.depth: dict[str, int] = {}  # queued items by client
 
     @property
@@ -68,6 +71,7 @@ class FairQueue(Generic[E]):
         heapq.heappush(self._heap, (key, self._seq, entry))
         self._arrivals.append(entry)
         self.items += entry.items
+        self.cost += entry.cost
         self.depth[entry.client] = self.depth.get(entry.client, 0) + entry.items
 
     def oldest(self) -> float | None:
@@ -76,13 +80,13 @@ class FairQueue(Generic[E]):
             self._arrivals.popleft()
         return self._arrivals[0].enqueued if self._arrivals else None
 
-    def take(self, max_items: int) -> list[E]:
-        """Entries in fair order up to ``max_items`` items (at least one entry, however large)."""
+    def take(self, max_items: int, max_cost: float = math.inf) -> list[E]:
+        """Entries in fair order up to ``max_items`` items and ``max_cost`` (at least one entry, however large)."""
         taken: list[E] = []
-        total = 0
+        total = cost = 0
         while self._heap:
             key, _, entry = self._heap[0]
-            if taken and total + entry.items > max_items:
+            if taken and (total + entry.items > max_items or cost + entry.cost > max_cost):
                 break
             heapq.heappop(self._heap)
             self._forget(entry)
@@ -93,6 +97,7 @@ class FairQueue(Generic[E]):
                 self._virtual = max(self._virtual, key)
             taken.append(entry)
             total += entry.items
+            cost += entry.cost
         if not self._heap:
             # Nothing queued: no client's history can matter any more (each restarts at the virtual time).
             self._finish.clear()
@@ -100,6 +105,7 @@ class FairQueue(Generic[E]):
 
     def _forget(self, entry: E) -> None:
         self.items -= entry.items
+        self.cost -= entry.cost
         left = self.depth[entry.client] - entry.items
         if left:
             self.depth[entry.client] = left

@@ -14,7 +14,7 @@ import pytest
 
 from reward_gateway.coalesce import QueueObserver
 from reward_gateway.fair_queue import FairQueue
-from reward_testing.fake_vllm import MAX_CHARS, logit
+from reward_testing.fake_vllm import MAX_CHARS, EngineSteps, logit
 from reward_testing.gated_upstream import GatedUpstream
 from reward_testing.prometheus_text import sample_sum
 from reward_testing.waiting import wait_until
@@ -137,6 +137,7 @@ def test_the_bearer_tokens_name_is_the_client(start_gateway, backend, tmp_path):
 class _Entry:
     client: str
     items: int
+    cost: int = 1
     enqueued: float = 0.0
     dispatched: bool = False
 
@@ -223,3 +224,35 @@ def test_the_light_client_waits_for_at_most_one_batch_behind_a_flood(start_gatew
     assert queued_before >= 16, "the flood had a backlog when the light request arrived"
     ahead = events[arrived:left].count(("sent", "heavy"))
     assert ahead < 16, f"a call of heavy items alone left the queue ahead of the light one ({ahead} heavy items)"
+
+
+def _merged_calls_under_a_flood(start_gateway, backend, max_call_ms: str) -> list[int]:
+    """Sizes of the calls a flood of 160 single-text requests became, in order, against the fake's engine
+    answering 2 texts of 10 characters per 10 ms step (200 a second, one call in flight)."""
+    gateway = start_gateway(coalesce="true", coalesce_max_batches="1", coalesce_max_call_ms=max_call_ms)
+    backend.engine = EngineSteps(step_s=0.01, tokens_per_step=2, tokens_per_text=1)
+    queries = [f"sample {i:03d}" for i in range(160)]
+    try:
+        with ThreadPoolExecutor(64) as pool:
+            answers = list(pool.map(lambda query: gateway.post("/get_reward", json={"query": [query]}), queries))
+    finally:
+        backend.engine = None
+    for query, answer in zip(queries, answers, strict=True):
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["rewards"] == pytest.approx([logit(query)])
+    return [len(call) for call in texts_of(backend.calls)]
+
+
+def test_a_merged_call_holds_no_more_than_vllm_answers_in_the_time_bound(start_gateway, backend):
+    """At most what vLLM answered in COALESCE_MAX_CALL_MS at its pace measured on the calls before: the
+    engine answers 200 texts a second, so 40 ms is at most 8 texts (the gateway's measured pace can only be
+    slower than the engine's, never faster). The first call, with no pace known yet, goes by count alone."""
+    sizes = _merged_calls_under_a_flood(start_gateway, backend, max_call_ms="40")
+    assert sum(sizes) == 160
+    assert max(sizes[1:]) <= 8, sizes
+
+
+def test_without_a_time_bound_a_merged_call_is_bounded_by_count_alone(start_gateway, backend):
+    sizes = _merged_calls_under_a_flood(start_gateway, backend, max_call_ms="0")
+    assert sum(sizes) == 160
+    assert max(sizes) > 8, sizes  # the flood queued behind the call in flight goes as one call

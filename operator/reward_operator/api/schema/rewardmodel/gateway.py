@@ -74,6 +74,15 @@ SCHEDULING = obj(
             minimum=1,
             maximum=4096,
         ),
+        "maxCallMilliseconds": integer(
+            "The most of vLLM's time one merged call may take, at the pace the gateway measures on the calls "
+            "vLLM answered before (texts over seconds busy). It bounds what vLLM has in hand from this gateway, "
+            "so a light client's call waits behind at most maxCallsInFlight calls of this size, whatever a "
+            "flooding client has queued. A bound only where vLLM is slow enough for it to bite (a CPU, a large "
+            "model); otherwise maxItemsPerCall is the smaller. 0: merged calls bounded by maxItemsPerCall alone.",
+            minimum=0,
+            maximum=60000,
+        ),
         "fairShare": {
             "type": "boolean",
             "description": "Order the gateway's queue by weighted fair share between clients (false: first come, "
@@ -113,8 +122,9 @@ SCHEDULING = obj(
         "x-kubernetes-validations": [
             rule(
                 "!has(self.coalesce) || self.coalesce || (!has(self.maxWaitMilliseconds) "
-                "&& !has(self.maxItemsPerCall) && !has(self.maxCallsInFlight))",
-                "gateway.scheduling.maxWaitMilliseconds, maxItemsPerCall and maxCallsInFlight tune coalescing, "
+                "&& !has(self.maxItemsPerCall) && !has(self.maxCallsInFlight) && !has(self.maxCallMilliseconds))",
+                "gateway.scheduling.maxWaitMilliseconds, maxItemsPerCall, maxCallsInFlight and maxCallMilliseconds "
+                "tune coalescing, "
                 "which gateway.scheduling.coalesce: false turns off: remove them, or coalesce",
             ),
             rule(
