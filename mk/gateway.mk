@@ -36,5 +36,5 @@ vllm-venv: ## cached venv with the CPU build of the pinned vLLM: the rendered ar
 # of `vllm` on PATH, else python3); the gateway runs on GATEWAY_PYTHON, else .venv, else VLLM_PYTHON.
 # Without a GPU (or with anything missing) it stops in seconds with one line naming it (exit 2).
 GPU_CHECK_ARGS ?=
-gpu-check: ## GPU machine only: the GPU rendering on the CUDA vLLM in VLLM_PYTHON behind the gateway, parity vs transformers, gateway vs vLLM figures
+gpu-check: ## GPU machine only: the GPU rendering on the CUDA vLLM in VLLM_PYTHON behind the gateway, parity vs transformers, gateway vs vLLM figures, the scheduler's traffic shapes
 	VLLM_PYTHON="$(VLLM_PYTHON)" GATEWAY_PYTHON="$(GATEWAY_PYTHON)" $(PYTHON) e2e/gpu/gpu_check.py --pin $(VLLM_VERSION) $(GPU_CHECK_ARGS)

@@ -11,12 +11,21 @@ a CUDA build of the pinned vLLM already importable in ``VLLM_PYTHON`` (else the 
 3. renders a RewardModel with ``resources.gpus: 1`` (``reward_operator.render``) and runs vLLM with
    the predictor's rendered command line, only ``--model`` pointed at that folder
    (``reward_testing.vllm_server``, ``device="cuda"``: nothing added, as a GPU pod runs it);
-4. starts the reward gateway with its rendered environment in front (``reward_testing.gateway_process``)
-   and scores a batch through ``/v1/rewards`` and ``/get_reward``, compared with transformers' forward
-   pass on the same GPU in the same dtype (max |diff| against the dtype's tolerance, TOLERANCES);
-5. measures scores/s and p50/p99 latency through the gateway and straight to vLLM: one sample per
-   ``/get_reward`` request at concurrency 64, and GRPO groups (8 completions sharing a prompt) per
-   ``/v1/rewards`` request. Figures and ratios, never asserted.
+4. starts the reward gateway with its rendered environment in front (``reward_testing.gateway_process``),
+   coalescing off (``forward``), and scores a batch through ``/v1/rewards`` and ``/get_reward``,
+   compared with transformers' forward pass on the same GPU in the same dtype (max |diff| against the
+   dtype's tolerance, TOLERANCES);
+5. measures scores/s and p50/p99 latency through that forwarding gateway and straight to vLLM: one
+   sample per ``/get_reward`` request at concurrency 64, and GRPO groups (8 completions sharing a
+   prompt) per ``/v1/rewards`` request;
+6. starts two more gateways in front of the same vLLM, the same rendered environment with coalescing
+   on (``coalesce``: fair share on, the default) and with fair share off (``fifo``), and runs the
+   scheduler's four traffic shapes (``reward_testing.scheduler_bench``, as ``make bench-vllm`` on the
+   CPU): OpenRLHF's 64 single-sample clients and verl's 16 prompts x 8 completions interleaved
+   (straight, forward, coalesce, with vLLM's prefix-cache hit ratios), TRL's groups of 8, and a light
+   client beside a flood with fair share on and off (its p99 against its p99 alone).
+
+Steps 5 and 6 print figures and ratios, never asserted: SCHEDULER_GOALS says what they are for.
 
 Where something is missing (no CUDA device, no vLLM, another release, the gateway's dependencies) it
 stops within seconds with one line naming it, exit status 2. Parity failing: exit status 1.
@@ -103,9 +112,22 @@ GROUP = 8
 PROMPT_WORDS, RESPONSE_WORDS = 384, 128  # about 512 tokens a sample with the tests' tokenizer
 VLLM_START_TIMEOUT_S = 420  # torch.compile and CUDA graph capture of a 0.6B model: 1-3 minutes
 
-SCHEDULER_NOTE = (
-    "The coalescing scheduler of the issue 'The gateway as a scheduler' is not built yet: these "
-    "figures are the baseline it will be compared with."
+# How much the scheduler's shapes send (reward_testing.scheduler_bench.Scale; 1 is sized for the CPU
+# build). On a GPU: 4,096 requests a side with one sample each, runs of a few seconds at thousands of
+# scores/s, and 8 s a fair-share run; expected (not yet timed on a GPU) about two minutes for the four
+# shapes, so the whole check stays well inside ten minutes with vLLM's start. The rehearsal: 64
+# requests a side and 2 s a fair-share run, which the CPU build answers in about a minute.
+SCHEDULER_SCALE = {"cuda": (8.0, 8.0), "cpu": (0.125, 2.0)}  # device -> (requests, fair-share seconds)
+
+# The issue "The gateway as a scheduler": the coalescing gateway's throughput against straight vLLM
+# (shape -> at least this multiple), and a light client's p99 beside a flood against its p99 alone
+SCHEDULER_THROUGHPUT_GOALS = {"per sample": 1.5, "verl interleaved": 1.5, "groups of 8": 1.0}
+FAIR_SHARE_GOAL = 2.0
+SCHEDULER_GOALS = (
+    "The scheduler's figures are for the issue 'The gateway as a scheduler', whose goals on a GPU are: the "
+    "coalescing gateway at >= 1.5x straight vLLM's throughput with one sample per request and with verl's "
+    "interleaved completions, >= 1.0x with groups of 8, and a light client's p99 beside a flood within 2x "
+    "of its p99 alone with fair share on. Figures, never asserted."
 )
 
 
@@ -478,83 +500,26 @@ def compare(got: list[float], want: list[float], dtype: str) -> tuple[float, boo
 
 
 # ---------------------------------------------------------------------------------------------------
-# Benchmark
+# Benchmark (under the vLLM interpreter: aiohttp and httpx, through reward_testing.scheduler_bench)
 # ---------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Measured:
-    scores_per_s: float
-    latencies: list[float]  # seconds per request, sorted
-
-    def ms(self, p: float) -> float:
-        """The p-th quantile in ms, as e2e/bench/gateway_bench.py takes it (benchmark folders import none
-        of each other; its load loop needs the fake vLLM's residence times, which a real vLLM lacks)."""
-        return self.latencies[min(len(self.latencies) - 1, int(p * len(self.latencies)))] * 1000
-
-
-async def closed_loop(url: str, path: str, bodies: list[dict], warm_up: int, items_per_request: int) -> Measured:
-    """64 clients, one queue (gateway_bench's method): the first ``warm_up`` bodies open the connections
-    and are not measured, then each request's whole latency."""
-    import asyncio
-
-    import aiohttp
-
-    latencies: list[float] = []
-    began: list[float] = []
-    connector = aiohttp.TCPConnector(limit=CONCURRENCY)
-    timeout = aiohttp.ClientTimeout(total=300)
-    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as client:
-        queue = iter(enumerate(bodies))
-
-        async def worker() -> None:
-            for index, body in queue:
-                if index == warm_up:
-                    began.append(time.perf_counter())
-                started = time.perf_counter()
-                async with client.post(path, json=body) as answer:
-                    if answer.status != 200:
-                        raise RuntimeError(f"{path}: {answer.status} {(await answer.text())[:300]}")
-                    await answer.read()
-                if index >= warm_up:
-                    latencies.append(time.perf_counter() - started)
-
-        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-        elapsed = time.perf_counter() - began[0]
-    return Measured(len(latencies) * items_per_request / elapsed, sorted(latencies))
-
-
-def measure(url: str, path: str, bodies: list[dict], warm_up: int, items_per_request: int) -> Measured:
-    import asyncio
-
-    try:
-        import uvloop
-
-        return uvloop.run(closed_loop(url, path, bodies, warm_up, items_per_request))
-    except ImportError:
-        return asyncio.run(closed_loop(url, path, bodies, warm_up, items_per_request))
 
 
 @dataclass(frozen=True)
 class BenchRoute:
     title: str
-    items: int
-    direct: list[dict]  # to vLLM's /classify
-    gateway_path: str
-    through: list[dict]
+    summary_name: str
+    items: int  # scores a request
+    direct: list  # scheduler_bench requests to vLLM's /classify
+    through: list  # the same texts' requests to the gateway
 
 
-def bench_routes(model_name: str, requests: int, warm_up: int, prompt_words: int, response_words: int, template):
-    """Per-sample /get_reward and grouped /v1/rewards, each with vLLM's /classify of the same texts.
-    The direct run and the gateway's score different texts (a tag at their start), so neither meets the
-    other's prefix cache; completions of one group share their prompt, as GRPO's do."""
+def bench_routes(vllm, gateway: str, requests: int, warm_up: int, prompt_words: int, response_words: int, template):
+    """Per-sample /get_reward and grouped /v1/rewards, each with vLLM's /classify of the same texts
+    (``vllm``: a scheduler_bench.Vllm). The direct run and the gateway's score different texts (a tag at
+    their start), so neither meets the other's prefix cache; completions of one group share their
+    prompt, as GRPO's do."""
     rng = random.Random(11)
     total = warm_up + requests
-
-    def classify(texts: list[str]) -> dict:
-        # what the gateway sends for a sequence model (reward_gateway.scorer, kinds)
-        return {"model": model_name, "input": texts, "add_special_tokens": False, "use_activation": False}
-
     samples: dict[str, list[str]] = {}
     groups: dict[str, list[tuple[str, list[str]]]] = {}
     group_requests = max(1, requests // GROUP)
@@ -569,28 +534,108 @@ def bench_routes(model_name: str, requests: int, warm_up: int, prompt_words: int
             for i in range(group_warm_up + group_requests)
         ]
 
-    def rendered(prompt: str, response: str) -> str:
-        return template(prompt, response)
-
     per_sample = BenchRoute(
         f"per sample: /get_reward (1 query a request) vs vLLM /classify, concurrency {CONCURRENCY}",
+        "bench per sample",
         1,
-        [classify([text]) for text in samples["direct"]],
-        "/get_reward",
-        [{"query": [text]} for text in samples["gateway"]],
+        [vllm.classify([text]) for text in samples["direct"]],
+        [(f"{gateway}/get_reward", {"query": [text]}, {}) for text in samples["gateway"]],
     )
     grouped = BenchRoute(
         f"GRPO groups: /v1/rewards ({GROUP} completions sharing a prompt) vs vLLM /classify of the {GROUP} "
         f"rendered texts, concurrency {CONCURRENCY}",
+        f"bench groups of {GROUP}",
         GROUP,
-        [classify([rendered(prompt, r) for r in responses]) for prompt, responses in groups["direct"]],
-        "/v1/rewards",
+        [vllm.classify([template(prompt, r) for r in responses]) for prompt, responses in groups["direct"]],
         [
-            {"items": [{"prompt": prompt, "response": r, "group": f"g{i}"} for r in responses]}
+            (
+                f"{gateway}/v1/rewards",
+                {"items": [{"prompt": prompt, "response": r, "group": f"g{i}"} for r in responses]},
+                {},
+            )
             for i, (prompt, responses) in enumerate(groups["gateway"])
         ],
     )
     return [(per_sample, warm_up), (grouped, group_warm_up)]
+
+
+def measure(requests: list, warm_up: int):
+    """CONCURRENCY clients over one queue; the first ``warm_up`` requests open the connections and are not
+    timed. Any request failing fails the step (it would measure an error path, not scoring)."""
+    from reward_testing import scheduler_bench
+
+    measured = scheduler_bench.run(scheduler_bench.closed_loop(requests, CONCURRENCY, warm_up))
+    if measured.failures:
+        raise RuntimeError(
+            f"{measured.failures} of {len(requests)} requests failed; the first: {measured.first_failure}"
+        )
+    return measured
+
+
+def forwarding_bench(vllm, gateway: str, chosen: Settings, template, summary: Summary) -> None:
+    """Step 5: the forwarding gateway against vLLM straight, per sample and in GRPO groups."""
+    warm_up = min(4 * CONCURRENCY, chosen.requests)
+    for route, route_warm_up in bench_routes(
+        vllm, gateway, chosen.requests, warm_up, chosen.prompt_words, chosen.response_words, template
+    ):
+        progress(f"bench {route.title}: {len(route.direct) - route_warm_up} requests each way")
+        direct = measure(route.direct, route_warm_up)
+        through = measure(route.through, route_warm_up)
+        direct_rate, through_rate = direct.rate * route.items, through.rate * route.items
+        for name, run, rate in (("vLLM direct", direct, direct_rate), ("via gateway", through, through_rate)):
+            progress(f"  {name:12} {rate:9.0f} scores/s   p50 {run.p(50):7.1f} ms   p99 {run.p(99):7.1f} ms")
+        ratio = through_rate / direct_rate
+        added = f"{through.p(50) - direct.p(50):+.1f} ms at p50, {through.p(99) - direct.p(99):+.1f} ms at p99"
+        progress(f"  gateway/direct: {ratio:.2f} of the throughput, {added}")
+        summary.add(
+            route.summary_name,
+            f"{through_rate:.0f} vs {direct_rate:.0f} scores/s ({ratio:.2f}x); p99 "
+            f"{through.p(99):.1f} vs {direct.p(99):.1f} ms ({added})",
+            "figures",
+        )
+
+
+def scheduler_summary(figures, summary: Summary) -> None:
+    """Step 6's ratios, one summary line a shape (``figures``: scheduler_bench.Figures)."""
+    shapes = {"per sample": figures.single, "verl interleaved": figures.shared, "groups of 8": figures.groups}
+    for name, shape in shapes.items():
+        straight = shape.sides[0].run
+        parts = [
+            f"throughput vs straight ({straight.rate:.0f} {shape.unit}/s): {_versus(shape, 0)} "
+            f"(goal: coalesce >= {SCHEDULER_THROUGHPUT_GOALS[name]:g}x)",
+            f"p99 vs straight ({straight.p(99):.0f} ms): {_versus(shape, 1)}",
+        ]
+        if name == "verl interleaved":
+            hits = [f"{_side_name(side.name)} {_percent(side.hit_ratio)}" for side in shape.sides]
+            parts.append(f"prefix hits: {', '.join(hits)}")
+        failed = sum(side.run.failures for side in shape.sides)
+        parts += [f"{failed} requests failed"] if failed else []
+        summary.add(f"scheduler {name}", "; ".join(parts), "figures")
+    fairness = figures.fairness
+    failed = sum(light.failures + heavy.failures for light, heavy in fairness.beside.values())
+    parts = [
+        f"light client's p99 vs alone ({fairness.alone.p(99):.0f} ms): fair share on "
+        f"{fairness.p99_over_alone('coalesce'):.2f}x, off {fairness.p99_over_alone('fifo'):.2f}x "
+        f"(goal: on <= {FAIR_SHARE_GOAL:g}x)"
+    ]
+    parts += [f"{failed} requests failed"] if failed else []
+    summary.add("scheduler fair share", "; ".join(parts), "figures")
+
+
+def _versus(shape, figure: int) -> str:
+    """The coalescing and forwarding gateways' throughput (``figure`` 0) or p99 (1) as multiples of the
+    straight side's."""
+    ratios = (f"{name} {shape.versus_straight(shape.side(name))[figure]:.2f}x" for name in ("coalesce", "forward"))
+    return ", ".join(ratios)
+
+
+def _side_name(side: str) -> str:
+    """``straight /classify`` -> straight, ``gateway coalesce`` -> coalesce."""
+    return side.removeprefix("gateway ").removesuffix(" /classify")
+
+
+def _percent(ratio: float | None) -> str:
+    return f"{ratio:.0%}" if ratio is not None else "-"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -608,11 +653,15 @@ class Settings:
     prompt_words: int
     response_words: int
     start_timeout_s: float
+    scheduler: tuple[float, float]  # the scheduler's shapes: (requests scale, fair-share seconds)
 
 
 def settings(arguments: argparse.Namespace) -> Settings:
+    device = "cpu" if arguments.cpu_rehearsal else "cuda"
+    requests_scale, fair_seconds = SCHEDULER_SCALE[device]
+    scheduler = (arguments.scheduler_scale or requests_scale, fair_seconds)
     if arguments.cpu_rehearsal:
-        return Settings("cpu", 0, "float32", REHEARSAL_SHAPE, arguments.requests or 64, 24, 8, 360)
+        return Settings("cpu", 0, "float32", REHEARSAL_SHAPE, arguments.requests or 64, 24, 8, 360, scheduler)
     return Settings(
         "cuda",
         1,
@@ -622,15 +671,113 @@ def settings(arguments: argparse.Namespace) -> Settings:
         PROMPT_WORDS,
         RESPONSE_WORDS,
         VLLM_START_TIMEOUT_S,
+        scheduler,
     )
 
 
-def run_check(arguments: argparse.Namespace) -> int:
+def healthy_vllm(stack: ExitStack, rendered: Rendered, model_dir: Path, workdir: Path, chosen: Settings, summary):
+    """vLLM with the predictor's rendered command line, once /health answers; its log's tail where not."""
+    from reward_testing.vllm_server import started_vllm, wait_healthy
+
+    started = time.monotonic()
+    vllm = stack.enter_context(started_vllm(rendered.isvc, model_dir, workdir / "vllm", device=chosen.device))
+    progress(f"vLLM starting (log: {vllm.log}): {' '.join(vllm.args[1:])}")
+    try:
+        wait_healthy(vllm, timeout=chosen.start_timeout_s)
+    except AssertionError as error:
+        tail = "\n".join(vllm.log_text().splitlines()[-40:])
+        progress(f"vLLM's log, its last lines:\n{tail}")
+        last = (tail.splitlines() or ["no output"])[-1][:300]
+        raise RuntimeError(f"vLLM did not become healthy ({last}); its log: {vllm.log}") from error
+    summary.add("vLLM start", f"{time.monotonic() - started:.0f} s to /health 200 ({vllm.url})")
+    progress(f"vLLM healthy after {time.monotonic() - started:.0f} s")
+    return vllm
+
+
+@dataclass(frozen=True)
+class Gateways:
+    """How each gateway of the check starts: the rendered environment and args, in front of vLLM, on the
+    CPUs of its rendered limits.cpu (the last ones, where the machine has more), in the gateway's Python."""
+
+    env: dict[str, str]
+    args: list[str]
+    upstream: str
+    workdir: Path
+    cpus: set[int] | None
+
+    def start(self, stack: ExitStack, name: str) -> str:
+        """The gateway with scheduler_bench.GATEWAYS[name] over the rendered environment; its URL."""
+        from reward_testing.gateway_process import local_gateway
+        from reward_testing.scheduler_bench import GATEWAYS
+
+        log = self.workdir / f"gateway-{name}.log"
+        env = {**self.env, **GATEWAYS[name]}
+        python = os.environ[GATEWAY_PYTHON_ENV]
+        url = stack.enter_context(local_gateway(env, self.args, self.upstream, log, python=python, cpus=self.cpus))
+        pinned = f"CPUs {sorted(self.cpus)}" if self.cpus else "all CPUs"
+        progress(f"gateway {name} ready at {url} ({pinned}, as its rendered limits.cpu)")
+        return url
+
+
+def gateways_for(rendered: Rendered, upstream: str, workdir: Path) -> Gateways:
+    from reward_testing.gateway_process import rendered_gateway
+
+    env, args = rendered_gateway(rendered.isvc)
+    env["PYTHONPATH"] = os.pathsep.join(str(path) for path in SOURCE_PATHS)
+    cpus = sorted(os.sched_getaffinity(0))
+    pinned = set(cpus[-rendered.gateway_cpus :]) if len(cpus) > rendered.gateway_cpus else None
+    return Gateways(env, args, upstream, workdir, pinned)
+
+
+def parity(gateway: str, batch: ParityBatch, references: list[float], dtype: str, device: str, summary) -> bool:
+    """Step 4: both routes' scores against transformers'; whether all are within the tolerance."""
     import httpx
 
-    from reward_testing.gateway_process import local_gateway, rendered_gateway
+    def post(path: str, body: dict) -> dict:
+        answer = httpx.post(gateway + path, json=body, timeout=300)
+        if answer.status_code != 200:
+            raise RuntimeError(f"{path}: {answer.status_code} {answer.text[:500]}")
+        return answer.json()
+
+    rewards = post("/v1/rewards", {"items": batch.items})["rewards"]
+    openrlhf = post("/get_reward", {"query": batch.queries})["rewards"]
+    absolute, relative = TOLERANCES[dtype]
+    tolerance = f"|diff| <= {absolute:g} + {relative:g}*|ref| ({dtype})"
+    passed_all = True
+    for route, got, want in (
+        ("/v1/rewards", rewards, references[: len(batch.items)]),
+        ("/get_reward", openrlhf, references[len(batch.items) :]),
+    ):
+        worst, passed = compare(got, want, dtype)
+        passed_all &= passed
+        verdict = "pass" if passed else "FAIL"
+        line = (
+            f"{len(want)} scores ({min(want):.3g} to {max(want):.3g}) vs transformers on {device}: "
+            f"max |diff| {worst:.3g}, {tolerance}"
+        )
+        progress(f"parity {route}: {line}: {verdict}")
+        summary.add(f"parity {route}", line, verdict)
+    return passed_all
+
+
+def scheduler_step(stack: ExitStack, gateways: Gateways, forward: str, model_name: str, chosen: Settings, summary):
+    """Step 6: the coalescing and the first-come-first-served gateways beside the forwarding one, and the
+    scheduler's four shapes through them."""
+    from reward_testing.scheduler_bench import Scale, Vllm, scheduler_figures
+
+    urls = {"forward": forward, **{name: gateways.start(stack, name) for name in ("coalesce", "fifo")}}
+    requests_scale, fair_seconds = chosen.scheduler
+    progress(f"scheduler: four traffic shapes, requests x{requests_scale:g}, fair share {fair_seconds:g} s a run")
+    progress(SCHEDULER_GOALS)
+    started = time.monotonic()
+    figures = scheduler_figures(Vllm(gateways.upstream, model_name), urls, Scale(requests_scale, fair_seconds))
+    progress(f"scheduler: the four shapes took {time.monotonic() - started:.0f} s")
+    scheduler_summary(figures, summary)
+
+
+def run_check(arguments: argparse.Namespace) -> int:
+    from reward_testing.scheduler_bench import Vllm
     from reward_testing.scoring_cases import prompt_response
-    from reward_testing.vllm_server import started_vllm, wait_healthy
 
     chosen = settings(arguments)
     summary = Summary()
@@ -661,90 +808,15 @@ def run_check(arguments: argparse.Namespace) -> int:
         summary.add("rendering", f"runtime {rendered.predictor['runtime']}, limits {resources}")
 
         with ExitStack() as stack:
-            started = time.monotonic()
-            vllm = stack.enter_context(started_vllm(rendered.isvc, model_dir, workdir / "vllm", device=chosen.device))
-            progress(f"vLLM starting (log: {vllm.log}): {' '.join(vllm.args[1:])}")
-            try:
-                wait_healthy(vllm, timeout=chosen.start_timeout_s)
-            except AssertionError as error:
-                tail = "\n".join(vllm.log_text().splitlines()[-40:])
-                progress(f"vLLM's log, its last lines:\n{tail}")
-                last = (tail.splitlines() or ["no output"])[-1][:300]
-                raise RuntimeError(f"vLLM did not become healthy ({last}); its log: {vllm.log}") from error
-            summary.add("vLLM start", f"{time.monotonic() - started:.0f} s to /health 200 ({vllm.url})")
-            progress(f"vLLM healthy after {time.monotonic() - started:.0f} s")
+            vllm = healthy_vllm(stack, rendered, model_dir, workdir, chosen, summary)
+            gateways = gateways_for(rendered, vllm.url, workdir)
+            forward = gateways.start(stack, "forward")
+            failed |= not parity(forward, batch, references, chosen.dtype, chosen.device, summary)
 
-            env, args = rendered_gateway(rendered.isvc)
-            env["PYTHONPATH"] = os.pathsep.join(str(path) for path in SOURCE_PATHS)
-            cpus = sorted(os.sched_getaffinity(0))
-            gateway_cpus = set(cpus[-rendered.gateway_cpus :]) if len(cpus) > rendered.gateway_cpus else None
-            gateway = stack.enter_context(
-                local_gateway(
-                    env,
-                    args,
-                    vllm.url,
-                    workdir / "gateway.log",
-                    python=os.environ[GATEWAY_PYTHON_ENV],
-                    cpus=gateway_cpus,
-                )
-            )
-            pinned = f"CPUs {sorted(gateway_cpus)}" if gateway_cpus else "all CPUs"
-            progress(f"gateway ready at {gateway} ({pinned}, as its rendered limits.cpu)")
-
-            def post(path: str, body: dict) -> dict:
-                answer = httpx.post(gateway + path, json=body, timeout=300)
-                if answer.status_code != 200:
-                    raise RuntimeError(f"{path}: {answer.status_code} {answer.text[:500]}")
-                return answer.json()
-
-            rewards = post("/v1/rewards", {"items": batch.items})["rewards"]
-            openrlhf = post("/get_reward", {"query": batch.queries})["rewards"]
-            absolute, relative = TOLERANCES[chosen.dtype]
-            tolerance = f"|diff| <= {absolute:g} + {relative:g}*|ref| ({chosen.dtype})"
-            for route, got, want in (
-                ("/v1/rewards", rewards, references[: len(batch.items)]),
-                ("/get_reward", openrlhf, references[len(batch.items) :]),
-            ):
-                worst, passed = compare(got, want, chosen.dtype)
-                failed |= not passed
-                verdict = "pass" if passed else "FAIL"
-                line = (
-                    f"{len(want)} scores ({min(want):.3g} to {max(want):.3g}) vs transformers on {chosen.device}: "
-                    f"max |diff| {worst:.3g}, {tolerance}"
-                )
-                progress(f"parity {route}: {line}: {verdict}")
-                summary.add(f"parity {route}", line, verdict)
-
-            progress(SCHEDULER_NOTE)
+            model_name = gateways.env["REWARD_GATEWAY_MODEL_NAME"]  # vLLM's --served-model-name, as rendered
             template = _template_renderer(model_dir, prompt_response)
-            warm_up = min(4 * CONCURRENCY, chosen.requests)
-            for route, route_warm_up in bench_routes(
-                env["REWARD_GATEWAY_MODEL_NAME"],  # vLLM's --served-model-name, as rendered
-                chosen.requests,
-                warm_up,
-                chosen.prompt_words,
-                chosen.response_words,
-                template,
-            ):
-                progress(f"bench {route.title}: {len(route.direct) - route_warm_up} requests each way")
-                direct = measure(vllm.url, "/classify", route.direct, route_warm_up, route.items)
-                through = measure(gateway, route.gateway_path, route.through, route_warm_up, route.items)
-                for name, run in (("vLLM direct", direct), ("via gateway", through)):
-                    progress(
-                        f"  {name:12} {run.scores_per_s:9.0f} scores/s   p50 {run.ms(0.5):7.1f} ms   "
-                        f"p99 {run.ms(0.99):7.1f} ms"
-                    )
-                ratio = through.scores_per_s / direct.scores_per_s
-                added_p50, added_p99 = through.ms(0.5) - direct.ms(0.5), through.ms(0.99) - direct.ms(0.99)
-                added = f"{added_p50:+.1f} ms at p50, {added_p99:+.1f} ms at p99"
-                progress(f"  gateway/direct: {ratio:.2f} of the throughput, {added}")
-                name = "bench per sample" if route.items == 1 else f"bench groups of {GROUP}"
-                summary.add(
-                    name,
-                    f"{through.scores_per_s:.0f} vs {direct.scores_per_s:.0f} scores/s ({ratio:.2f}x); p99 "
-                    f"{through.ms(0.99):.1f} vs {direct.ms(0.99):.1f} ms ({added})",
-                    "figures",
-                )
+            forwarding_bench(Vllm(vllm.url, model_name), forward, chosen, template, summary)
+            scheduler_step(stack, gateways, forward, model_name, chosen, summary)
     except Exception as error:  # a step that broke: say which, keep the folder with the logs
         failed = True
         arguments.keep = True
@@ -752,11 +824,11 @@ def run_check(arguments: argparse.Namespace) -> int:
         summary.add("error", f"{type(error).__name__}: {str(error).splitlines()[0][:300]}", "FAIL")
     finally:
         summary.print()
-        print(SCHEDULER_NOTE, flush=True)
+        print(SCHEDULER_GOALS, flush=True)
         if arguments.cpu_rehearsal:
             print("CPU rehearsal: a check of this script on vLLM's CPU build, not a GPU result.", flush=True)
         if arguments.keep:
-            print(f"kept: {workdir} (model, vLLM's and the gateway's logs)", flush=True)
+            print(f"kept: {workdir} (model, vLLM's and the gateways' logs)", flush=True)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     return FAILED_EXIT if failed else 0
@@ -786,6 +858,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pin", default=VLLM_VERSION, help="the vLLM release required (mk/gateway.mk VLLM_VERSION)")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(TOLERANCES))
     parser.add_argument("--requests", type=int, default=0, help="measured requests per benchmark run")
+    parser.add_argument(
+        "--scheduler-scale",
+        type=float,
+        default=0,
+        help=f"multiplies the scheduler's request counts (default: {SCHEDULER_SCALE['cuda'][0]:g} on a GPU)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (model, logs)")
     parser.add_argument(
         "--cpu-rehearsal", action="store_true", help="run every step on vLLM's CPU build with a small model"

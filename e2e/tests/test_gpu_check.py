@@ -1,9 +1,11 @@
 """`make gpu-check` (e2e/gpu/gpu_check.py) without a GPU: it stops at once, in one line, naming what is
 missing; its model is of real size; it serves the GPU predictor's rendered command line unchanged; and
-its whole run works end to end on vLLM's CPU build (--cpu-rehearsal, a small model)."""
+its whole run, the scheduler's traffic shapes included, works end to end on vLLM's CPU build
+(--cpu-rehearsal, a small model)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -197,10 +199,43 @@ def test_the_tolerance_grows_with_the_score_and_is_tighter_in_float32():
     assert gpu_check.compare([0.5, 1.0], [0.5], "bfloat16") == (float("inf"), False)
 
 
+def test_the_scheduler_runs_at_a_gpus_scale_and_the_rehearsal_at_a_small_one():
+    """Thousands of requests a side on a GPU (a few seconds each at thousands of scores/s); a few dozen
+    in the rehearsal, so it stays quick on the CPU build; --scheduler-scale changes the counts only."""
+    gpu = gpu_check.settings(gpu_check.parse([]))
+    rehearsal = gpu_check.settings(gpu_check.parse(["--cpu-rehearsal"]))
+    assert 512 * gpu.scheduler[0] >= 4096 and gpu.scheduler[1] <= 10
+    assert 512 * rehearsal.scheduler[0] <= 64 and rehearsal.scheduler[1] <= 2
+    assert gpu_check.settings(gpu_check.parse(["--scheduler-scale", "2"])).scheduler == (2.0, gpu.scheduler[1])
+
+
+def test_the_scheduler_bench_needs_only_what_the_vllm_interpreter_has():
+    """gpu-check runs reward_testing.scheduler_bench under the CUDA vLLM's interpreter, without our venv:
+    what it imports, through reward_testing's modules too, is the standard library, CHECK_MODULES, or
+    uvloop (optional, vLLM's)."""
+    allowed = set(sys.stdlib_module_names) | set(gpu_check.CHECK_MODULES) | {"uvloop", "reward_testing"}
+    pending, seen, found = ["scheduler_bench"], set(), set()
+    while pending:
+        name = pending.pop()
+        seen.add(name)
+        tree = ast.parse((REPO / "testing" / "reward_testing" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            for module in modules:
+                found.add(module.split(".")[0])
+                local = module.removeprefix("reward_testing.")
+                if module.startswith("reward_testing.") and local not in seen:
+                    pending.append(local)
+    assert found - allowed == set(), seen
+
+
 @pytest.mark.timeout(900)
 def test_a_cpu_rehearsal_runs_every_step_end_to_end():
     """Every step on vLLM's CPU build with a small model of the same architecture: parity with
-    transformers through both routes, and the benchmark's figures and note."""
+    transformers through both routes, the forwarding benchmark's figures, and the scheduler's tables and
+    summary lines with what they are for."""
     python = str(require_vllm())
     # a short folder: vLLM's IPC sockets live under it, and a socket's path holds 107 bytes at most
     short = tempfile.mkdtemp(prefix="gc-", dir="/tmp")
@@ -218,4 +253,12 @@ def test_a_cpu_rehearsal_runs_every_step_end_to_end():
     summary = output[output.index("\nSummary") :]
     assert summary.count("  pass  ") == 2 and "FAIL" not in summary
     assert "bench per sample" in summary and "bench groups of 8" in summary
-    assert "The coalescing scheduler of the issue 'The gateway as a scheduler' is not built yet" in output
+    # the scheduler's four shapes through the three gateways, their tables and their summary lines
+    assert output.count("gateway coalesce / straight /classify: throughput") == 3
+    for line in ("scheduler per sample", "scheduler verl interleaved", "scheduler groups of 8", "scheduler fair share"):
+        assert f"  {line}  " in summary
+    assert summary.count("throughput vs straight (") == 3 and summary.count("(goal: coalesce >= ") == 3
+    assert "; prefix hits: straight " in summary
+    assert "light client's p99 vs alone (" in summary and "(goal: on <= 2x)" in summary
+    assert "requests failed" not in summary
+    assert gpu_check.SCHEDULER_GOALS in output and "not built yet" not in output
