@@ -2,11 +2,12 @@
 
 Makes a random-weight sequence reward model bigger than the tests' (BENCH_SHAPE: 4 layers, hidden
 512), serves it with vLLM started as KServe starts the predictor (the operator's rendered args), and
-puts three gateways in front of it, each started with the operator's rendered environment and its
+puts four gateways in front of it, each started with the operator's rendered environment and its
 settings in ``reward_testing.scheduler_bench.GATEWAYS``:
 
 - ``forward``: coalescing off (the gateway's behaviour before it could merge);
 - ``coalesce``: coalescing on, with the gateway's default settings (fair share on);
+- ``count``: as ``coalesce``, merged calls bounded by count alone (no time bound: COALESCE_MAX_CALL_MS=0);
 - ``fifo``: coalescing on, fair share off (first come, first served).
 
 The traffic shapes and the load generator are ``reward_testing.scheduler_bench``'s (``make gpu-check``

@@ -18,8 +18,9 @@ Traffic shapes (issue "The gateway as a scheduler"):
 2. verl per sample: 16 prompts x 8 completions, each completion its own request, interleaved.
 3. TRL: groups of 8 completions in one request (``/v1/rewards``).
 4. Fair share: a light client at 0.4 of the gateway's measured capacity, a flooding one at 4x the
-   light one's rate (open loop, so the flood's backlog grows), with fair share on (``coalesce``)
-   and off (``fifo``); the light client's p99 against its p99 alone.
+   light one's rate (open loop, so the flood's backlog grows), with fair share on (``coalesce``),
+   on without the time bound on a merged call (``count``, where started) and off (``fifo``); the
+   light client's p99 against its p99 alone.
 
 The gateways (GATEWAYS: their settings over the rendered environment) are the caller's to start.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -44,6 +46,8 @@ GATEWAYS = {
     "forward": {"REWARD_GATEWAY_COALESCE": "false"},  # the gateway's behaviour before it could merge
     "coalesce": {"REWARD_GATEWAY_COALESCE": "true"},  # the gateway's default settings: fair share on
     "fifo": {"REWARD_GATEWAY_COALESCE": "true", "REWARD_GATEWAY_FAIR_SHARE": "false"},  # first come, first served
+    # fair share on, merged calls bounded by count alone (COALESCE_MAX_CALL_MS=0): what the time bound does
+    "count": {"REWARD_GATEWAY_COALESCE": "true", "REWARD_GATEWAY_COALESCE_MAX_CALL_MS": "0"},
 }
 STRAIGHT = "straight /classify"
 
@@ -309,12 +313,18 @@ class Fairness:
 
     alone: Run
     beside: dict[str, tuple[Run, Run]]
+    # the light client's mean wait in each gateway's queue beside the flood, in seconds (its own figure)
+    queue_wait: dict[str, float] = field(default_factory=dict)
 
     def p99_over_alone(self, gateway: str) -> float:
         return self.beside[gateway][0].p(99) / self.alone.p(99)
 
 
-FAIR_SHARE_SIDES = (("beside the flood, fair share on", "coalesce"), ("beside the flood, fair share off", "fifo"))
+FAIR_SHARE_SIDES = (
+    ("beside the flood, fair share on", "coalesce"),
+    ("the same, no time bound on a call", "count"),
+    ("beside the flood, fair share off", "fifo"),
+)
 
 
 def fair_share(gateways: dict[str, str], texts: Texts, capacity: float, scale: Scale) -> Fairness:
@@ -329,19 +339,40 @@ def fair_share(gateways: dict[str, str], texts: Texts, capacity: float, scale: S
         f"\n  fair share: light client {light_rate:.1f} req/s, flooding client {heavy_rate:.1f} req/s "
         f"(the coalescing gateway's capacity {capacity:.1f} req/s), {seconds:g} s"
     )
-    print(f"    {'light client':<34}{'p50 ms':>10}{'p99 ms':>10}{'failed':>8}{'p99 / alone':>13}")
+    print(f"    {'light client':<34}{'p50 ms':>10}{'p99 ms':>10}{'failed':>8}{'p99 / alone':>13}{'queue wait':>12}")
     print(f"    {'alone':<34}{alone.p(50):>10.0f}{alone.p(99):>10.0f}{alone.failures:>8}{1.0:>13.2f}")
     fairness = Fairness(alone, {})
     for label, name in FAIR_SHARE_SIDES:
+        if name not in gateways:
+            continue
         streams = [(client(gateways[name], "heavy"), heavy_rate), (client(gateways[name], "light"), light_rate)]
+        waited_before = queue_wait(gateways[name], "light")
         heavy, light = run(open_loop(streams, seconds))
         fairness.beside[name] = (light, heavy)
+        fairness.queue_wait[name] = _mean_between(waited_before, queue_wait(gateways[name], "light"))
         print(
             f"    {label:<34}{light.p(50):>10.0f}{light.p(99):>10.0f}{light.failures:>8}"
-            f"{fairness.p99_over_alone(name):>13.2f}   (flood: p99 {heavy.p(99):.0f} ms, {heavy.failures} failed)",
+            f"{fairness.p99_over_alone(name):>13.2f}{fairness.queue_wait[name] * 1000:>9.0f} ms"
+            f"   (flood: p99 {heavy.p(99):.0f} ms, {heavy.failures} failed)",
             flush=True,
         )
     return fairness
+
+
+def queue_wait(gateway: str, client: str) -> tuple[float, float]:
+    """(seconds waited in all, parts) of ``client``'s in the gateway's queue, from its own histogram
+    (reward_gateway_client_queue_wait_seconds): the scheduler's share of the client's latency."""
+    text = httpx.get(f"{gateway}/metrics", timeout=30).text
+    figures = []
+    for suffix in ("sum", "count"):
+        pattern = re.compile(rf'reward_gateway_client_queue_wait_seconds_{suffix}\{{[^}}]*client="{re.escape(client)}"')
+        figures.append(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if pattern.match(line)))
+    return figures[0], figures[1]
+
+
+def _mean_between(before: tuple[float, float], after: tuple[float, float]) -> float:
+    parts = after[1] - before[1]
+    return (after[0] - before[0]) / parts if parts else float("nan")
 
 
 @dataclass
