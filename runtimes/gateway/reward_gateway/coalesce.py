@@ -19,8 +19,15 @@ vLLM busy). vLLM answers what it is sent in arrival order, so whatever the gatew
 is ahead of any newcomer; bounding each batch by time, not only by count, bounds that wait
 on any engine. A light client's part leaves in the next batch (fair share) and waits for
 at most the max_batches in flight and its own: about (max_batches + 1) x max_call_s of
-vLLM's work, however long the flood's backlog here. Where vLLM is fast (a GPU) the count
-bound is the smaller one and the pace changes nothing.
+vLLM's work, however long the flood's backlog here. Where vLLM answers max_items texts in
+less than max_call_s, the count is the smaller bound and the pace changes nothing.
+
+The time bound holds only while more than one client has called within SHARED_WINDOW_S: it
+is there so that one client's calls do not stand in front of another's. One trainer alone
+has nobody to stand in front of, and its calls are bounded by count alone, which merges the
+most. That matters where vLLM's own work per call is most of its time (a small model, a
+loaded CPU): the pace, measured per call, then counts that work too, and the bound would
+shrink calls toward one part each, which is forwarding.
 
 Within a batch the texts go in sorted order, so that texts sharing a prompt sit side by side and
 vLLM's prefix cache (filled and matched block by block) is hit by all but the first of them, also
@@ -55,6 +62,9 @@ logger = logging.getLogger("reward_gateway")
 
 # The queue's own answer when a part waited its whole timeout without being sent.
 QUEUE_FULL_MESSAGE = "no room in a vLLM call within {timeout:g} s (the gateway's queue is full)"
+
+# How recently a second client must have called for the time bound on a batch to hold.
+SHARED_WINDOW_S = 10.0
 
 
 # What one item sends: a text, or its token ids where the scorer tokenized it first (a model scored
@@ -106,6 +116,7 @@ class Coalescer:
         self.in_flight = 0
         self.pace = Pace()
         self._busy_mark = 0.0  # the last batch answered, or when vLLM last became busy
+        self._last_call: dict[str, float] = {}  # client -> when it last queued a part
         self._kicked = False
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -114,6 +125,7 @@ class Coalescer:
         """vLLM's answer entries for ``texts``, in their order (``index`` 0..n-1)."""
         loop = asyncio.get_running_loop()
         part = _Part(texts, client, loop.create_future(), loop.time())
+        self._last_call[client] = part.enqueued
         part.expiry = loop.call_at(part.enqueued + self.timeout_s, self._expire, part)
         self.queue.push(part)
         self.observe.queued(client, self.queue.depth.get(client, 0))
@@ -167,11 +179,21 @@ class Coalescer:
             task.add_done_callback(self._tasks.discard)
 
     def max_cost(self) -> float:
-        """What one batch may cost: what vLLM answers in max_call_s at its pace (no bound before one is known)."""
+        """What one batch may cost: what vLLM answers in max_call_s at its pace, while clients share vLLM
+        (no bound before a pace is known, or with one client)."""
         per_second = self.pace.per_second()
-        if per_second is None or not self.settings.max_call_s:
+        if per_second is None or not self.settings.max_call_s or not self._shared():
             return math.inf
         return per_second * self.settings.max_call_s
+
+    def _shared(self) -> bool:
+        """Whether more than one client has called within SHARED_WINDOW_S (forgetting those that have not)."""
+        if len(self._last_call) < 2:
+            return False
+        since = asyncio.get_running_loop().time() - SHARED_WINDOW_S
+        for client in [client for client, last in self._last_call.items() if last < since]:
+            del self._last_call[client]
+        return len(self._last_call) > 1
 
     async def _send(self, batch: list[_Part], held: Held) -> None:
         answered = False

@@ -226,15 +226,25 @@ def test_the_light_client_waits_for_at_most_one_batch_behind_a_flood(start_gatew
     assert ahead < 16, f"a call of heavy items alone left the queue ahead of the light one ({ahead} heavy items)"
 
 
-def _merged_calls_under_a_flood(start_gateway, backend, max_call_ms: str) -> list[int]:
+def _merged_calls_under_a_flood(start_gateway, backend, max_call_ms: str, clients: int = 2) -> list[int]:
     """Sizes of the calls a flood of 160 single-text requests became, in order, against the fake's engine
-    answering 2 texts of 10 characters per 10 ms step (200 a second, one call in flight)."""
+    answering 2 texts of 10 characters per 10 ms step (200 a second, one call in flight). The flood is one
+    client's; with ``clients`` 2 another client has called just before (the time bound is for clients
+    sharing vLLM)."""
     gateway = start_gateway(coalesce="true", coalesce_max_batches="1", coalesce_max_call_ms=max_call_ms)
+    if clients == 2:
+        other = gateway.post("/get_reward", json={"query": ["the other 1"]}, headers={"X-Reward-Client": "b"})
+        assert other.status_code == 200, other.text
+    backend.calls.clear()
     backend.engine = EngineSteps(step_s=0.01, tokens_per_step=2, tokens_per_text=1)
     queries = [f"sample {i:03d}" for i in range(160)]
+
+    def ask(query: str) -> httpx.Response:
+        return gateway.post("/get_reward", json={"query": [query]}, headers={"X-Reward-Client": "a"})
+
     try:
         with ThreadPoolExecutor(64) as pool:
-            answers = list(pool.map(lambda query: gateway.post("/get_reward", json={"query": [query]}), queries))
+            answers = list(pool.map(ask, queries))
     finally:
         backend.engine = None
     for query, answer in zip(queries, answers, strict=True):
@@ -256,3 +266,10 @@ def test_without_a_time_bound_a_merged_call_is_bounded_by_count_alone(start_gate
     sizes = _merged_calls_under_a_flood(start_gateway, backend, max_call_ms="0")
     assert sum(sizes) == 160
     assert max(sizes) > 8, sizes  # the flood queued behind the call in flight goes as one call
+
+
+def test_one_client_alone_is_bounded_by_count_alone(start_gateway, backend):
+    """Nobody to stand in front of: the time bound holds only while clients share vLLM."""
+    sizes = _merged_calls_under_a_flood(start_gateway, backend, max_call_ms="40", clients=1)
+    assert sum(sizes) == 160
+    assert max(sizes) > 8, sizes
