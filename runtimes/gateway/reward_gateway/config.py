@@ -160,8 +160,8 @@ class CoalesceConfig:
     max_wait_s: float = 0.005  # the longest a call waits for others while vLLM is busy (never while idle)
     max_items: int = 64  # texts per merged call
     max_batches: int = 4  # merged calls in flight at once; the rest queue in the gateway
-    # A merged call no bigger than vLLM answers in this time at its measured pace (0: no bound by time),
-    # which bounds what a light client waits behind a flood (reward_gateway.coalesce)
+    # While clients share vLLM, a merged call no bigger than vLLM answers in this time at its measured pace
+    # (0: no bound by time), which bounds what a light client waits behind a flood (reward_gateway.coalesce)
     max_call_s: float = 0.05
     fair_share: bool = True  # the queue in weighted fair order between clients (else arrival order)
     weights: Mapping[str, float] = field(default_factory=dict)  # by client; others weigh default_weight

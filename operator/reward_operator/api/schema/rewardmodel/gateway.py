@@ -76,10 +76,12 @@ SCHEDULING = obj(
         ),
         "maxCallMilliseconds": integer(
             "The most of vLLM's time one merged call may take, at the pace the gateway measures on the calls "
-            "vLLM answered before (texts over seconds busy). It bounds what vLLM has in hand from this gateway, "
-            "so a light client's call waits behind at most maxCallsInFlight calls of this size, whatever a "
-            "flooding client has queued. A bound only where vLLM is slow enough for it to bite (a CPU, a large "
-            "model); otherwise maxItemsPerCall is the smaller. 0: merged calls bounded by maxItemsPerCall alone.",
+            "vLLM answered before (the length of their texts over the time vLLM was busy with them). It bounds "
+            "what vLLM has in hand from this gateway, so a light client's call waits behind at most "
+            "maxCallsInFlight calls of this size, whatever a flooding client has queued. It holds while more "
+            "than one client has called in the last 10 s (one trainer alone merges by count). Where vLLM answers "
+            "maxItemsPerCall texts in less than this, "
+            "maxItemsPerCall is the smaller bound. 0: merged calls bounded by maxItemsPerCall alone.",
             minimum=0,
             maximum=60000,
         ),
