@@ -80,15 +80,16 @@ class _Part:
     enqueued: float
     dispatched: bool = False
     expiry: asyncio.TimerHandle | None = field(default=None, repr=False)
+    # vLLM's work for it, in characters (or token ids): what its pace is measured in. Read on every push,
+    # take and answer, so counted once.
+    cost: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cost = sum(len(text) for text in self.texts)
 
     @property
     def items(self) -> int:
         return len(self.texts)
-
-    @property
-    def cost(self) -> int:
-        """vLLM's work for it, in characters (or token ids): what its pace is measured in."""
-        return sum(len(text) for text in self.texts)
 
     def wanted(self) -> bool:
         return not self.future.done()
