@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -327,7 +326,7 @@ FAIR_SHARE_SIDES = (
 )
 
 
-def fair_share(gateways: dict[str, str], texts: Texts, capacity: float, scale: Scale) -> Fairness:
+def fair_share(gateways: dict[str, str], model: str, texts: Texts, capacity: float, scale: Scale) -> Fairness:
     """A light client at 0.4 of the capacity, a flooding one at 4x its rate: twice what vLLM can answer."""
     light_rate, heavy_rate, seconds = capacity * 0.4, capacity * 1.6, scale.fair_seconds
 
@@ -346,10 +345,10 @@ def fair_share(gateways: dict[str, str], texts: Texts, capacity: float, scale: S
         if name not in gateways:
             continue
         streams = [(client(gateways[name], "heavy"), heavy_rate), (client(gateways[name], "light"), light_rate)]
-        waited_before = queue_wait(gateways[name], "light")
+        waited_before = queue_wait(gateways[name], model, "light")
         heavy, light = run(open_loop(streams, seconds))
         fairness.beside[name] = (light, heavy)
-        fairness.queue_wait[name] = _mean_between(waited_before, queue_wait(gateways[name], "light"))
+        fairness.queue_wait[name] = _mean_between(waited_before, queue_wait(gateways[name], model, "light"))
         print(
             f"    {label:<34}{light.p(50):>10.0f}{light.p(99):>10.0f}{light.failures:>8}"
             f"{fairness.p99_over_alone(name):>13.2f}{fairness.queue_wait[name] * 1000:>9.0f} ms"
@@ -359,15 +358,12 @@ def fair_share(gateways: dict[str, str], texts: Texts, capacity: float, scale: S
     return fairness
 
 
-def queue_wait(gateway: str, client: str) -> tuple[float, float]:
-    """(seconds waited in all, parts) of ``client``'s in the gateway's queue, from its own histogram
-    (reward_gateway_client_queue_wait_seconds): the scheduler's share of the client's latency."""
+def queue_wait(gateway: str, model: str, client: str) -> tuple[float, float]:
+    """(seconds waited in all, parts) of ``client``'s in the gateway's queue for ``model``, from its own
+    histogram (reward_gateway_client_queue_wait_seconds): the scheduler's share of the client's latency."""
     text = httpx.get(f"{gateway}/metrics", timeout=30).text
-    figures = []
-    for suffix in ("sum", "count"):
-        pattern = re.compile(rf'reward_gateway_client_queue_wait_seconds_{suffix}\{{[^}}]*client="{re.escape(client)}"')
-        figures.append(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if pattern.match(line)))
-    return figures[0], figures[1]
+    series = f'reward_gateway_client_queue_wait_seconds_{{}}{{{{client="{client}",model="{model}"}}}}'
+    return sample_sum(text, series.format("sum")), sample_sum(text, series.format("count"))
 
 
 def _mean_between(before: tuple[float, float], after: tuple[float, float]) -> float:
@@ -401,5 +397,5 @@ def scheduler_figures(vllm: Vllm, gateways: dict[str, str], scale: Scale) -> Fig
     single = single_samples(vllm, gateways, texts, scale)
     shared = shared_prompts(vllm, gateways, texts, scale)
     grouped = groups(vllm, gateways, texts, scale)
-    fairness = fair_share(gateways, texts, single.side("coalesce").run.rate, scale)
+    fairness = fair_share(gateways, vllm.model, texts, single.side("coalesce").run.rate, scale)
     return Figures(single, shared, grouped, fairness)
