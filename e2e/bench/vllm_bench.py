@@ -30,8 +30,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from reward_operator.render import render_reward_model
-from reward_testing.gateway_process import gateway_process, rendered_gateway
-from reward_testing.ports import free_port
+from reward_testing.gateway_process import local_gateway, rendered_gateway
 from reward_testing.scheduler_bench import GATEWAYS, Scale, Vllm, scheduler_figures
 from reward_testing.tiny_models import make_tiny_models
 from reward_testing.vllm_server import started_vllm, wait_healthy
@@ -80,15 +79,17 @@ def served_model(workdir: Path) -> Iterator[tuple[Vllm, dict[str, str]]]:
         wait_healthy(server)
         say(f"vLLM {server.url} healthy after {time.perf_counter() - started:.0f} s")
         env, args = rendered_gateway(isvc)
-        gateways = {}
-        for name, overrides in GATEWAYS.items():
-            port = free_port()
-            settings = {**env, "REWARD_GATEWAY_PORT": str(port), "REWARD_GATEWAY_UPSTREAM_URL": server.url}
-            settings.update(overrides)
-            settings.update(_overrides_from_environment())
-            log = workdir / f"gateway-{name}.log"
-            stack.enter_context(gateway_process(args, settings, port, env["REWARD_GATEWAY_MODEL_NAME"], log))
-            gateways[name] = f"http://127.0.0.1:{port}"
+        gateways = {
+            name: stack.enter_context(
+                local_gateway(
+                    {**env, **overrides, **_overrides_from_environment()},
+                    args,
+                    server.url,
+                    workdir / f"gateway-{name}.log",
+                )
+            )
+            for name, overrides in GATEWAYS.items()
+        }
         say(f"gateways {', '.join(gateways)} ready")
         yield Vllm(server.url, env["REWARD_GATEWAY_MODEL_NAME"]), gateways
 
