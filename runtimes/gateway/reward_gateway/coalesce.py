@@ -54,6 +54,7 @@ from reward_gateway.errors import UpstreamError, upstream_unavailable
 from reward_gateway.extract import ordered_data
 from reward_gateway.fair_queue import FairQueue
 from reward_gateway.identity import ClientLabels
+from reward_gateway.kinds import CallBody
 from reward_gateway.load import CURRENT, Held
 from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.upstream import RETRY_AFTER_S, VllmClient
@@ -101,15 +102,13 @@ class Coalescer:
     def __init__(
         self,
         client: VllmClient,
-        path: str,
-        fields: dict[str, Any],
+        body: CallBody,
         settings: CoalesceConfig,
         timeout_s: float,
         observe: QueueObserver | None = None,
     ):
         self.client = client
-        self.path = path
-        self.fields = fields  # every call's body besides its input: the model, the kind's settings
+        self.body = body  # every call's body but its input: the model, the kind's settings
         self.settings = settings
         self.timeout_s = timeout_s
         self.observe = observe or QueueObserver()
@@ -240,7 +239,7 @@ class Coalescer:
     async def _post(self, texts: list[Prompt]) -> list[dict[str, Any]]:
         """One vLLM call for ``texts``: sent in sorted order, answered in theirs."""
         order = sorted(range(len(texts)), key=texts.__getitem__)
-        response = await self.client.post(self.path, {**self.fields, "input": [texts[i] for i in order]})
+        response = await self.client.post(self.body.path, self.body.of_inputs([texts[i] for i in order]))
         sent = ordered_data(response, len(texts))
         answered: list[dict[str, Any]] = [{}] * len(texts)
         for position, entry in zip(order, sent, strict=True):

@@ -1,10 +1,11 @@
 """The gateway's routes as plain async functions from request bytes to answers.
 
 Kept free of the web framework (reward_gateway.asgi calls them ahead of it);
-`answer` does the bookkeeping every route shares. Each route scores through
-`_run`: the stable model alone, or, during a rollout, the model(s)
-reward_gateway.canary picks for the whole request. A gateway in an RLHFPipeline
-role (REWARD_GATEWAY_PIPELINE_ROLE) has its role's routes instead
+`answer` does the bookkeeping every route shares. The scoring routes are the rows
+of reward_gateway.formats, served alike, plus verl's /classify passed through;
+each scores through `_run`: the stable model alone, or, during a rollout, the
+model(s) reward_gateway.canary picks for the whole request. A gateway in an
+RLHFPipeline role (REWARD_GATEWAY_PIPELINE_ROLE) has its role's routes instead
 (reward_gateway.pipeline), with the same bookkeeping.
 """
 
@@ -22,6 +23,7 @@ from reward_gateway.coalesce import MetricsObserver
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized, forget
 from reward_gateway.extract import Score
+from reward_gateway.formats import FORMATS, Scored, WireFormat
 from reward_gateway.generation import Generation
 from reward_gateway.generation import followed as followed_generation
 from reward_gateway.identity import DEFAULT_CLIENT, ClientLabels, client_identity, identity_headers, model_identity
@@ -31,19 +33,7 @@ from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.pipeline import PipelineRole, Route
 from reward_gateway.scorer import Scorer
 from reward_gateway.upstream import VllmClient
-from reward_gateway.wire import (
-    ClassifyRequest,
-    OpenRLHFRequest,
-    PipelineItems,
-    PredictRequest,
-    RewardItem,
-    RewardsRequest,
-    ScoringItem,
-    parse,
-    parse_json,
-    scoring_items,
-    validate,
-)
+from reward_gateway.wire import ClassifyRequest, ScoringItem, parse, parse_json, validate
 
 logger = logging.getLogger("reward_gateway")
 
@@ -96,9 +86,7 @@ class Gateway:
         self.canary = Canary.build(config, self.metrics, self.stable) if config.canary is not None else None
         self.generation = self._followed_generation()
         # The header naming the client: its fair share, and a sticky split's key where the rollout says so.
-        self.client_header = (config.canary.client_header if config.canary is not None else "x-reward-client").encode(
-            "latin-1"
-        )
+        self.client_header = config.client_header.encode("latin-1")
         self.sticky_client = config.canary is not None and config.canary.sticky == "client"
         self.auth = BearerTokenCheck(config.auth_token_file) if config.auth_token_file else None
         # What vLLM's answers add to a request's memory charge per byte (reward_gateway.asgi).
@@ -111,22 +99,11 @@ class Gateway:
             self.routes = {label: self._pipeline_route(route) for label, route in role.routes.items()}
             self.paths = dict(role.paths)
         else:
-            self.routes = {
-                "rewards": self.rewards,
-                "get_reward": self.openrlhf,
-                "classify": self.classify,
-                "v1_predict": self.predict_v1,
-                "pipeline_reward": self.pipeline_reward,
-            }
+            self.routes = {wire.label: self._format_route(wire) for wire in FORMATS}
+            self.routes["classify"] = self.classify
             # The paths the scoring routes answer on (reward_gateway.asgi serves them).
-            self.paths = {
-                "/v1/rewards": "rewards",
-                "/get_reward": "get_reward",
-                "/classify": "classify",
-                "/v1/pipeline/reward": "pipeline_reward",
-            }
-            for name in config.v1_names:
-                self.paths[f"/v1/models/{name}:predict"] = "v1_predict"
+            self.paths = {path: wire.label for wire in FORMATS for path in wire.paths(config)}
+            self.paths["/classify"] = "classify"
         # Metric children bound once: prometheus-client's labels() validates and
         # looks its labels up under a lock on every call, several times a request.
         self._inflight = self.metrics.inflight.labels(model)
@@ -222,54 +199,22 @@ class Gateway:
             )
         return children
 
-    async def rewards(self, body: bytes, tally: _Tally) -> dict[str, Any]:
-        request = parse(RewardsRequest, body, self.config.max_items)
-        if request.model is not None and request.model != self.config.model_name:
-            served = self.config.model_name
-            raise NotFound(f"model {request.model!r} is not served here; this gateway serves {served!r}")
-        scores = await self._score(scoring_items(request.items, self.config.step_tag), tally)
-        answer: dict[str, Any] = {"model": self.config.model_name, "rewards": [score.reward for score in scores]}
-        if self.config.model_kind == "process":
-            answer["step_scores"] = [score.step_scores for score in scores]
-        answer["identity"] = _identity(tally)
-        return answer
+    def _format_route(self, wire: WireFormat[Any]) -> Handler:
+        """A wire format's route: its request parsed, its items scored, its answer shaped (reward_gateway.formats)."""
 
-    async def predict_v1(self, body: bytes, tally: _Tally) -> dict[str, Any]:
-        request = parse(PredictRequest, body, self.config.max_items)
-        scores = await self._score(scoring_items(request.instances, self.config.step_tag), tally)
-        if self.config.model_kind == "process":
-            predictions: list[Any] = [{"reward": s.reward, "step_scores": s.step_scores} for s in scores]
-        else:
-            predictions = [score.reward for score in scores]
-        return {"predictions": predictions, "identity": _identity(tally)}
+        async def handler(body: bytes, tally: _Tally) -> dict[str, Any]:
+            request = parse(wire.request, body, self.config.max_items)
+            asked = wire.items(request, self.config)
+            scores = await self._score(asked.items, tally, asked.groups)
+            return wire.answer(request, Scored(scores, self.config, _identity(tally)))
 
-    async def pipeline_reward(self, body: bytes, tally: _Tally) -> dict[str, Any]:
-        """An RLHFPipeline graph's reward step (reward_gateway.pipeline): its prompts and responses
-        scored as /v1/rewards items, ``groups`` their groups."""
-        request = parse(PipelineItems, body, self.config.max_items)
-        groups = request.groups or [None] * len(request.prompts)
-        items = [
-            RewardItem(prompt=prompt, response=response, group=group)
-            for prompt, response, group in zip(request.prompts, request.responses, groups, strict=True)
-        ]
-        scores = await self._score(scoring_items(items, self.config.step_tag), tally)
-        return {"rewards": [score.reward for score in scores]}
+        return handler
 
     def _pipeline_route(self, route: Route) -> Handler:
         async def handler(body: bytes, tally: _Tally) -> dict[str, Any]:
             return await route(body, lambda count: self._admit(count, tally))
 
         return handler
-
-    async def openrlhf(self, body: bytes, tally: _Tally) -> dict[str, Any]:
-        request = parse(OpenRLHFRequest, body, self.config.max_items)
-        if request.prompts is not None and len(request.prompts) != len(request.query):
-            raise BadRequest(f"prompts has {len(request.prompts)} entries but query has {len(request.query)}")
-        # OpenRLHF's query is the finished text (prompt and response, already templated);
-        # its prompts, where sent, tell which completions answer one prompt (a group).
-        items = [ScoringItem(text=q) for q in request.query]
-        rewards = [score.reward for score in await self._score(items, tally, request.prompts)]
-        return {"rewards": rewards, "scores": rewards, "extra_logs": {}, "identity": _identity(tally)}
 
     async def classify(self, body: bytes, tally: _Tally) -> dict[str, Any]:
         kind = self.scorer.kind

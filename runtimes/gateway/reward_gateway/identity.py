@@ -16,10 +16,13 @@ answer, failures included, so a trainer can log which model scored each step.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reward_gateway.config import ModelIdentity
+if TYPE_CHECKING:  # the config reads CLIENT_HEADER from here
+    from reward_gateway.config import ModelIdentity
 
+# The header a client names itself in (REWARD_GATEWAY_CANARY_CLIENT_HEADER may name another).
+CLIENT_HEADER = "X-Reward-Client"
 DEFAULT_CLIENT = "default"
 OTHER_CLIENTS = "other"
 MAX_CLIENT_LABELS = 32

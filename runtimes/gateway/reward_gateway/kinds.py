@@ -2,8 +2,10 @@
 
 The one table every scoring route reads (the scorer and /classify alike), so a
 kind cannot be asked one way on one route and another way on the next: the
-vLLM route, the pooling task, whether vLLM applies its activation, and which
-extractor in reward_gateway.extract turns vLLM's answer into rewards.
+vLLM route, the pooling task, whether vLLM applies its activation, which
+extractor in reward_gateway.extract turns vLLM's answer into rewards, and what
+else sets the kind apart (steps, a reward token). Code asks a kind's fields,
+never its name. `CallBody` builds every scoring call's body from a kind.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ class ModelKind:
     # charge): 0 where it answers a few numbers per text (covered by the charge
     # per string); a value per token otherwise.
     answer_cost_per_byte: int = 0
+    # Scored step by step: each item must hold the step tag, vLLM's count of steps is checked against
+    # the tags sent, and answers carry the step scores beside the reward.
+    steps: bool = False
+    # Its own scorer may read the score at a reward token appended to the text, which the gateway
+    # then appends (REWARD_GATEWAY_REWARD_TOKEN_ID, reward_gateway.reward_token).
+    reward_token: bool = False
 
     def request_fields(self) -> dict[str, Any]:
         """What every request for this kind carries besides the model and its input."""
@@ -51,14 +59,39 @@ KINDS: dict[str, ModelKind] = {
     # so no activation either.
     # Measured: 21 bytes of JSON per token, and 348 at the peak of parsing it
     # (orjson, tracemalloc); a hostile text can be a token per byte.
-    "token": ModelKind("token", "/pooling", "token_classify", False, token_scores, answer_cost_per_byte=370),
+    "token": ModelKind(
+        "token", "/pooling", "token_classify", False, token_scores, answer_cost_per_byte=370, reward_token=True
+    ),
     # Process reward models (Qwen2.5-Math-PRM style, STEP pooling) answer a
     # [p_negative, p_positive] pair per step tag: probabilities, which is what
     # vLLM's default activation (softmax) gives, so use_activation is not sent.
-    "process": ModelKind("process", "/pooling", "token_classify", None, process_scores),
+    "process": ModelKind("process", "/pooling", "token_classify", None, process_scores, steps=True),
 }
 
 # verl's /classify is passed through to vLLM's own /classify, so it serves the
 # kinds that vLLM scores there.
 CLASSIFY_PATH = "/classify"
 CLASSIFY_KINDS = tuple(kind.name for kind in KINDS.values() if kind.path == CLASSIFY_PATH)
+
+
+class CallBody:
+    """The body of every scoring call to vLLM: the direct path's (reward_gateway.scorer) and the merged
+    calls' (reward_gateway.coalesce) alike, so the two cannot ask vLLM differently.
+
+    Inputs (texts, or token ids) go with add_special_tokens false: rendered templates write their own
+    BOS, and finished text is scored exactly as given (reward_gateway.wire.ScoringItem). A conversation
+    goes as ``messages`` for vLLM to template. Both carry the kind's settings and, where configured,
+    truncate_prompt_tokens."""
+
+    def __init__(self, model: str, kind: ModelKind, truncate_prompt_tokens: int | None = None):
+        self.path = kind.path
+        truncate = {} if truncate_prompt_tokens is None else {"truncate_prompt_tokens": truncate_prompt_tokens}
+        # Built once: a body is made for every call.
+        self._inputs = {"model": model, "add_special_tokens": False, **truncate, **kind.request_fields()}
+        self._messages = {"model": model, **truncate, **kind.request_fields()}
+
+    def of_inputs(self, inputs: list[Any]) -> dict[str, Any]:
+        return {**self._inputs, "input": inputs}
+
+    def of_messages(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**self._messages, "messages": messages}

@@ -20,7 +20,7 @@ from reward_gateway.coalesce import Coalescer, QueueObserver
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, UpstreamError, all_or_first_failure
 from reward_gateway.extract import Score
-from reward_gateway.kinds import KINDS
+from reward_gateway.kinds import CallBody
 from reward_gateway.reward_token import TOKENIZE_PATH, RewardTokenizer
 from reward_gateway.upstream import VllmClient
 from reward_gateway.wire import ScoringItem
@@ -30,10 +30,7 @@ logger = logging.getLogger("reward_gateway")
 
 @dataclass
 class _Call:
-    """One upstream call: the positions of its items and what to send for them.
-
-    Texts go with add_special_tokens false: rendered templates write their own
-    BOS, and finished text is scored exactly as given (see ScoringItem)."""
+    """One upstream call: the positions of its items and what to send for them (reward_gateway.kinds.CallBody)."""
 
     positions: list[int]
     texts: list[str] | None = None
@@ -44,8 +41,8 @@ class Scorer:
     def __init__(self, config: GatewayConfig, client: VllmClient, observer: QueueObserver | None = None):
         self.config = config
         self.client = client
-        self.kind = KINDS[config.model_kind]
-        self._fields = self.kind.request_fields()
+        self.kind = config.kind
+        self.body = CallBody(config.model_name, self.kind, config.truncate_prompt_tokens)
         self.renderer = None
         # A model scored at a reward token (model.rewardTokenId) is sent token ids, not texts.
         self.reward_tokenizer: RewardTokenizer | None = None
@@ -56,10 +53,7 @@ class Scorer:
         self._learning_bos = asyncio.Lock()
         self.coalescer: Coalescer | None = None
         if config.coalesce.enabled:
-            fields = {**self._text_fields(), **self._fields}
-            self.coalescer = Coalescer(
-                client, self.kind.path, fields, config.coalesce, config.request_timeout_s, observer
-            )
+            self.coalescer = Coalescer(client, self.body, config.coalesce, config.request_timeout_s, observer)
 
     async def score(self, items: list[ScoringItem], client: str = "default") -> list[Score]:
         """Scores in the items' order; ``client``: who asks, for the fair share of the coalescer's queue."""
@@ -119,18 +113,11 @@ class Scorer:
             logger.info("the chat template's bos_token is %r, learnt from vLLM's tokenizer", bos)
 
     def _check_step_tags(self, text: str) -> None:
-        if self.config.model_kind == "process" and self.config.step_tag not in text:
+        if self.kind.steps and self.config.step_tag not in text:
             raise BadRequest(
-                f"a process reward model scores steps ending in {self.config.step_tag!r}; "
+                f"a {self.kind.name} reward model scores steps ending in {self.config.step_tag!r}; "
                 "this item has none (send steps, or put the tag after each step)"
             )
-
-    def _text_fields(self) -> dict[str, Any]:
-        """What every call of texts carries besides its input and the kind's settings."""
-        body: dict[str, Any] = {"model": self.config.model_name, "add_special_tokens": False}
-        if self.config.truncate_prompt_tokens is not None:
-            body["truncate_prompt_tokens"] = self.config.truncate_prompt_tokens
-        return body
 
     async def _send(self, call: _Call, client: str) -> list[Score]:
         inputs: list[Any] | None = call.texts
@@ -143,18 +130,10 @@ class Scorer:
         if inputs is not None and self.coalescer is not None:
             response: Any = {"data": await self.coalescer.call(inputs, client)}
         else:
-            body: dict[str, Any] = {"model": self.config.model_name}
-            if inputs is None:
-                body["messages"] = call.messages
-            else:
-                body = self._text_fields()
-                body["input"] = inputs
-            if self.config.truncate_prompt_tokens is not None:
-                body["truncate_prompt_tokens"] = self.config.truncate_prompt_tokens
-            body.update(self._fields)
-            response = await self.client.post(self.kind.path, body)
+            body = self.body.of_messages(call.messages or []) if inputs is None else self.body.of_inputs(inputs)
+            response = await self.client.post(self.body.path, body)
         scores = self.kind.extract(response, len(call.positions), self.config.step_aggregate)
-        if self.config.model_kind == "process":
+        if self.kind.steps:
             self._check_step_count(call, scores)
         return scores
 

@@ -243,9 +243,7 @@ def test_decayed_moments_equal_the_weighted_batch_formulas():
         moments.add(value)
         weights.append(1.0)
         values.append(value)
-    total = math.fsum(weights)
-    mean = math.fsum(w * v for w, v in zip(weights, values, strict=True)) / total
-    variance = math.fsum(w * (v - mean) ** 2 for w, v in zip(weights, values, strict=True)) / total
+    total, mean, variance = _weighted_moments(weights, values)
     assert moments.weight == pytest.approx(total, rel=1e-12)
     assert moments.mean == pytest.approx(mean, rel=1e-9)
     assert moments.variance == pytest.approx(variance, rel=1e-9)
@@ -262,9 +260,7 @@ def test_moments_merged_a_request_at_a_time_equal_the_weighted_batch_formulas():
         moments.add_many(batch)
         weights += [1.0] * len(batch)
         values += batch
-    total = math.fsum(weights)
-    mean = math.fsum(w * v for w, v in zip(weights, values, strict=True)) / total
-    variance = math.fsum(w * (v - mean) ** 2 for w, v in zip(weights, values, strict=True)) / total
+    total, mean, variance = _weighted_moments(weights, values)
     assert moments.weight == pytest.approx(total, rel=1e-12)
     assert moments.mean == pytest.approx(mean, rel=1e-12)
     assert moments.variance == pytest.approx(variance, rel=1e-9)
@@ -466,3 +462,11 @@ def test_forget_removes_every_series_of_a_pair():
     text = generate_latest(registry).decode()
     assert 'candidate="rm-v2"' not in text
     assert 'candidate="rm-v3"' in text
+
+
+def _weighted_moments(weights: list[float], values: list[float]) -> tuple[float, float, float]:
+    """The weighted batch formulas: total weight, mean and population variance."""
+    total = math.fsum(weights)
+    mean = math.fsum(w * v for w, v in zip(weights, values, strict=True)) / total
+    variance = math.fsum(w * (v - mean) ** 2 for w, v in zip(weights, values, strict=True)) / total
+    return total, mean, variance

@@ -1,0 +1,132 @@
+"""The scoring wire formats: one row per format, from its request to its answer.
+
+A row names the format's route (its label in the metrics) and paths, the pydantic model of its request
+(reward_gateway.wire), how a request becomes the items to score, and how the scores become its answer.
+reward_gateway.gateway serves every row the same way (auth, load, metrics, the rollout); adding a
+trainer's format is adding a row here (ARCHITECTURE.md, "Adding a wire format"). verl's /classify is
+vLLM's own format, passed through rather than scored item by item (Gateway.classify); a pipeline role's
+routes are its role's (reward_gateway.pipeline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from reward_gateway.config import GatewayConfig
+from reward_gateway.errors import BadRequest, NotFound
+from reward_gateway.extract import Score
+from reward_gateway.wire import (
+    OpenRLHFRequest,
+    PipelineItems,
+    PredictRequest,
+    RewardItem,
+    RewardsRequest,
+    ScoringItem,
+    scoring_items,
+)
+
+R = TypeVar("R", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Items:
+    """What a request asks to score; ``groups`` key the comparison of two models during a rollout
+    (None: the items' own groups)."""
+
+    items: list[ScoringItem]
+    groups: Sequence[str | None] | None = None
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What an answer is made of: the items' scores, in their order, and who scored them."""
+
+    scores: list[Score]
+    config: GatewayConfig
+    identity: dict[str, Any]  # the answering model's (reward_gateway.identity)
+
+    def rewards(self) -> list[float]:
+        return [score.reward for score in self.scores]
+
+
+@dataclass(frozen=True)
+class WireFormat(Generic[R]):
+    label: str  # the route's label in reward_gateway_requests_total and the other route series
+    paths: Callable[[GatewayConfig], Sequence[str]]
+    request: type[R]
+    items: Callable[[R, GatewayConfig], Items]
+    answer: Callable[[R, Scored], dict[str, Any]]
+
+
+def _rewards_items(request: RewardsRequest, config: GatewayConfig) -> Items:
+    if request.model is not None and request.model != config.model_name:
+        raise NotFound(f"model {request.model!r} is not served here; this gateway serves {config.model_name!r}")
+    return Items(scoring_items(request.items, config.step_tag))
+
+
+def _rewards_answer(request: RewardsRequest, scored: Scored) -> dict[str, Any]:
+    answer: dict[str, Any] = {"model": scored.config.model_name, "rewards": scored.rewards()}
+    if scored.config.kind.steps:
+        answer["step_scores"] = [score.step_scores for score in scored.scores]
+    answer["identity"] = scored.identity
+    return answer
+
+
+def _predict_answer(request: PredictRequest, scored: Scored) -> dict[str, Any]:
+    if scored.config.kind.steps:
+        predictions: list[Any] = [{"reward": s.reward, "step_scores": s.step_scores} for s in scored.scores]
+    else:
+        predictions = scored.rewards()
+    return {"predictions": predictions, "identity": scored.identity}
+
+
+def _openrlhf_items(request: OpenRLHFRequest, config: GatewayConfig) -> Items:
+    if request.prompts is not None and len(request.prompts) != len(request.query):
+        raise BadRequest(f"prompts has {len(request.prompts)} entries but query has {len(request.query)}")
+    # OpenRLHF's query is the finished text (prompt and response, already templated);
+    # its prompts, where sent, tell which completions answer one prompt (a group).
+    return Items([ScoringItem(text=query) for query in request.query], request.prompts)
+
+
+def _openrlhf_answer(request: OpenRLHFRequest, scored: Scored) -> dict[str, Any]:
+    rewards = scored.rewards()
+    return {"rewards": rewards, "scores": rewards, "extra_logs": {}, "identity": scored.identity}
+
+
+def _pipeline_items(request: PipelineItems, config: GatewayConfig) -> Items:
+    """An RLHFPipeline graph's reward step (reward_gateway.pipeline): its prompts and responses
+    scored as /v1/rewards items, ``groups`` their groups."""
+    groups = request.groups or [None] * len(request.prompts)
+    items = [
+        RewardItem(prompt=prompt, response=response, group=group)
+        for prompt, response, group in zip(request.prompts, request.responses, groups, strict=True)
+    ]
+    return Items(scoring_items(items, config.step_tag))
+
+
+FORMATS: tuple[WireFormat[Any], ...] = (
+    # This gateway's own: items of any shape, the step scores of a process model.
+    WireFormat("rewards", lambda config: ("/v1/rewards",), RewardsRequest, _rewards_items, _rewards_answer),
+    # KServe v1 predict, as KServe's InferenceGraph calls it: the same items under `instances`.
+    WireFormat(
+        "v1_predict",
+        lambda config: tuple(f"/v1/models/{name}:predict" for name in config.v1_names),
+        PredictRequest,
+        lambda request, config: Items(scoring_items(request.instances, config.step_tag)),
+        _predict_answer,
+    ),
+    # OpenRLHF's remote reward model (its --remote_rm_url).
+    WireFormat("get_reward", lambda config: ("/get_reward",), OpenRLHFRequest, _openrlhf_items, _openrlhf_answer),
+    # An RLHFPipeline graph's reward step.
+    WireFormat(
+        "pipeline_reward",
+        lambda config: ("/v1/pipeline/reward",),
+        PipelineItems,
+        _pipeline_items,
+        lambda request, scored: {"rewards": scored.rewards()},
+    ),
+)
