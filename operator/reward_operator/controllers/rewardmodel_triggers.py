@@ -55,7 +55,7 @@ def register(
         settings.drift_interval,
         settings.recheck_interval,
         recheck=recheck,  # its Ready reads the pods: re-checked while they may fail unseen
-        event_id="reward_model_event",
+        event_id="register.<locals>.reward_model_event",  # as kopf named it here before: its log lines
         deleted=release_cache,
     )
 

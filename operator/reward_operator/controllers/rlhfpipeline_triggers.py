@@ -29,10 +29,14 @@ from .runner import Runner, register_object_handlers
 from .seen import SeenChildren
 
 KIND = RLHF_PIPELINE_KIND
-# The children watched, by handler id: (version, plural) in KServe's group.
+# The children watched, (version, plural) in KServe's group, by handler id (kopf's log lines name it; the
+# ids kopf gave the two handlers this one replaced).
 CHILD_WATCHES = {
-    "pipeline_inference_service_event": (kserve.INFERENCE_SERVICE_VERSION, kserve.INFERENCE_SERVICE_PLURAL),
-    "pipeline_inference_graph_event": (kserve.INFERENCE_GRAPH_VERSION, kserve.INFERENCE_GRAPH_PLURAL),
+    "register.<locals>.pipeline_inference_service_event": (
+        kserve.INFERENCE_SERVICE_VERSION,
+        kserve.INFERENCE_SERVICE_PLURAL,
+    ),
+    "register.<locals>.pipeline_inference_graph_event": (kserve.INFERENCE_GRAPH_VERSION, kserve.INFERENCE_GRAPH_PLURAL),
 }
 
 
@@ -56,7 +60,7 @@ def register(
         settings.drift_interval,
         settings.recheck_interval,
         id_prefix="pipeline_",
-        event_id="rlhf_pipeline_event",  # its children go with the garbage collector
+        event_id="register.<locals>.rlhf_pipeline_event",  # as kopf named it here before: its log lines
     )
 
     def owned_child_event(

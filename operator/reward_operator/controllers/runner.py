@@ -297,10 +297,11 @@ def register_object_handlers(
     """The handlers every kind has on its own objects.
 
     The watch's copy: every event of the object goes to :meth:`Runner.remember`, and its deletion to
-    :meth:`Runner.forget` and then ``deleted`` (awaited with the last body), on the event loop (``event_id``).
-    Not in kopf's thread pool: a sync handler would wait for a thread behind every queued reconcile, and
-    the object's events with it; at N = 1000 that held back kopf's own patch for minutes, past its
-    consistency wait, and kopf ran the create handler again.
+    :meth:`Runner.forget` and then ``deleted`` (awaited with the last body), on the event loop. Not in
+    kopf's thread pool: a sync handler would wait for a thread behind every queued reconcile, and the
+    object's events with it; at N = 1000 that held back kopf's own patch for minutes, past its consistency
+    wait, and kopf ran the create handler again. kopf's log lines name the handler by ``event_id`` (each
+    kind keeps the id it had, which tests and readers of the logs know).
 
     The triggers, each running the same reconcile: the object made, changed or found at start-up; an
     hourly drift backstop (level-based: a missed watch event leaves nothing behind for long); and a short
