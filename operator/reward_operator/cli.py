@@ -259,7 +259,11 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_input_options(command: argparse.ArgumentParser) -> None:
+def _input_command(sub: Any, name: str, summary: str, func: Callable[[argparse.Namespace], int]) -> Any:
+    """A subcommand that reads RewardModels and RLHFPipelines from files, validated (render, validate)."""
+    command = sub.add_parser(
+        name, help=summary, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     command.add_argument(
         "-f", "--filename", action="append", required=True,
         help="a file of RewardModels and RLHFPipelines, several documents allowed ('-' for stdin); repeatable",
@@ -271,6 +275,8 @@ def _add_input_options(command: argparse.ArgumentParser) -> None:
         "server: a dry-run create with strict field validation on the current cluster",
     )  # fmt: skip
     command.add_argument("--kubeconfig", help="kubeconfig for --validate=server (default: $KUBECONFIG, ~/.kube/config)")
+    command.set_defaults(func=func)
+    return command
 
 
 def _priority(value: str) -> int | str:
@@ -321,29 +327,24 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=run_command)
 
-    render = sub.add_parser(
+    render = _input_command(
+        sub,
         "render",
-        help="validate, then print the children every RewardModel and RLHFPipeline renders to (no cluster needed)",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "validate, then print the children every RewardModel and RLHFPipeline renders to (no cluster needed)",
+        render_command,
     )
-    _add_input_options(render)
     render.add_argument(
         "-o", "--output", choices=["yaml", "json"], default="yaml", help="yaml (documents) or json (a List)"
     )
     render.add_argument(
         "--gateway-image", help="reward gateway image (default: REWARD_OPERATOR_GATEWAY_IMAGE, else the operator's)"
     )
-    render.set_defaults(func=render_command)
-
-    validate = sub.add_parser(
+    _input_command(
+        sub,
         "validate",
-        help="check RewardModels and RLHFPipelines as the API server would, without rendering",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "check RewardModels and RLHFPipelines as the API server would, without rendering",
+        validate_command,
     )
-    _add_input_options(validate)
-    validate.set_defaults(func=validate_command)
 
     crds = sub.add_parser("crds", help="print (or write) the CustomResourceDefinitions")
     crds.add_argument(

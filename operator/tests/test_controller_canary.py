@@ -15,6 +15,7 @@ from reward_operator.api.names import GENERATION_ANNOTATION, SHARE_ANNOTATION
 from reward_operator.controllers import rewardmodel as controller
 from reward_operator.controllers.runner import Runner
 from reward_operator.metrics import OperatorMetrics
+from reward_operator.render import canary as canary_render
 from reward_operator.render import canary_identity
 from reward_operator.settings import Settings
 from reward_testing.fake_cluster import FakeCluster
@@ -211,7 +212,7 @@ def test_kserves_word_on_the_candidate_moves_the_share_through_the_configmap_alo
     runner = rewardmodel_runner(cluster)
     runner.reconcile("ns", "rm", LOG)
     assert gateway_share(cluster) == "0"
-    runner.observe("ns", "rm", stored_reward_model(cluster))  # the watch brings our status write back
+    runner.remember("ns", "rm", stored_reward_model(cluster))  # the watch brings our status write back
     kserve_reports(cluster, candidate_ready=True)
     before = len(cluster.calls)
     runner.reconcile("ns", "rm", LOG, changed_child=cluster.stored("InferenceService", "rm", "ns"))
@@ -252,3 +253,23 @@ def test_a_spec_edit_tells_the_gateway_pods_the_new_generation_once(cluster):
     stored_reward_model(cluster)["metadata"]["generation"] = 2
     runner.reconcile("ns", "rm", LOG)
     assert generations() == ["2"]
+
+
+@pytest.mark.parametrize(("mode", "renders"), [("Standard", [False]), ("Knative", [False, True])])
+def test_the_candidate_is_rendered_once_per_reconcile(cluster, monkeypatch, mode, renders):
+    """Its identity (decided from) and KServe's spec.canary[] entry (applied) come from one render; Knative
+    mode's candidate InferenceService is a whole predictor of its own (``standalone``), rendered apart."""
+    rendered = []
+    render_predictor = canary_render.candidate_predictor
+
+    def counted(*args, **kwargs):
+        rendered.append(kwargs["standalone"])
+        return render_predictor(*args, **kwargs)
+
+    monkeypatch.setattr(canary_render, "candidate_predictor", counted)
+    body = stored_reward_model(cluster)
+    body["spec"]["serving"]["mode"] = mode
+    cluster.put(body)
+    rewardmodel_runner(cluster).reconcile("ns", "rm", LOG)
+    assert rendered == renders
+    assert gateway_share(cluster) == "0", "and the rollout's ConfigMap applied"

@@ -13,7 +13,6 @@ from prometheus_client import CollectorRegistry
 from reward_operator.api import REWARD_MODEL_KIND as KIND
 from reward_operator.api import conditions, kserve
 from reward_operator.api.defaults import apply_defaults
-from reward_operator.cluster import gather
 from reward_operator.controllers import rewardmodel as controller
 from reward_operator.controllers import rewardmodel_triggers
 from reward_operator.metrics import OperatorMetrics
@@ -131,21 +130,6 @@ def test_a_cpu_model_asks_for_the_cpu_runtime_and_its_gap_is_invalid_spec(cluste
     assert asked == ["vllm-reward-cpu"] and cluster.applied == []
     assert (outcome.ready.status, outcome.ready.reason) == ("False", conditions.INVALID_SPEC)
     assert "named 'vllm-reward-cpu', the default for spec.resources.gpus" in outcome.ready.message
-
-
-def test_the_runtime_is_read_once_while_it_exists(monkeypatch):
-    reads = []
-
-    def get(api_version, kind, name, namespace=None):
-        reads.append(kind)
-        return {"kind": kind} if (kind, name) == (kserve.CLUSTER_SERVING_RUNTIME_KIND, "vllm-reward") else None
-
-    monkeypatch.setattr(gather, "get", get)
-    monkeypatch.setattr(gather, "_runtimes_seen", {})
-    assert gather.runtime_exists("ns", "vllm-reward") and gather.runtime_exists("ns", "vllm-reward")
-    assert reads == [kserve.CLUSTER_SERVING_RUNTIME_KIND]
-    assert not gather.runtime_exists("ns", "missing") and not gather.runtime_exists("ns", "missing")
-    assert len(reads) == 1 + 4, "a runtime not found is read again each time (made later, noticed soon)"
 
 
 def register(cluster: FakeCluster, registry: kopf.OperatorRegistry | None = None):

@@ -18,6 +18,7 @@ from reward_operator.api.defaults import apply_defaults
 from reward_operator.api.schema import RLHF_PIPELINE
 from reward_operator.controllers import build_registry
 from reward_operator.controllers import rlhfpipeline as controller
+from reward_operator.render import render_rlhf_pipeline
 from reward_operator.settings import Settings
 from reward_testing.fake_cluster import FakeCluster
 from reward_testing.paths import GOLDEN
@@ -238,7 +239,7 @@ def test_a_childs_echo_of_our_apply_runs_no_reconcile_and_a_deletion_restores_it
     asyncio.run(handlers["reward_model_of_a_pipeline_event"](namespace="rlhf", name="helpful", logger=LOG))
     applied = len(cluster.applied_names)
     assert applied == 4
-    actor = copy.deepcopy(controller.render_rlhf_pipeline(body)[0])
+    actor = copy.deepcopy(render_rlhf_pipeline(body)[0])
     actor["status"] = {"conditions": READY_ISVC}  # as the fake apply answered it
     labels = {"serving.rlhf.dev/rlhfpipeline": "ppo-full"}
 
@@ -274,5 +275,5 @@ def test_the_handlers_on_every_reward_models_events_run_on_the_event_loop():
 def test_what_the_actor_and_the_reference_name_alike_is_read_once(cluster):
     sync(cluster, pipeline())
     # the reference inherits the actor's runtime and token: one look-up for both, and one for the critic
-    looked_up = [runtime for method, _, runtime in cluster.calls if method == "observe"]
+    looked_up = [runtime for method, _, runtime in cluster.calls if method == "lookup"]
     assert sorted(looked_up) == ["vllm-generate", "vllm-reward"]

@@ -1,18 +1,23 @@
-"""An RLHFPipeline's conditions over plain dicts: each role, the reward models it names, the graph, and Ready."""
+"""An RLHFPipeline's policy over plain dicts: the first gap in what its roles name, each role's condition, the
+reward models it names, the graph, and Ready."""
 
 from __future__ import annotations
 
 import pytest
 
 from reward_operator.api import conditions
+from reward_operator.policy.dependencies import Observed, References, SecretReference
 from reward_operator.policy.pipeline import (
+    ROLE_CONDITIONS,
     graph_ready,
+    invalid_spec,
     pipeline_ready,
     rewards_ready,
     role_ready,
     status_fields,
     unusable_rewards,
 )
+from reward_operator.policy.pipeline import roles as policy_roles
 from reward_operator.policy.status import Condition
 
 
@@ -150,3 +155,60 @@ def test_status_fields_carry_the_url_only_once_the_graph_is_applied():
         "inferenceGraph": "ppo",
         "url": "http://ppo.rlhf.svc.cluster.local",
     }
+
+
+def references(runtime: str, prefix: str, secret: str | None = None) -> References:
+    secrets = (SecretReference(f"{prefix}.credentials.huggingFaceToken", secret, "HF_TOKEN"),) if secret else ()
+    return References(runtime, secrets, None, prefix=prefix, runtime_named=False)
+
+
+def pipeline(name: str = "ppo", namespace: str = "rlhf", critic: bool = True) -> dict:
+    spec = {"actor": {}, "rewards": [], **({"critic": {}} if critic else {})}
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+WANTED = {
+    "actor": references("vllm-generate", "spec.actor", "hf-token"),
+    "reference": references("vllm-generate", "spec.reference", "hf-token"),
+    "critic": references("vllm-reward", "spec.critic"),
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "runtimes", "secrets", "gap", "asked"),
+    [
+        (pipeline(), {"vllm-generate", "vllm-reward"}, {"HF_TOKEN"}, None, ["actor", "reference", "critic"]),
+        # the first gap, role by role; the later roles are not asked about
+        (pipeline(), {"vllm-reward"}, {"HF_TOKEN"}, "spec.actor.runtime: no ClusterServingRuntime", ["actor"]),
+        (pipeline(), {"vllm-generate"}, {"HF_TOKEN"}, "spec.critic.runtime: no ClusterServingRuntime",
+         ["actor", "reference", "critic"]),
+        (pipeline(), {"vllm-generate", "vllm-reward"}, None, "spec.actor.credentials.huggingFaceToken", ["actor"]),
+        # a host name KServe cannot derive is found before anything is asked of the cluster
+        (pipeline(namespace="a-namespace-with-a-rather-long-name-here", critic=False), set(), None,
+         "ppo-reference-transformer", []),
+    ],
+    ids=["every role served", "the actor's runtime", "the critic's runtime", "a Secret", "a host name"],
+)  # fmt: skip
+def test_the_first_gap_a_pipeline_names_is_its_invalid_spec(body, runtimes, secrets, gap, asked):
+    roles = {role: WANTED[role] for role in (policy_roles(body["spec"]))}
+    looked_up = []
+
+    def lookup(wanted: References) -> Observed:
+        looked_up.append(wanted.prefix.removeprefix("spec."))
+        keys = {ref.secret: secrets for ref in wanted.secrets}
+        return Observed(runtime_found=wanted.runtime in runtimes, secret_keys=keys)
+
+    problem = invalid_spec(body, roles, lookup)
+    assert (problem is None) if gap is None else ((problem is not None and problem.startswith(gap)) or gap in problem)
+    if asked is not None:
+        assert looked_up == asked
+
+
+def test_the_roles_and_their_conditions():
+    assert policy_roles({"actor": {}}) == ["actor", "reference"]
+    assert policy_roles({"actor": {}, "critic": {}}) == ["actor", "reference", "critic"]
+    assert [ROLE_CONDITIONS[role] for role in policy_roles({"critic": {}})] == [
+        conditions.ACTOR_READY,
+        conditions.REFERENCE_READY,
+        conditions.CRITIC_READY,
+    ]

@@ -5,14 +5,12 @@ Regenerate after an intended change with UPDATE_GOLDEN=1 and review the diff.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import yaml
 
 from reward_operator.render import render_reward_model
 from reward_operator.render.vllm_args import vllm_args
-from reward_testing.paths import GOLDEN, golden_cases, golden_input
+from reward_testing.paths import GOLDEN, assert_matches_golden, golden_cases, golden_input
 
 CASES = {case: golden_input(case) for case in golden_cases()}
 
@@ -34,12 +32,7 @@ def test_every_kind_and_mode_has_a_case():
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_rendered_children_match_golden(case: str):
-    rendered = yaml.safe_dump_all(render_reward_model(CASES[case]), sort_keys=False, width=120)
-    golden = GOLDEN / f"{case}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.write_text(rendered)
-    assert golden.exists(), f"missing {golden}; run with UPDATE_GOLDEN=1"
-    assert rendered == golden.read_text()
+    assert_matches_golden(GOLDEN / f"{case}.yaml", render_reward_model(CASES[case]))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

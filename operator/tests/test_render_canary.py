@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from reward_operator.api.duration import interval_seconds
-from reward_operator.render import ROLLOUT_PRUNE_LABELS, ROLLOUT_PRUNED_KINDS, canary_identity, render_reward_model
+from reward_operator.render import canary_identity, render_reward_model, rendered_reward_model, reward_model_candidate
 from reward_testing.paths import golden_input
 
 SHADOW = golden_input("sequence-canary-shadow")
@@ -97,14 +97,15 @@ def test_the_gateway_mounts_the_rollout_config_map_which_is_applied_first():
 
 
 def test_pruning_the_rollouts_config_maps_selects_it_and_never_a_chat_template():
-    """The controller prunes ROLLOUT_PRUNED_KINDS by the owner's labels plus ROLLOUT_PRUNE_LABELS."""
+    """The controller prunes the rollout's ConfigMaps by the owner's labels plus the set's own."""
     owner_labels = {"app.kubernetes.io/managed-by": "reward-operator", "serving.rlhf.dev/rewardmodel": "internlm2-rm"}
-    selector = {**owner_labels, **ROLLOUT_PRUNE_LABELS}
-    children = render_reward_model(SPLIT)
-    config_maps = [c for c in children if (c["apiVersion"], c["kind"]) in ROLLOUT_PRUNED_KINDS]
+    rendered = rendered_reward_model(SPLIT, reward_model_candidate(SPLIT))
+    (owned,) = [o for o in rendered.owned if (o.api_version, o.kind) == ("v1", "ConfigMap")]
+    selector = {**owner_labels, **owned.labels}
+    config_maps = [c for c in rendered.children if (c["apiVersion"], c["kind"]) == ("v1", "ConfigMap")]
     assert len(config_maps) == 4, "the two chat templates', the rollout's and the identity's"
     selected = [c["metadata"]["name"] for c in config_maps if selector.items() <= c["metadata"]["labels"].items()]
-    assert selected == ["internlm2-rm-rollout"]
+    assert selected == ["internlm2-rm-rollout"] and rendered.kept(owned) == {"internlm2-rm-rollout"}
 
 
 def test_the_gateway_takes_the_rendered_share_from_the_mounted_config_map(tmp_path):

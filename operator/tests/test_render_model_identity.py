@@ -11,7 +11,7 @@ from rendered_gateway_settings import PREFIX, env, loadable
 
 from reward_gateway.config import load_config
 from reward_gateway.generation import followed
-from reward_operator.render import IDENTITY_PRUNE_LABELS, render_reward_model
+from reward_operator.render import render_reward_model, rendered_reward_model
 from reward_operator.render.model_identity import digest, revision
 from reward_testing.paths import golden_input
 from reward_testing.projected_volume import project
@@ -103,9 +103,15 @@ def test_an_offline_render_of_a_reward_model_not_stored_yet_says_its_generation_
 
 
 def test_the_identitys_prune_labels_select_it_and_never_a_chat_template():
-    """The controller prunes it, once the gateway is disabled, by the owner's labels plus IDENTITY_PRUNE_LABELS."""
-    config_maps = [c for c in render_reward_model(golden_input("sequence-gateway-auth")) if c["kind"] == "ConfigMap"]
-    selected = [
-        c["metadata"]["name"] for c in config_maps if IDENTITY_PRUNE_LABELS.items() <= c["metadata"]["labels"].items()
-    ]
+    """The controller prunes it, once the gateway is disabled, by the owner's labels plus its set's own (a
+    set declared only then: while the gateway is on, its one name is rendered)."""
+    enabled = golden_input("sequence-gateway-auth")
+    assert not any(owned.kind == "ConfigMap" for owned in rendered_reward_model(enabled, None).owned)
+    config_maps = [c for c in render_reward_model(enabled) if c["kind"] == "ConfigMap"]  # as applied before
+    disabled = copy.deepcopy(enabled)
+    disabled["spec"]["gateway"] = {"enabled": False, "chatTemplateMode": "upstream"}
+    rendered = rendered_reward_model(disabled, None)
+    (owned,) = [o for o in rendered.owned if o.kind == "ConfigMap"]
+    selected = [c["metadata"]["name"] for c in config_maps if owned.labels.items() <= c["metadata"]["labels"].items()]
     assert selected == ["guarded-rm-identity"] and len(config_maps) == 2
+    assert rendered.kept(owned) == set()

@@ -16,8 +16,8 @@ import yaml
 
 from reward_operator.api.defaults import apply_defaults
 from reward_operator.cluster import objects
-from reward_operator.controllers import rewardmodel as controller
-from reward_operator.render import PRUNED_KINDS, render_reward_model
+from reward_operator.controllers.apply import prune
+from reward_operator.render import Owned, render_reward_model, rendered_reward_model
 from reward_operator.render.gateway import GATEWAY_PORT
 from reward_operator.render.networkpolicy import VLLM_PORT
 from reward_testing.fake_cluster import FakeCluster
@@ -126,7 +126,10 @@ def test_policies_are_owned_labelled_and_applied_before_the_inference_service():
 def test_removing_allowed_clients_renders_no_policies_and_they_are_a_pruned_kind():
     assert policies(without_allowed_clients(STANDARD)) == {}
     assert policies(without_allowed_clients(KNATIVE)) == {}
-    assert ("networking.k8s.io/v1", "NetworkPolicy") in PRUNED_KINDS
+    assert (
+        Owned("networking.k8s.io/v1", "NetworkPolicy")
+        in rendered_reward_model(without_allowed_clients(STANDARD), None).owned
+    )
 
 
 def test_no_gateway_no_policies():
@@ -170,6 +173,6 @@ def test_the_controller_prunes_policies_it_no_longer_renders():
     for reward_model, kept in ((STANDARD, {"skywork-rm-gateway", "skywork-rm-predictor", "hand-made"}),
                                (without_allowed_clients(STANDARD), {"hand-made"})):  # fmt: skip
         defaulted = apply_defaults(reward_model)
-        controller._prune(defaulted, render_reward_model(defaulted), cluster, logging.getLogger("test"))
+        prune(defaulted, rendered_reward_model(defaulted, None), cluster, logging.getLogger("test"))
         assert cluster.pruned[-1:] == ["NetworkPolicy"]
         assert {n for (_, kind, _, n) in cluster.objects if kind == "NetworkPolicy"} == kept

@@ -5,14 +5,12 @@ Regenerate after an intended change with UPDATE_GOLDEN=1 and review the diff.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import yaml
 
 from reward_operator.api import kserve
 from reward_operator.render import render_rlhf_pipeline
-from reward_testing.paths import GOLDEN
+from reward_testing.paths import GOLDEN, assert_matches_golden
 
 PIPELINE_GOLDEN = GOLDEN / "pipeline"
 CASES = {path.stem: yaml.safe_load(path.read_text()) for path in sorted((PIPELINE_GOLDEN / "inputs").glob("*.yaml"))}
@@ -33,13 +31,7 @@ def test_a_minimal_and_a_full_case():
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_rendered_children_match_golden(case: str):
-    rendered = yaml.safe_dump_all(render_rlhf_pipeline(CASES[case]), sort_keys=False, width=120)
-    golden = PIPELINE_GOLDEN / f"{case}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.write_text(rendered)
-    assert golden.exists(), f"missing {golden}; run with UPDATE_GOLDEN=1"
-    assert rendered == golden.read_text()
-    assert "&id" not in rendered, "a YAML anchor: one object rendered twice"
+    assert_matches_golden(PIPELINE_GOLDEN / f"{case}.yaml", render_rlhf_pipeline(CASES[case]))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

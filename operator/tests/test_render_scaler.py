@@ -16,10 +16,9 @@ import pytest
 
 from reward_gateway.config import load_config
 from reward_operator.api.defaults import apply_defaults
-from reward_operator.cluster import gather
-from reward_operator.controllers import rewardmodel as controller
+from reward_operator.controllers.apply import prune
 from reward_operator.policy.dependencies import Observed, missing, references
-from reward_operator.render import PRUNED_KINDS, SCALER_PRUNED_KINDS, render_reward_model
+from reward_operator.render import render_reward_model, rendered_reward_model
 from reward_testing.fake_cluster import FakeCluster
 from reward_testing.paths import golden_input
 
@@ -256,31 +255,11 @@ def test_a_cluster_without_keda_is_an_invalid_spec_that_says_what_to_do():
 def test_the_scaler_children_are_pruned_where_they_can_exist(case, keda_installed, scaler_kinds_pruned):
     cluster = FakeCluster(keda=keda_installed)
     reward_model = apply_defaults(golden_input(case))
-    children = render_reward_model(reward_model)
-    controller._prune(reward_model, children, cluster, logging.getLogger("test"))
-    assert cluster.pruned == [kind for _, kind in PRUNED_KINDS + (SCALER_PRUNED_KINDS if scaler_kinds_pruned else ())]
+    prune(reward_model, rendered_reward_model(reward_model, None), cluster, logging.getLogger("test"))
+    assert cluster.pruned == ["NetworkPolicy", *(["Service", "ScaledObject"] if scaler_kinds_pruned else [])]
     keep = cluster.kept
     if case.endswith("scale-to-zero"):
         assert keep["Service"] == {"skywork-rm-gateway-scaler"}
         assert keep["ScaledObject"] == {"skywork-rm-predictor"}
     elif scaler_kinds_pruned:
         assert keep["Service"] == set() and keep["ScaledObject"] == set()
-
-
-def test_whether_keda_is_installed_is_read_once_a_minute(monkeypatch):
-    reads = []
-
-    def served(api_version, kind):
-        reads.append((api_version, kind))
-        return len(reads) > 1
-
-    clock = [1000.0]
-    monkeypatch.setattr(gather, "served", served)
-    monkeypatch.setattr(gather, "_keda_seen", [])
-    monkeypatch.setattr(gather.time, "monotonic", lambda: clock[0])
-    assert gather.keda_served() is False
-    clock[0] += gather.KEDA_SEEN_SECONDS - 1
-    assert gather.keda_served() is False and len(reads) == 1
-    clock[0] += 2  # KEDA installed meanwhile: seen once the minute is up
-    assert gather.keda_served() is True
-    assert reads == [("keda.sh/v1alpha1", "ScaledObject")] * 2

@@ -91,7 +91,7 @@ def test_metrics_follow_the_object_and_leave_with_it(fake_cluster):
     ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "ok")
     runner, _, registry = make_runner(fake_cluster, lambda obj, logger, child: Outcome(ready, {}, "ready"))
     object_labels = {"kind": REWARD_MODEL_KIND, "namespace": "ns", "name": "rm"}
-    runner.observe("ns", "rm", {**stored(fake_cluster), "metadata": {"name": "rm", "namespace": "ns", "generation": 3},
+    runner.remember("ns", "rm", {**stored(fake_cluster), "metadata": {"name": "rm", "namespace": "ns", "generation": 3},
                                 "status": {"observedGeneration": 2}})  # fmt: skip
     assert sample(registry, "reward_operator_object_generation_lag", **object_labels) == 1
     assert sample(registry, "reward_operator_object_ready", **object_labels) is None, "not decided yet"
@@ -109,7 +109,7 @@ def test_metrics_follow_the_object_and_leave_with_it(fake_cluster):
     assert sample(registry, "reward_operator_object_ready", **object_labels) is None
     assert sample(registry, "reward_operator_object_generation_lag", **object_labels) is None
     assert sample(registry, "reward_operator_objects", kind=REWARD_MODEL_KIND, ready="True") == 0
-    assert runner._locks == {}, "the object's lock goes with it"
+    assert runner._records == {}, "what is kept of the object (its lock too) goes with it"
 
 
 def test_forget_waits_for_a_reconcile_in_flight(fake_cluster):
@@ -137,7 +137,7 @@ def test_forget_waits_for_a_reconcile_in_flight(fake_cluster):
 
 def test_a_reconcile_reads_the_watchs_copy_not_the_api_server(fake_cluster):
     runner, _, _ = make_runner(fake_cluster, lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
-    runner.observe("ns", "rm", dict(stored(fake_cluster)))
+    runner.remember("ns", "rm", dict(stored(fake_cluster)))
     assert runner.reconcile("ns", "rm", LOG) == "invalid"
     assert fake_cluster.count("get") == 0, "read from the API server"
 
@@ -149,7 +149,7 @@ def test_the_watchs_copy_is_kept_without_the_field_managers_bookkeeping(fake_clu
     )
     managed = [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
     body = {**stored(fake_cluster), "metadata": {**stored(fake_cluster)["metadata"], "managedFields": managed}}
-    runner.observe("ns", "rm", body)
+    runner.remember("ns", "rm", body)
     runner.reconcile("ns", "rm", LOG)
     assert fake_cluster.count("get") == 0, "read from the API server"
     assert "managedFields" not in seen[0]["metadata"]
@@ -161,15 +161,15 @@ def test_the_status_written_stands_until_the_watch_brings_it_back(fake_cluster):
     posts its event twice."""
     before = copy.deepcopy(stored(fake_cluster))  # the watch's copy, without the status about to be written
     runner, _, _ = make_runner(fake_cluster, lambda obj, logger, child: Outcome(INVALID, {}, "invalid"))
-    runner.observe("ns", "rm", before)
+    runner.remember("ns", "rm", before)
     runner.reconcile("ns", "rm", LOG)
     runner.reconcile("ns", "rm", LOG)  # the watch has not delivered the write yet
     assert len(fake_cluster.status_patches) == 1 and len(fake_cluster.event_reasons) == 1
 
-    runner.observe("ns", "rm", copy.deepcopy(stored(fake_cluster)))  # the write comes back
+    runner.remember("ns", "rm", copy.deepcopy(stored(fake_cluster)))  # the write comes back
     someone_else = copy.deepcopy(stored(fake_cluster))
     someone_else["status"] = {}  # then the status is cleared by hand
-    runner.observe("ns", "rm", someone_else)
+    runner.remember("ns", "rm", someone_else)
     runner.reconcile("ns", "rm", LOG)
     assert len(fake_cluster.status_patches) == 2, "the watch's newer copy counts once it has caught up"
 
@@ -181,13 +181,13 @@ def test_triggers_racing_at_kserves_ready_post_one_ready_event(fake_cluster, mon
     the write back (even before the runner has recorded it), and then no more on a later reconcile."""
     ready = Condition("Ready", "True", conditions.INFERENCE_SERVICE_READY, "InferenceService rm is Ready")
     runner, _, _ = make_runner(fake_cluster, lambda obj, logger, child: Outcome(ready, {"replicas": 1}, "ready"))
-    runner.observe("ns", "rm", copy.deepcopy(stored(fake_cluster)))  # the watch's copy: no status yet
+    runner.remember("ns", "rm", copy.deepcopy(stored(fake_cluster)))  # the watch's copy: no status yet
     patch = fake_cluster.patch_status
 
     def patch_and_watch(*args):
         written = patch(*args)
         if watch == "before the response":
-            runner.observe("ns", "rm", copy.deepcopy(written))
+            runner.remember("ns", "rm", copy.deepcopy(written))
         return written
 
     monkeypatch.setattr(fake_cluster, "patch_status", patch_and_watch)
@@ -197,7 +197,7 @@ def test_triggers_racing_at_kserves_ready_post_one_ready_event(fake_cluster, mon
     for trigger in triggers:
         trigger.join(10)
     if watch == "after the response":
-        runner.observe("ns", "rm", copy.deepcopy(stored(fake_cluster)))
+        runner.remember("ns", "rm", copy.deepcopy(stored(fake_cluster)))
     runner.reconcile("ns", "rm", LOG)  # a later change, handled
     assert len(fake_cluster.status_patches) == 1
     assert fake_cluster.event_reasons == [("Normal", conditions.INFERENCE_SERVICE_READY)]
@@ -250,7 +250,7 @@ def sync_from_inference_service(cluster: FakeCluster, decided_from: list | None 
 def deliver(runner: Runner, copy_: dict, reconciled: bool = True) -> None:
     """The InferenceService's watch event as its handler takes it: every copy observed, and the owner
     reconciled for it (unless nothing a reconcile reads changed: the echo of our own apply)."""
-    runner.observe_child("ns", "rm", copy_)
+    runner.remember_child("ns", "rm", copy_)
     if reconciled:
         runner.reconcile("ns", "rm", LOG, changed_child=copy_)
 
@@ -262,7 +262,7 @@ def test_a_stale_copy_of_the_child_does_not_take_ready_back(fake_cluster, stored
     InferenceServiceReady, with a progress event between)."""
     runner, _, _ = make_runner(fake_cluster, sync_from_inference_service(fake_cluster))
     older = isvc(False, "20")
-    runner.observe_child("ns", "rm", older)  # delivered; its handler waits for the lock...
+    runner.remember_child("ns", "rm", older)  # delivered; its handler waits for the lock...
     runner.reconcile("ns", "rm", LOG)  # ...held by the RewardModel's own trigger, which reads version 30, Ready
     runner.reconcile("ns", "rm", LOG, changed_child=older)  # the older event, handled late
     deliver(runner, isvc(True, "30"))  # then the newer one
@@ -351,4 +351,4 @@ def test_a_forgotten_object_keeps_nothing_of_its_children(fake_cluster, stored_i
     deliver(runner, isvc(True, "30"), reconciled=False)
     runner.forget("ns", "rm")
     deliver(runner, isvc(True, "31"), reconciled=False)  # a late event of the child, its owner gone
-    assert runner._delivered == {} and runner._awaited == {}
+    assert runner._records == {}, "nor of its children"

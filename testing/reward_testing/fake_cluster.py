@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from reward_operator.api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND
 from reward_operator.cluster import Logger, Refused
 from reward_operator.policy.dependencies import Observed, References
 from reward_operator.policy.scaling import PredictorReplicas
@@ -122,8 +123,8 @@ class FakeCluster:
         found = self.objects.get((api_version, kind, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
-    def observe(self, namespace: str, wanted: References) -> Observed:
-        self.calls.append(("observe", "", wanted.runtime))
+    def lookup(self, namespace: str, wanted: References) -> Observed:
+        self.calls.append(("lookup", "", wanted.runtime))
         if callable(self.observed):
             return self.observed(namespace, wanted)
         if self.observed is not None:
@@ -145,8 +146,8 @@ class FakeCluster:
             node_groups={group: [] for group in wanted.node_groups},
         )
 
-    def keda_served(self) -> bool:
-        return self.keda
+    def serves(self, api_version: str, kind: str) -> bool:
+        return self.keda if (api_version, kind) == (SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND) else True
 
     def predictor_replicas(self, namespace: str, isvc: str) -> PredictorReplicas | None:
         self.calls.append(("predictor_replicas", "", isvc))

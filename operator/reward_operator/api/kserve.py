@@ -7,7 +7,9 @@ Spelled once here; render, policy and cluster read them from this module.
 from __future__ import annotations
 
 GROUP = "serving.kserve.io"
-INFERENCE_SERVICE_API_VERSION = f"{GROUP}/v1beta1"
+# Each kind's version on its own, as a watch (group, version, plural) names it.
+INFERENCE_SERVICE_VERSION = "v1beta1"
+INFERENCE_SERVICE_API_VERSION = f"{GROUP}/{INFERENCE_SERVICE_VERSION}"
 INFERENCE_SERVICE_KIND = "InferenceService"
 INFERENCE_SERVICE_PLURAL = "inferenceservices"
 RUNTIME_API_VERSION = f"{GROUP}/v1alpha1"
@@ -16,7 +18,8 @@ SERVING_RUNTIME_KIND = "ServingRuntime"
 
 # InferenceGraph (v1alpha1): KServe's router between services (cmd/router), one Deployment and Service per
 # graph in Standard mode.
-INFERENCE_GRAPH_API_VERSION = f"{GROUP}/v1alpha1"
+INFERENCE_GRAPH_VERSION = "v1alpha1"
+INFERENCE_GRAPH_API_VERSION = f"{GROUP}/{INFERENCE_GRAPH_VERSION}"
 INFERENCE_GRAPH_KIND = "InferenceGraph"
 INFERENCE_GRAPH_PLURAL = "inferencegraphs"
 # The one node every graph must have; the router starts there (v1alpha1.GraphRootNodeName).
@@ -27,7 +30,8 @@ GRAPH_PREVIOUS_RESPONSE = "$response"
 
 # LocalModel (v1alpha1): a node-local cache of a model URI, bound to an InferenceService by KServe's
 # defaulting webhook at admission when its storageUri is (under) the cache's sourceModelUri.
-LOCAL_MODEL_API_VERSION = f"{GROUP}/v1alpha1"
+LOCAL_MODEL_VERSION = "v1alpha1"
+LOCAL_MODEL_API_VERSION = f"{GROUP}/{LOCAL_MODEL_VERSION}"
 LOCAL_MODEL_CACHE_KIND = "LocalModelCache"  # cluster-scoped
 LOCAL_MODEL_NAMESPACE_CACHE_KIND = "LocalModelNamespaceCache"  # namespaced; takes precedence at binding
 LOCAL_MODEL_NODE_GROUP_KIND = "LocalModelNodeGroup"  # cluster-scoped, made by the admin

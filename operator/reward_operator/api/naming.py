@@ -88,6 +88,9 @@ def cache_name(uri: str) -> str:
 
 # ---- an RLHFPipeline's children (its InferenceGraph carries the pipeline's own name) ----
 
+# The roles an RLHFPipeline serves, as its spec names them (spec.actor, spec.reference, spec.critic).
+ACTOR, REFERENCE, CRITIC = "actor", "reference", "critic"
+
 
 def role_isvc_name(pipeline: str, role: str) -> str:
     """The InferenceService of one role (actor, reference, critic)."""

@@ -35,20 +35,30 @@ class Toleration(TypedDict, total=False):
     tolerationSeconds: int
 
 
-class ModelSpec(TypedDict):
+class ServedModelFields(TypedDict, total=False):
+    """The optional fields every served model has: a reward model's, a candidate's, a pipeline role's."""
+
+    servedName: str
+    maxModelLen: int
+    dtype: str
+    quantization: str
+    extraArgs: list[str]
+
+
+class RewardModelFields(ServedModelFields, total=False):
+    """The optional fields of a reward model, the stable one's and the candidate's."""
+
+    chatTemplate: str
+    stepTagId: int
+    returnedTokenIds: list[int]
+    rewardTokenId: int
+    maxNumBatchedTokens: int
+
+
+class ModelSpec(RewardModelFields):
     uri: str
     kind: str  # sequence | token | process (defaulted)
     tensorParallelSize: int  # defaulted
-    servedName: NotRequired[str]
-    chatTemplate: NotRequired[str]
-    stepTagId: NotRequired[int]
-    returnedTokenIds: NotRequired[list[int]]
-    rewardTokenId: NotRequired[int]
-    maxModelLen: NotRequired[int]
-    dtype: NotRequired[str]
-    quantization: NotRequired[str]
-    maxNumBatchedTokens: NotRequired[int]
-    extraArgs: NotRequired[list[str]]
 
 
 class ResourcesSpec(TypedDict):
@@ -130,25 +140,15 @@ class GatewaySpec(TypedDict):
     scheduling: NotRequired[SchedulingSpec]
 
 
-class CandidateModelSpec(TypedDict):
+class CandidateModelSpec(RewardModelFields):
     uri: str
-    servedName: NotRequired[str]
-    chatTemplate: NotRequired[str]
-    stepTagId: NotRequired[int]
-    returnedTokenIds: NotRequired[list[int]]
-    rewardTokenId: NotRequired[int]
-    maxModelLen: NotRequired[int]
-    dtype: NotRequired[str]
-    quantization: NotRequired[str]
     tensorParallelSize: NotRequired[int]
-    maxNumBatchedTokens: NotRequired[int]
-    extraArgs: NotRequired[list[str]]
 
 
-class CandidateResources(TypedDict, total=False):
+class ModelResources(GatewayResources, total=False):
+    """A model's compute where every field is optional (spec.canary's over the stable model's; a role's)."""
+
     gpus: int
-    cpu: int | str
-    memory: int | str
 
 
 class CanarySpec(TypedDict):
@@ -162,7 +162,7 @@ class CanarySpec(TypedDict):
     minPairs: int  # defaulted
     minRequests: int  # defaulted
     attempt: int  # defaulted
-    resources: NotRequired[CandidateResources]
+    resources: NotRequired[ModelResources]
     percent: NotRequired[int]
     steps: NotRequired[list[int]]
     clientHeader: NotRequired[str]
@@ -222,10 +222,15 @@ class ModelCacheStatus(TypedDict, total=False):
     namespace: str
 
 
-class RewardModelStatus(TypedDict, total=False):
+class ObjectStatus(TypedDict, total=False):
+    """What the status of either kind opens with: status_schema's two fields (api/schema/common.py), and the URL."""
+
     observedGeneration: int
     conditions: list[Condition]
     url: str
+
+
+class RewardModelStatus(ObjectStatus, total=False):
     externalURL: str
     inferenceService: str
     replicas: int
@@ -244,34 +249,18 @@ class RewardModel(TypedDict):
 # ---- RLHFPipeline ---------------------------------------------------------------------
 
 
-class GenerateModelSpec(TypedDict):
+class GenerateModelSpec(ServedModelFields):
     """A role's model: RewardModel's model fields that apply to a generating (or value) model."""
 
     uri: str
     tensorParallelSize: int  # defaulted
-    servedName: NotRequired[str]
-    maxModelLen: NotRequired[int]
-    dtype: NotRequired[str]
-    quantization: NotRequired[str]
-    extraArgs: NotRequired[list[str]]
 
 
-class ReferenceModelSpec(TypedDict, total=False):
+class ReferenceModelSpec(ServedModelFields, total=False):
     """The reference's model: every unset field is the actor's."""
 
     uri: str
     tensorParallelSize: int
-    servedName: str
-    maxModelLen: int
-    dtype: str
-    quantization: str
-    extraArgs: list[str]
-
-
-class RoleResources(TypedDict, total=False):
-    gpus: int
-    cpu: int | str
-    memory: int | str
 
 
 class RoleServing(TypedDict):
@@ -290,7 +279,7 @@ class RoleSpec(TypedDict):
     model: GenerateModelSpec
     serving: RoleServing  # defaulted
     runtime: NotRequired[str]
-    resources: NotRequired[RoleResources]
+    resources: NotRequired[ModelResources]
     nodeSelector: NotRequired[dict[str, str]]
     tolerations: NotRequired[list[Toleration]]
     env: NotRequired[list[EnvVar]]
@@ -302,7 +291,7 @@ class ReferenceSpec(TypedDict, total=False):
     model: ReferenceModelSpec
     serving: RoleServing
     runtime: str
-    resources: RoleResources
+    resources: ModelResources
     nodeSelector: dict[str, str]
     tolerations: list[Toleration]
     env: list[EnvVar]
@@ -351,10 +340,7 @@ class PipelineServices(TypedDict, total=False):
     critic: str
 
 
-class RLHFPipelineStatus(TypedDict, total=False):
-    observedGeneration: int
-    conditions: list[Condition]
-    url: str
+class RLHFPipelineStatus(ObjectStatus, total=False):
     inferenceGraph: str
     inferenceServices: PipelineServices
 

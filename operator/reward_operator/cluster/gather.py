@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-import time
+from collections.abc import Callable
 
 from kubernetes.client import ApiClient
 
@@ -22,7 +21,7 @@ from ..api.kserve import (
 from ..policy.dependencies import Observed, References
 from ..policy.scaling import PredictorReplicas
 from .client import apps, core, translated
-from .objects import get, or_none, served
+from .objects import get, or_none
 
 
 def secret_keys(namespace: str, name: str) -> set[str] | None:
@@ -38,61 +37,32 @@ def reward_models(namespace: str, names: list[str]) -> dict[str, dict | None]:
     return {name: get(API_VERSION, REWARD_MODEL_KIND, name, namespace) for name in names}
 
 
-# A runtime found is taken as present for this long without another read: every reconcile checks
-# one, and runtimes are installed once and rarely removed (a removal is noticed this much later).
-# A runtime not found is read again each time, so one made later is noticed at the next reconcile.
-RUNTIME_SEEN_SECONDS = 300.0
-_runtimes_seen: dict[tuple[str, str], float] = {}  # (namespace, runtime) -> monotonic time it expires
-_runtimes_lock = threading.Lock()
-
-
 def runtime_exists(namespace: str, runtime: str) -> bool:
     """A ClusterServingRuntime, or a ServingRuntime in the namespace, of that name."""
-    key, now = (namespace, runtime), time.monotonic()
-    with _runtimes_lock:
-        if _runtimes_seen.get(key, 0.0) > now:
-            return True
-    found = (
+    return (
         get(RUNTIME_API_VERSION, CLUSTER_SERVING_RUNTIME_KIND, runtime) is not None
         or get(RUNTIME_API_VERSION, SERVING_RUNTIME_KIND, runtime, namespace) is not None
     )
-    if found:
-        with _runtimes_lock:
-            _runtimes_seen[key] = now + RUNTIME_SEEN_SECONDS
-    return found
 
 
-# Whether KEDA's ScaledObject is served, for this long without another discovery read: checked for
-# every scale-to-zero RewardModel and before pruning; an install or removal is noticed this much later.
-KEDA_SEEN_SECONDS = 60.0
-_keda_seen: list[tuple[bool, float]] = []  # (served, monotonic time it expires), at most one
-_keda_lock = threading.Lock()
-
-
-def keda_served() -> bool:
-    """Whether this cluster serves KEDA's ScaledObject (KEDA is installed)."""
-    now = time.monotonic()
-    with _keda_lock:
-        if _keda_seen and _keda_seen[0][1] > now:
-            return _keda_seen[0][0]
-    found = served(SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND)
-    with _keda_lock:
-        _keda_seen[:] = [(found, now + KEDA_SEEN_SECONDS)]
-    return found
-
-
-def observe(namespace: str, wanted: References) -> Observed:
-    """Look up what the spec references; each Secret is read once, however often it is named."""
-    observed = Observed(runtime_found=runtime_exists(namespace, wanted.runtime))
+def lookup(
+    namespace: str,
+    wanted: References,
+    runtime_found: Callable[[str, str], bool],
+    serves: Callable[[str, str], bool],
+) -> Observed:
+    """Look up what the spec references; each Secret is read once, however often it is named.
+    ``runtime_found`` and ``serves``: the cluster's (which may remember them a while)."""
+    observed = Observed(runtime_found=runtime_found(namespace, wanted.runtime))
     if not observed.runtime_found:
         return observed  # the first gap is the one reported
     if wanted.candidate_runtime:
-        observed.candidate_runtime_found = runtime_exists(namespace, wanted.candidate_runtime)
+        observed.candidate_runtime_found = runtime_found(namespace, wanted.candidate_runtime)
         if not observed.candidate_runtime_found:
             return observed
     observed.secret_keys = {name: secret_keys(namespace, name) for name in sorted(wanted.secret_names)}
     if wanted.keda:
-        observed.keda_served = keda_served()
+        observed.keda_served = serves(SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND)
     for group in wanted.node_groups:
         found = get(LOCAL_MODEL_API_VERSION, LOCAL_MODEL_NODE_GROUP_KIND, group)
         observed.node_groups[group] = None if found is None else _required_terms(found)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,18 +13,55 @@ from ..policy.scaling import PredictorReplicas
 from . import caches, events, gateways, gather, objects
 from .protocol import Logger
 
+# A runtime found is taken as present for this long without another read: every reconcile checks
+# one, and runtimes are installed once and rarely removed (a removal is noticed this much later).
+# A runtime not found is read again each time, so one made later is noticed at the next reconcile.
+RUNTIME_SEEN_SECONDS = 300.0
+# Whether a kind is served (KEDA's ScaledObject: KEDA installed), for this long without another discovery
+# read: checked for every RewardModel KEDA scales and before pruning; an install or removal is noticed
+# this much later.
+SERVED_SEEN_SECONDS = 60.0
+
 
 class KubernetesCluster:
-    """Stateless: each method is one of this package's functions (whose caches are module-wide)."""
+    """Each method is one of this package's functions. The few facts that change rarely (a runtime
+    found, a kind served) are remembered for a while by this object: the operator makes one and
+    passes it to every controller."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic):
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._runtimes_seen: dict[tuple[str, str], float] = {}  # (namespace, runtime) -> when it expires
+        self._served_seen: dict[tuple[str, str], tuple[bool, float]] = {}  # kind -> (served, when it expires)
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         return objects.get(api_version, kind, name, namespace)
 
-    def observe(self, namespace: str, wanted: References) -> Observed:
-        return gather.observe(namespace, wanted)
+    def lookup(self, namespace: str, wanted: References) -> Observed:
+        return gather.lookup(namespace, wanted, self.runtime_exists, self.serves)
 
-    def keda_served(self) -> bool:
-        return gather.keda_served()
+    def runtime_exists(self, namespace: str, runtime: str) -> bool:
+        """:func:`.gather.runtime_exists`, a runtime found taken as present for RUNTIME_SEEN_SECONDS."""
+        key, now = (namespace, runtime), self._monotonic()
+        with self._lock:
+            if self._runtimes_seen.get(key, 0.0) > now:
+                return True
+        found = gather.runtime_exists(namespace, runtime)
+        if found:
+            with self._lock:
+                self._runtimes_seen[key] = now + RUNTIME_SEEN_SECONDS
+        return found
+
+    def serves(self, api_version: str, kind: str) -> bool:
+        key, now = (api_version, kind), self._monotonic()
+        with self._lock:
+            seen = self._served_seen.get(key)
+        if seen is not None and seen[1] > now:
+            return seen[0]
+        found = objects.served(api_version, kind)
+        with self._lock:
+            self._served_seen[key] = (found, now + SERVED_SEEN_SECONDS)
+        return found
 
     def predictor_replicas(self, namespace: str, isvc: str) -> PredictorReplicas | None:
         return gather.predictor_replicas(namespace, isvc)

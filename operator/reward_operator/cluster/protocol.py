@@ -24,11 +24,11 @@ class Cluster(Protocol):
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """An object (cluster-scoped when ``namespace`` is None), or None."""
 
-    def observe(self, namespace: str, wanted: References) -> Observed:
+    def lookup(self, namespace: str, wanted: References) -> Observed:
         """What a spec references (runtimes, Secret keys, node groups, ServiceAccount), looked up."""
 
-    def keda_served(self) -> bool:
-        """Whether KEDA's ScaledObject is served (KEDA is installed)."""
+    def serves(self, api_version: str, kind: str) -> bool:
+        """Whether the cluster serves this kind (KEDA's ScaledObject: KEDA is installed)."""
 
     def predictor_replicas(self, namespace: str, isvc: str) -> PredictorReplicas | None:
         """Ready and wanted pods of the predictor KServe made for ``isvc``, or None before it made one."""

@@ -13,7 +13,7 @@ from ..api import REWARD_MODEL_KIND, RLHF_PIPELINE_KIND
 from ..api.names import FINALIZER, KOPF_ANNOTATION_PREFIX
 from ..cluster import Cluster, KubernetesCluster
 from ..settings import Settings
-from . import rewardmodel_triggers, rlhfpipeline
+from . import rewardmodel_triggers, rlhfpipeline_triggers
 
 # kopf's own connections: its watches (one each, for their lifetime) and its patches of finalizers and
 # annotations. kopf's session opens one connection per request in flight, without a bound, and each
@@ -86,5 +86,5 @@ def build_registry(
 
     cluster = cluster or KubernetesCluster()
     rewardmodel_triggers.register(registry, settings, operator_metrics, cluster)
-    rlhfpipeline.register(registry, settings, operator_metrics, cluster)
+    rlhfpipeline_triggers.register(registry, settings, operator_metrics, cluster)
     return registry

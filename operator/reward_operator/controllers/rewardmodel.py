@@ -1,18 +1,21 @@
-"""The RewardModel controller: one reconcile in five stages.
+"""The RewardModel controller: one reconcile in five stages (ARCHITECTURE.md has them as a table).
 
-1. **observe**: one read of everything the decision needs: what the spec references,
-   the InferenceService as stored (only when a decision reads it), Knative mode's
-   candidate InferenceService, the shared model cache (made or brought to the spec
-   here: KServe binds it at the InferenceService's admission, so it exists before
-   anything is decided), the gateways' rollout figures;
-2. **decide**: pure policy on that observation (the cache binding, the rollout's
-   next share);
-3. **render**: every child, once, with the decided share;
-4. **apply**: one pass over the children in order, then prune;
-5. **report**: one :class:`Outcome` (Ready, the status fields, the conditions and
-   events, the versions of the InferenceServices it decided from), which the runner
-   writes; the predictor's replicas and its pods are read here, only once KServe has
-   reported on the InferenceService as applied (before, it has made neither).
+1. **observe** (:func:`first_gap`, :func:`observe`): one read of everything the decision
+   needs: what the spec references, the InferenceService as stored (only when a decision
+   reads it), Knative mode's candidate InferenceService, the shared model cache (made or
+   brought to the spec here: KServe binds it at the InferenceService's admission, so it
+   exists before anything is decided), the gateways' rollout figures;
+2. **decide** (:func:`reward_operator.policy.rewardmodel.decide`): pure policy on that
+   observation (the cache binding, the rollout's next share, what is applied and pruned);
+3. **render** (:func:`reward_operator.render.rendered_reward_model`): every child, once,
+   with the decided share, and the sets of children it owns; the canary's candidate is
+   rendered once before the decision, which reads its identity;
+4. **apply** (:func:`apply_children`): one pass over the children in order, then the
+   pruning of what is owned and no longer rendered (controllers/prune.py);
+5. **report** (:func:`report`): one :class:`Outcome` (Ready, the status fields, the
+   conditions and events, the versions of the InferenceServices it decided from), which
+   the runner writes; the predictor's replicas and its pods are read here, only once
+   KServe has reported on the InferenceService as applied (before, it has made neither).
 
 Every trigger (create, update, resume, a change to its InferenceService or its
 predictor's replicas, the re-check, drift and rollout timers) runs the same
@@ -25,57 +28,32 @@ operator's API calls saved at a thousand objects (make bench-operator).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
-from ..api import REWARD_MODEL_KIND, conditions, kserve
-from ..api.cache import cache_identity
-from ..api.duration import interval_seconds
-from ..api.keda import scales_through_keda
-from ..api.names import GENERATION_ANNOTATION, MANAGED_BY, SHARE_ANNOTATION, owner_label
-from ..api.naming import candidate_isvc_name
-from ..cluster import Cluster, KubernetesCluster, Logger, Refused
+from ..api import conditions, kserve
+from ..api.names import GENERATION_ANNOTATION, SHARE_ANNOTATION
+from ..api.naming import candidate_isvc_name, identity_config_map_name, rollout_config_map_name
+from ..cluster import Cluster, Logger, Refused
 from ..policy import cache as cache_policy
-from ..policy import canary as canary_policy
 from ..policy import children as child_policy
 from ..policy import dependencies, names, readiness, scaling
-from ..policy.status import Condition, not_ready, settled
-from ..render import (
-    IDENTITY_PRUNE_LABELS,
-    PRUNED_KINDS,
-    ROLLOUT_PRUNE_LABELS,
-    ROLLOUT_PRUNED_KINDS,
-    SCALER_PRUNED_KINDS,
-    canary_identity,
-    render_reward_model,
-)
+from ..policy.rewardmodel import Decision, Observation, candidate_ready, decide
+from ..policy.status import not_ready, settled
+from ..render import Rendered, rendered_reward_model, reward_model_candidate
 from ..render.cache import local_model_cache
-from ..render.canary import CanaryIdentity
 from ..render.rewardmodel import candidate_runtime, model_runtime
 from ..settings import Settings
+from .apply import Rejected, apply, prune
 from .runner import ChildKey, Outcome, child_version
 from .seen import SeenChildren
 
-KIND = REWARD_MODEL_KIND
 DEPLOYMENT_KIND = "Deployment"
 CACHE_KINDS = (kserve.LOCAL_MODEL_CACHE_KIND, kserve.LOCAL_MODEL_NAMESPACE_CACHE_KIND)
 ISVC = (kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND)
 
 
 # ---- 1. observe ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What the cluster holds that this reconcile decides from, read once."""
-
-    stored: dict[str, Any] | None = None  # the InferenceService, where a decision reads it
-    candidate: dict[str, Any] | None = None  # Knative mode's candidate InferenceService
-    cache: dict[str, Any] | None = None  # the shared cache, made or brought to the spec
-    cache_conflict: str | None = None
-    figures: list[dict[str, Any]] | None = None  # the gateways' GET /canary, while the candidate is Ready
-    released: tuple[str, str, str | None] | None = None  # a cache this RewardModel no longer uses
 
 
 def first_gap(reward_model: dict[str, Any], cluster: Cluster) -> str | None:
@@ -91,7 +69,7 @@ def first_gap(reward_model: dict[str, Any], cluster: Cluster) -> str | None:
         model_runtime(reward_model),  # type: ignore[arg-type]
         candidate_runtime(reward_model),  # type: ignore[arg-type]
     )
-    return dependencies.missing(namespace, wanted, cluster.observe(namespace, wanted))
+    return dependencies.missing(namespace, wanted, cluster.lookup(namespace, wanted))
 
 
 def _changed(changed_child: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
@@ -124,120 +102,17 @@ def observe(reward_model: dict[str, Any], changed_child: dict[str, Any] | None, 
         candidate_name = candidate_isvc_name(name)
         candidate = _changed(changed_child, candidate_name) or cluster.get(*ISVC, candidate_name, namespace)
     figures = None
-    if "canary" in spec and _candidate_ready(reward_model, stored, candidate):
+    if "canary" in spec and candidate_ready(reward_model, stored, candidate):
         figures = cluster.rollout_figures(namespace, name)
     return Observation(stored, candidate, cache, conflict, figures, released)
-
-
-def _candidate_ready(
-    reward_model: dict[str, Any], stored: dict[str, Any] | None, candidate: dict[str, Any] | None
-) -> bool | None:
-    """KServe's word on the candidate: Knative mode's own InferenceService, or Standard mode's canary entry."""
-    if reward_model["spec"]["serving"]["mode"] == "Knative":
-        return canary_policy.candidate_isvc_ready(candidate)
-    return canary_policy.candidate_ready(stored)
-
-
-# ---- 2. decide -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CachePlan:
-    """What the shared model cache asks of this reconcile."""
-
-    cached: Condition | None = None  # ModelCached, with spec.cache
-    bound: bool = True  # the InferenceService reads from the cache (rendered with it)
-    hold: bool = False  # the InferenceService is not created before the cache is filled
-    release: tuple[str, str, str | None] | None = None  # a cache this RewardModel left: swept
-    unbind: bool = False  # KServe's opt-out set first: the left cache is still bound
-    rebind: bool = False  # an opt-out of an earlier release cleared: bound at that admission
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Decision:
-    percent: int  # the candidate's share the gateways run from now (0 without a rollout)
-    cache: CachePlan
-    rollout: canary_policy.Rollout | None  # None without spec.canary, or while the cache holds it back
-    child_only: bool  # only the InferenceService changed and the spec is as last reconciled
-    share_moved: bool = False  # the rollout's ConfigMap tells the gateways a new share
-
-
-def running_share(reward_model: dict[str, Any], identity: CanaryIdentity | None) -> int:
-    """The share the gateways run now: the rollout's status, if it is this rollout's (``identity``)."""
-    previous = (reward_model.get("status") or {}).get("canary") or {}
-    if identity is None or previous.get("revision") != identity.revision:
-        return 0
-    return int(previous.get("percent") or 0)
-
-
-def plan_cache(reward_model: dict[str, Any], seen: Observation) -> CachePlan:
-    """ModelCached, and whether the InferenceService reads from the cache yet (see policy.cache)."""
-    release = seen.released
-    unbind = release is not None and cache_policy.bound_to(seen.stored) == release[1]
-    if "cache" not in reward_model["spec"]:
-        return CachePlan(release=release, unbind=unbind)
-    cached = cache_policy.model_cached(seen.cache, seen.cache_conflict)
-    bound = cache_policy.bound(cached, seen.stored, seen.cache["metadata"]["name"])  # type: ignore[index]
-    return CachePlan(
-        cached=cached,
-        bound=bound,
-        hold=not bound and seen.stored is None,  # never started on a partly filled cache
-        release=release,
-        unbind=unbind,
-        rebind=bound and cache_policy.opted_out(seen.stored),
-        fields={"modelCache": cache_policy.identity_status(cache_identity(reward_model))},  # type: ignore[arg-type]
-    )
-
-
-def decide(
-    reward_model: dict[str, Any], seen: Observation, changed_child: dict[str, Any] | None, now: datetime
-) -> Decision:
-    cache = plan_cache(reward_model, seen)
-    identity = canary_identity(reward_model)
-    running = percent = running_share(reward_model, identity)
-    rollout = None
-    if identity is not None and not cache.hold:
-        metadata, canary = reward_model["metadata"], reward_model["spec"]["canary"]
-        knative = reward_model["spec"]["serving"]["mode"] == "Knative"
-        ready = _candidate_ready(reward_model, seen.stored, seen.candidate)
-        status = reward_model.get("status") or {}
-        rollout = canary_policy.decide(
-            canary_policy.RolloutInput(
-                canary=canary,
-                candidate=identity.candidate,
-                revision=identity.revision,
-                previous=status.get("canary"),
-                previous_conditions=tuple(status.get("conditions") or ()),
-                ready=ready,
-                figures=None
-                if seen.figures is None
-                else canary_policy.pool(seen.figures, identity.candidate, canary["mode"], percent),
-                interval_s=interval_seconds(canary["interval"]),
-                now=now,
-                deployment=f"InferenceService {candidate_isvc_name(metadata['name'])}"
-                if knative
-                else kserve.canary_predictor_name(metadata["name"]),
-            )
-        )
-        percent = rollout.percent
-    child_only = changed_child is not None and settled(reward_model)
-    return Decision(percent, cache, rollout, child_only, share_moved=percent != running)
 
 
 # ---- 4. apply ----------------------------------------------------------------------------------------
 
 
-class Rejected(Exception):
-    """The API server or a webhook refused an object this reconcile applies: ApplyFailed, with its message."""
-
-    def __init__(self, manifest: dict[str, Any], error: Refused):
-        super().__init__(f"{manifest['kind']} {manifest['metadata']['name']} rejected: {error.message}")
-
-
 def apply_children(
     reward_model: dict[str, Any],
-    children: list[dict[str, Any]],
+    rendered: Rendered,
     decision: Decision,
     changed_child: dict[str, Any] | None,
     cluster: Cluster,
@@ -256,13 +131,13 @@ def apply_children(
     if cache.rebind:
         cluster.opt_into_cache(name, namespace)
     applied = []
-    for child in children:
+    for child in rendered.children:
         kind = child["kind"]
         if kind in CACHE_KINDS or (cache.hold and kind == kserve.INFERENCE_SERVICE_KIND):
             continue  # the cache: made while observing; the InferenceService: waits for it
         if decision.child_only:
             if kind != kserve.INFERENCE_SERVICE_KIND:
-                if decision.share_moved and _is_rollout_share(child):
+                if decision.share_moved and _is_config_map(child, rollout_config_map_name(name)):
                     applied.append(cluster.apply(child))  # KServe's word on the candidate moved the share
                 continue
             # Knative mode's rollout has two InferenceServices: the other one as stored
@@ -272,13 +147,10 @@ def apply_children(
             if stored is not None and child_policy.holds(stored, child):
                 applied.append(stored)
                 continue
-        try:
-            applied.append(cluster.apply(child))
-        except Refused as error:
-            raise Rejected(child, error) from error
+        applied.append(apply(child, cluster))
     _nudge_gateways(reward_model, applied, decision, cluster, logger)
-    if not decision.child_only and not _as_created(reward_model):
-        _prune(reward_model, children, cluster, logger)
+    if decision.prune:
+        prune(reward_model, rendered, cluster, logger)
     return applied
 
 
@@ -291,62 +163,25 @@ def _nudge_gateways(
     at its periodic sync a minute on (a rolled-back candidate answering meanwhile, or answers naming the
     last generation)."""
     metadata = reward_model["metadata"]
+    name = metadata["name"]
     told: dict[str, str] = {}
-    if decision.share_moved and any(_is_rollout_share(child) for child in applied):
+    if decision.share_moved and any(_is_config_map(child, rollout_config_map_name(name)) for child in applied):
         told[SHARE_ANNOTATION] = str(decision.percent)
     generation = metadata.get("generation")
     observed = (reward_model.get("status") or {}).get("observedGeneration")
     # not on the first reconcile (nothing observed yet): no gateway pod has mounted an older generation,
     # so no pod list for each RewardModel created
     moved = observed is not None and generation != observed
-    if moved and any(_labelled(child, IDENTITY_PRUNE_LABELS) for child in applied):
+    if moved and any(_is_config_map(child, identity_config_map_name(name)) for child in applied):
         told[GENERATION_ANNOTATION] = str(generation)
     if told:
-        nudged = cluster.nudge_gateways(metadata["namespace"], metadata["name"], told)
+        nudged = cluster.nudge_gateways(metadata["namespace"], name, told)
         logger.info("%s told to %d gateway pod(s)", ", ".join(f"{k}={v}" for k, v in told.items()), len(nudged))
 
 
-def _as_created(reward_model: dict[str, Any]) -> bool:
-    """The spec is the one it was created with and no reconcile has written the status yet: nothing
-    of it can be pruned (a reconcile that failed before writing applied what this one renders)."""
-    observed = (reward_model.get("status") or {}).get("observedGeneration")
-    return reward_model["metadata"].get("generation") == 1 and not observed
-
-
-def _is_rollout_share(child: dict[str, Any]) -> bool:
-    """The ConfigMap the gateways read the rollout's share from (the kubelet projects it into their pods)."""
-    return _labelled(child, ROLLOUT_PRUNE_LABELS)
-
-
-def _labelled(child: dict[str, Any], wanted: dict[str, str]) -> bool:
-    labels = child["metadata"].get("labels") or {}
-    return all(labels.get(key) == value for key, value in wanted.items())
-
-
-def _prune(reward_model: dict[str, Any], children: list[dict[str, Any]], cluster: Cluster, logger: Logger) -> None:
-    """Delete the children of the kinds that come and go with the spec which it no longer renders
-    (the NetworkPolicies once gateway.allowedClients is removed; the identity's ConfigMap while the gateway
-    is disabled; the rollout's share ConfigMap, and in
-    Knative mode the candidate's InferenceService, once spec.canary is, listed only while a rollout is or
-    was just on; the scaler Service and ScaledObject once serving.minReplicas is above 0, listed only where
-    KEDA is installed)."""
-    metadata = reward_model["metadata"]
-    labels = {**MANAGED_BY, owner_label(KIND): metadata["name"]}
-    kinds = [(kind, labels) for kind in PRUNED_KINDS]
-    if scales_through_keda(reward_model["spec"]["serving"]) or cluster.keda_served():
-        kinds += [(kind, labels) for kind in SCALER_PRUNED_KINDS]
-    if "canary" in reward_model["spec"] or "canary" in (reward_model.get("status") or {}):
-        # by the rollout's component label too: the chat template's ConfigMaps are never listed
-        kinds += [(kind, {**labels, **ROLLOUT_PRUNE_LABELS}) for kind in ROLLOUT_PRUNED_KINDS]
-        if reward_model["spec"]["serving"]["mode"] == "Knative":
-            kinds.append((ISVC, labels))
-    if not reward_model["spec"]["gateway"]["enabled"]:
-        # the identity's ConfigMap, by its component label as the rollout's (the chat template's stay)
-        kinds.append((("v1", "ConfigMap"), {**labels, **IDENTITY_PRUNE_LABELS}))
-    for (api_version, kind), selector in kinds:
-        keep = {c["metadata"]["name"] for c in children if (c["apiVersion"], c["kind"]) == (api_version, kind)}
-        for pruned in cluster.prune(api_version, kind, metadata["namespace"], selector, metadata["uid"], keep):
-            logger.info("%s %s is no longer rendered; deleted", kind, pruned)
+def _is_config_map(child: dict[str, Any], name: str) -> bool:
+    """``child`` is the ConfigMap ``name`` (the rollout's share, the identity: the gateways follow them)."""
+    return child["kind"] == "ConfigMap" and child["metadata"]["name"] == name
 
 
 # ---- 5. report -----------------------------------------------------------------------------------------
@@ -420,12 +255,12 @@ def sync(
     logger: Logger,
     changed_child: dict[str, Any] | None = None,
     seen: SeenChildren | None = None,
-    cluster: Cluster | None = None,
+    *,
+    cluster: Cluster,
 ) -> Outcome:
     """``changed_child``: the InferenceService (or the predictor's Deployment) whose change triggered
     this reconcile, as the watch delivered it. ``seen``: where the InferenceService this reconcile
     applies is recorded as acted on, so the watch's echo of that apply costs no reconcile of its own."""
-    cluster = cluster or KubernetesCluster()
     metadata = reward_model["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
     if changed_child is not None and changed_child.get("kind") == DEPLOYMENT_KIND:
@@ -445,18 +280,21 @@ def sync(
             scope="none",
             decided_from=_decided_from(existing),
         )
+    candidate = reward_model_candidate(reward_model)  # rendered once: decided from, then rendered with
     try:
         observed = observe(reward_model, changed_child, cluster)
-        decision = decide(reward_model, observed, changed_child, cluster.now())
-        children = render_reward_model(
+        identity = None if candidate is None else candidate.identity
+        decision = decide(reward_model, observed, identity, changed_child, cluster.now())
+        rendered = rendered_reward_model(
             reward_model,
+            candidate,
             settings.gateway_image,
             decision.percent,
             settings.operator_namespace,
             settings.keda_namespace,
             decision.cache.bound,
         )
-        applied = apply_children(reward_model, children, decision, changed_child, cluster, logger)
+        applied = apply_children(reward_model, rendered, decision, changed_child, cluster, logger)
     except Rejected as rejected:
         return Outcome(not_ready(conditions.APPLY_FAILED, str(rejected)), _kept_rollout(reward_model), "apply_failed")
     isvc = _inference_service(applied, name)

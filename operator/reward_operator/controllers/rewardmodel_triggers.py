@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 
-from ..api import API_VERSION, GROUP, REWARD_MODEL_PLURAL, VERSION, kserve
+from ..api import API_VERSION, GROUP, REWARD_MODEL_KIND, REWARD_MODEL_PLURAL, VERSION, kserve
 from ..api.cache import cache_identity
 from ..api.defaults import apply_defaults
 from ..api.names import MANAGED_BY, owner_label
@@ -21,9 +21,11 @@ from ..policy import cache as cache_policy
 from ..policy.status import recheck
 from ..settings import Settings
 from . import rewardmodel
-from .rewardmodel import CACHE_KINDS, DEPLOYMENT_KIND, KIND
-from .runner import Runner, register_reconcile_triggers
+from .rewardmodel import CACHE_KINDS, DEPLOYMENT_KIND
+from .runner import Runner, register_object_handlers
 from .seen import SeenChildren
+
+KIND = REWARD_MODEL_KIND
 
 
 def register(
@@ -34,20 +36,27 @@ def register(
     runner = Runner(
         API_VERSION,
         KIND,
-        lambda obj, logger, child: rewardmodel.sync(obj, settings, logger, child, seen, cluster),
+        lambda obj, logger, child: rewardmodel.sync(obj, settings, logger, child, seen, cluster=cluster),
         apply_defaults,
         runner_metrics,
         cluster,
     )
     resource = (GROUP, VERSION, REWARD_MODEL_PLURAL)
 
-    register_reconcile_triggers(
+    async def release_cache(body: dict[str, Any]) -> None:
+        if (used := cache_identity(body)) is not None:
+            # its last user gone, the cache goes (or waits for KServe to see its InferenceService go)
+            await asyncio.to_thread(cluster.sweep_cache, *used, logging.getLogger(__name__))
+
+    register_object_handlers(
         registry,
         resource,
         runner,
         settings.drift_interval,
         settings.recheck_interval,
         recheck=recheck,  # its Ready reads the pods: re-checked while they may fail unseen
+        event_id="register.<locals>.reward_model_event",  # as kopf named it here before: its log lines
+        deleted=release_cache,
     )
 
     @kopf.timer(
@@ -63,22 +72,9 @@ def register(
         gates judged and the next step taken on time, with no change to the object to wake it."""
         runner.reconcile(namespace, name, logger)
 
-    # On the event loop, not in kopf's thread pool: a sync handler would wait for a thread behind
-    # every queued reconcile, and the object's events with it. At N = 1000 that held back kopf's
-    # own patch for minutes, past its consistency wait, and kopf ran the create handler again.
-    @kopf.on.event(*resource, registry=registry)
-    async def reward_model_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
-        if event.get("type") == "DELETED":
-            await asyncio.to_thread(runner.forget, namespace, name)  # waits for the object's reconcile
-            if (used := cache_identity(body)) is not None:
-                # its last user gone, the cache goes (or waits for KServe to see its InferenceService go)
-                await asyncio.to_thread(cluster.sweep_cache, *used, logging.getLogger(__name__))
-        else:
-            runner.observe(namespace, name, dict(body))  # a dict store under a lock held only briefly
-
     @kopf.on.event(
         kserve.GROUP,
-        kserve.INFERENCE_SERVICE_API_VERSION.rpartition("/")[2],
+        kserve.INFERENCE_SERVICE_VERSION,
         kserve.INFERENCE_SERVICE_PLURAL,
         labels={**MANAGED_BY, owner_label(KIND): kopf.PRESENT},
         registry=registry,
@@ -97,7 +93,7 @@ def register(
                 logger.info("InferenceService %s was deleted; restored in %.2fs", owner, time.monotonic() - started)
             return
         child = dict(body)
-        runner.observe_child(namespace, owner, child)  # every copy: how far the watch got (see the runner)
+        runner.remember_child(namespace, owner, child)  # every copy: how far the watch got (see the runner)
         if seen.unchanged(child):
             return
         runner.reconcile(namespace, owner, logger, changed_child=child)
@@ -162,7 +158,7 @@ def _register_cache_watch(registry: kopf.OperatorRegistry, runner: Runner, cache
 
     @kopf.on.event(
         kserve.GROUP,
-        kserve.LOCAL_MODEL_API_VERSION.rpartition("/")[2],
+        kserve.LOCAL_MODEL_VERSION,
         plural_of(cache_kind),
         labels=MANAGED_BY,
         registry=registry,

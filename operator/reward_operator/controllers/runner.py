@@ -8,7 +8,7 @@ changed, one event per Ready transition, and the metrics.
 
 It also keeps the newest copy of each object the watch delivered, so a reconcile
 reads no object from the API server: kopf hands every watch event to
-:meth:`Runner.observe` before any handler runs. The status it wrote last stands in
+:meth:`Runner.remember` before any handler runs. The status it wrote last stands in
 for the stored one until the watch brings that write back, so a reconcile that
 starts in between neither writes it twice nor posts its event twice. Likewise a
 changed child's copy from the watch is decided from as delivered unless it may be
@@ -19,19 +19,18 @@ an older copy never takes Ready back (and announces it again).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
-from ..cluster import Cluster, ClusterError
+from ..cluster import Cluster, ClusterError, Logger
 from ..metrics import OperatorMetrics
 from ..policy import status
-
-Logger = logging.Logger | logging.LoggerAdapter
 
 # The versions of each child kept as delivered by the watch: a decision's read is usually among the
 # last (the echo of its apply, or a write the watch delivered just before the read).
@@ -84,6 +83,19 @@ class Outcome:
 Sync = Callable[[dict[str, Any], Logger, dict[str, Any] | None], Outcome]
 
 
+@dataclass
+class _Record:
+    """What the runner keeps of one object while it exists (or while a reconcile of it runs)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one reconcile at a time
+    latest: dict[str, Any] | None = None  # the newest copy the watch delivered
+    written: dict[str, Any] | None = None  # the status this runner wrote, until the watch delivers it back
+    # per child: the last few resourceVersions the watch delivered of it (newest last)
+    delivered: dict[ChildKey, tuple[str, ...]] = field(default_factory=dict)
+    # per child: the version the last decision read, until the watch delivers it
+    awaited: dict[ChildKey, str] = field(default_factory=dict)
+
+
 class Runner:
     def __init__(
         self,
@@ -102,27 +114,19 @@ class Runner:
         # stored before a default existed.
         self.prepare = prepare
         self.metrics = metrics
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._guard = threading.Lock()
-        # (namespace, name) -> the newest object the watch delivered
-        self._latest: dict[tuple[str, str], dict[str, Any]] = {}
-        # (namespace, name) -> the status this runner wrote, until the watch delivers it back
-        self._written: dict[tuple[str, str], dict[str, Any]] = {}
-        # (namespace, name) -> per child: the last few resourceVersions the watch delivered of it (newest last)
-        self._delivered: dict[tuple[str, str], dict[ChildKey, tuple[str, ...]]] = {}
-        # (namespace, name) -> per child: the version the last decision read, until the watch delivers it
-        self._awaited: dict[tuple[str, str], dict[ChildKey, str]] = {}
+        self._records: dict[tuple[str, str], _Record] = {}  # (namespace, name) -> what is kept of it
+        self._guard = threading.Lock()  # over _records and what each record holds but its lock
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._guard:
-            return self._locks.setdefault((namespace, name), threading.Lock())
+            return self._records.setdefault((namespace, name), _Record()).lock
 
     def _current(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object as it stands: the watch's newest copy (read from the API server only when the
         watch has not delivered it yet), with the status this runner wrote last."""
-        key = (namespace, name)
         with self._guard:
-            found, written = self._latest.get(key), self._written.get(key)
+            record = self._records.get((namespace, name))
+            found, written = (record.latest, record.written) if record is not None else (None, None)
         if found is None:
             found = self.cluster.get(self.api_version, self.kind, name, namespace)
         if found is not None and written is not None:
@@ -154,21 +158,20 @@ class Runner:
         self.metrics.reconciles.labels(kind=kind, result=outcome.result, scope=outcome.scope).inc()
         return outcome.result
 
-    def observe_child(self, namespace: str, owner: str, child: dict[str, Any]) -> None:
+    def remember_child(self, namespace: str, owner: str, child: dict[str, Any]) -> None:
         """A watch event of a child of ``owner``: every one, also those no reconcile follows (the echo
         of our own apply), as the watch delivered them, in order."""
         version = child["metadata"].get("resourceVersion")
         if version is None:
             return
-        key, copied = (namespace, owner), child_key(child)
+        copied = child_key(child)
         with self._guard:
-            if key not in self._locks and key not in self._latest:
+            record = self._records.get((namespace, owner))
+            if record is None:
                 return  # an owner not known (yet, or any more): nothing of it to compare with
-            delivered = self._delivered.setdefault(key, {})
-            delivered[copied] = (*delivered.get(copied, ())[1 - DELIVERED_KEPT :], version)
-            awaited = self._awaited.get(key)
-            if awaited is not None and awaited.get(copied) == version:
-                del awaited[copied]  # the watch has caught up with the decision's read
+            record.delivered[copied] = (*record.delivered.get(copied, ())[1 - DELIVERED_KEPT :], version)
+            if record.awaited.get(copied) == version:
+                del record.awaited[copied]  # the watch has caught up with the decision's read
 
     def _copy_is_current(self, key: tuple[str, str], child: dict[str, Any]) -> bool:
         """Whether the watch's copy of a changed child may be decided from as delivered: unless the last
@@ -183,12 +186,12 @@ class Runner:
         resourceVersions are compared only for equality, so that costs a read too."""
         copied, version = child_key(child), child["metadata"].get("resourceVersion")
         with self._guard:
-            awaited = self._awaited.get(key) or {}
-            if copied not in awaited:
+            record = self._records.get(key)
+            if record is None or copied not in record.awaited:
                 return True
-            if awaited[copied] != version:
+            if record.awaited[copied] != version:
                 return False
-            del awaited[copied]
+            del record.awaited[copied]
             return True
 
     def _record_decision(self, key: tuple[str, str], decided_from: tuple[tuple[ChildKey, str], ...]) -> None:
@@ -197,17 +200,14 @@ class Runner:
         if not decided_from:
             return
         with self._guard:
-            if key not in self._locks:  # forgotten meanwhile
+            record = self._records.get(key)
+            if record is None:  # forgotten meanwhile
                 return
-            delivered = self._delivered.get(key) or {}
-            awaited = self._awaited.setdefault(key, {})
             for child, version in decided_from:
-                if version in delivered.get(child, ()):
-                    awaited.pop(child, None)  # copies after a delivered version are newer
+                if version in record.delivered.get(child, ()):
+                    record.awaited.pop(child, None)  # copies after a delivered version are newer
                 else:
-                    awaited[child] = version
-            if not awaited:
-                del self._awaited[key]
+                    record.awaited[child] = version
 
     def _write_status(self, obj: dict[str, Any], outcome: Outcome, logger: Logger) -> None:
         metadata = obj["metadata"]
@@ -220,14 +220,15 @@ class Runner:
         if desired != current:
             key = (metadata["namespace"], metadata["name"])
             with self._guard:
-                self._written.pop(key, None)  # if the write fails, the stored status is unknown
+                if (record := self._records.get(key)) is not None:
+                    record.written = None  # if the write fails, the stored status is unknown
             stored = self.cluster.patch_status(
                 self.api_version, self.kind, metadata["namespace"], metadata["name"],
                 status.status_patch(current, desired),
             )  # fmt: skip
             with self._guard:
-                if key in self._locks:  # not forgotten meanwhile
-                    self._written[key] = stored.get("status") or {}
+                if (record := self._records.get(key)) is not None:  # not forgotten meanwhile
+                    record.written = stored.get("status") or {}
         ready = outcome.ready
         if status.ready_transition(current, ready):
             logger.info("Ready=%s (%s): %s", ready.status, ready.reason, ready.message)
@@ -237,42 +238,42 @@ class Runner:
             self.cluster.post_event(obj, event_type, reason, message)
         self.metrics.objects.record_ready(self.kind, metadata["namespace"], metadata["name"], ready.status)
 
-    def observe(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+    def remember(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         """A watch event: keep the object as the newest copy, and record how far its status lags the spec."""
         generation = body.get("metadata", {}).get("generation") or 0
         delivered_status = body.get("status") or {}
         observed = delivered_status.get("observedGeneration") or 0
-        key = (namespace, name)
         metadata = body.get("metadata") or {}
         if "managedFields" in metadata:
             # kept for every object while it exists, and never read: the field managers' bookkeeping
             # is often the largest part of a body
             body = {**body, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
         with self._guard:
-            self._latest[key] = body
-            if self._written.get(key) == delivered_status:
-                del self._written[key]  # the watch has caught up with our last write
+            record = self._records.setdefault((namespace, name), _Record())
+            record.latest = body
+            if record.written == delivered_status:
+                record.written = None  # the watch has caught up with our last write
         self.metrics.objects.record_generation_lag(self.kind, namespace, name, generation, observed)
 
     def known(self, namespace: str) -> list[dict[str, Any]]:
         """The objects of ``namespace`` the watch has delivered, as last delivered (for reconciling the
         ones another object's change concerns without listing them)."""
         with self._guard:
-            return [body for (ns, _), body in self._latest.items() if ns == namespace]
+            return [
+                record.latest
+                for (ns, _), record in self._records.items()
+                if ns == namespace and record.latest is not None
+            ]
 
     def forget(self, namespace: str, name: str) -> None:
-        """The object is gone: drop its lock and its metric series.
+        """The object is gone: drop what is kept of it (its lock too) and its metric series.
 
         Under the object's lock, so a reconcile that read it just before the
         deletion finishes (and records) first and cannot outlive this."""
         with self._lock(namespace, name):
             self.metrics.objects.forget(self.kind, namespace, name)
             with self._guard:
-                self._locks.pop((namespace, name), None)
-                self._latest.pop((namespace, name), None)
-                self._written.pop((namespace, name), None)
-                self._delivered.pop((namespace, name), None)
-                self._awaited.pop((namespace, name), None)
+                self._records.pop((namespace, name), None)
 
 
 def _as_stored(cluster: Cluster, child: dict[str, Any], namespace: str) -> dict[str, Any] | None:
@@ -282,7 +283,7 @@ def _as_stored(cluster: Cluster, child: dict[str, Any], namespace: str) -> dict[
     return None if stored is None else {**stored, "apiVersion": child["apiVersion"], "kind": child["kind"]}
 
 
-def register_reconcile_triggers(
+def register_object_handlers(
     registry: kopf.OperatorRegistry,
     resource: tuple[str, str, str],
     runner: Runner,
@@ -290,15 +291,35 @@ def register_reconcile_triggers(
     recheck_interval: float,
     id_prefix: str = "",
     recheck: Callable[[Any], bool] = lambda body: not status.settled(body),
+    event_id: str = "object_event",
+    deleted: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
 ) -> None:
-    """The triggers every kind reconciles on, each running the same reconcile: the object made,
-    changed or found at start-up; an hourly drift backstop (level-based: a missed watch event leaves
-    nothing behind for long); and a short re-check only while the object is not settled (a gap outside
-    the spec filled later, a refused apply, a reconcile an API server restart left undone, a pod's
-    container failing): ``recheck``, which kopf stops once it is False, so settled objects wake nothing
-    (a kind that reads its pods passes ``status.recheck``: also while not Ready for a reason its pods
-    may change). Timer ids are kept per kind (``id_prefix``):
-    kopf records a timer's state under its id."""
+    """The handlers every kind has on its own objects.
+
+    The watch's copy: every event of the object goes to :meth:`Runner.remember`, and its deletion to
+    :meth:`Runner.forget` and then ``deleted`` (awaited with the last body), on the event loop. Not in
+    kopf's thread pool: a sync handler would wait for a thread behind every queued reconcile, and the
+    object's events with it; at N = 1000 that held back kopf's own patch for minutes, past its consistency
+    wait, and kopf ran the create handler again. kopf's log lines name the handler by ``event_id`` (each
+    kind keeps the id it had, which tests and readers of the logs know).
+
+    The triggers, each running the same reconcile: the object made, changed or found at start-up; an
+    hourly drift backstop (level-based: a missed watch event leaves nothing behind for long); and a short
+    re-check only while the object is not settled (a gap outside the spec filled later, a refused apply,
+    a reconcile an API server restart left undone, a pod's container failing): ``recheck``, which kopf
+    stops once it is False, so settled objects wake nothing (a kind that reads its pods passes
+    ``status.recheck``: also while not Ready for a reason its pods may change). Timer ids are kept per
+    kind (``id_prefix``): kopf records a timer's state under its id."""
+
+    async def object_event(event: dict[str, Any], body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            await asyncio.to_thread(runner.forget, namespace, name)  # waits for the object's reconcile
+            if deleted is not None:
+                await deleted(dict(body))
+        else:
+            runner.remember(namespace, name, dict(body))  # a dict store under a lock held only briefly
+
+    kopf.on.event(*resource, id=event_id, registry=registry)(object_event)
 
     def reconcile(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
         runner.reconcile(namespace, name, logger)

@@ -1,4 +1,5 @@
-"""An RLHFPipeline's conditions: one per role, and Ready from all of them.
+"""An RLHFPipeline's policy: what its spec asks that the cluster lacks, its conditions (one per role), and
+Ready from all of them.
 
 Each InferenceService role (actor, reference, critic) is judged exactly as a
 RewardModel's InferenceService is (policy/readiness.py: KServe's Ready, its
@@ -10,12 +11,22 @@ it). The graph is KServe's word on its router.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from ..api import conditions
-from .readiness import ready_from_inference_service
+from ..api.naming import ACTOR, CRITIC, REFERENCE, role_isvc_name
+from . import dependencies, names
+from .readiness import awaiting_report, not_created, ready_from_inference_service
 from .status import Condition
+
+# Each role's condition.
+ROLE_CONDITIONS = {
+    ACTOR: conditions.ACTOR_READY,
+    REFERENCE: conditions.REFERENCE_READY,
+    CRITIC: conditions.CRITIC_READY,
+}
 
 # Ready's message names the role, in this order: the first failing (else waiting) one speaks.
 ROLE_NAMES = {
@@ -25,6 +36,34 @@ ROLE_NAMES = {
     conditions.REWARDS_READY: "rewards",
     conditions.GRAPH_READY: "graph",
 }
+
+
+def roles(spec: Mapping[str, Any]) -> list[str]:
+    """The roles the spec serves, in order: the actor and the reference always, the critic with spec.critic."""
+    return [ACTOR, REFERENCE, *([CRITIC] if "critic" in spec else [])]
+
+
+def invalid_spec(
+    rlhf_pipeline: dict[str, Any],
+    wanted: Mapping[str, dependencies.References],
+    lookup: Callable[[dependencies.References], dependencies.Observed],
+) -> str | None:
+    """What the schema cannot see and KServe would trip on later: a host name over a DNS label (the
+    namespace is not the schema's), or a runtime, Secret key or ServiceAccount a role names that the
+    cluster lacks (the first gap, role by role). ``wanted``: what each role names, in role order;
+    ``lookup``: the cluster's answer on one role's references, asked only until the first gap."""
+    metadata = rlhf_pipeline["metadata"]
+    for role in roles(rlhf_pipeline["spec"]):
+        problem = names.host_label_problem(
+            role_isvc_name(metadata["name"], role), metadata["namespace"], "Standard", True
+        )
+        if problem is not None:
+            return problem
+    for references in wanted.values():
+        problem = dependencies.missing(metadata["namespace"], references, lookup(references))
+        if problem is not None:
+            return problem
+    return None
 
 
 def role_ready(condition_type: str, isvc: dict[str, Any] | None) -> Condition:
@@ -102,17 +141,12 @@ def graph_ready(graph: dict[str, Any] | None, held: bool) -> Condition:
             "the InferenceGraph is created once every RewardModel in spec.rewards exists with its gateway",
         )
     if graph is None:
-        return Condition(conditions.GRAPH_READY, "False", conditions.AWAITING_KSERVE, "InferenceGraph not created yet")
+        return not_created(conditions.GRAPH_READY, "InferenceGraph")
     name = graph["metadata"]["name"]
     found = (graph.get("status") or {}).get("conditions") or []
     ready = next((c for c in found if c.get("type") == "Ready"), None)
     if ready is None:
-        return Condition(
-            conditions.GRAPH_READY,
-            "Unknown",
-            conditions.AWAITING_KSERVE,
-            f"waiting for KServe to report on InferenceGraph {name}",
-        )
+        return awaiting_report(conditions.GRAPH_READY, "InferenceGraph", name)
     if ready.get("status") == "True":
         return Condition(conditions.GRAPH_READY, "True", conditions.GRAPH_SERVING, f"InferenceGraph {name} is Ready")
     status = "False" if ready.get("status") == "False" else "Unknown"

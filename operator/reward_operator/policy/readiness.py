@@ -20,6 +20,18 @@ from .status import Condition
 FAILED_TRANSITIONS = ("InvalidSpec", "BlockedByFailedLoad")
 
 
+def not_created(condition_type: str, kind: str) -> Condition:
+    """``condition_type`` while the object of ``kind`` is not created yet (KServe has nothing to report)."""
+    return Condition(condition_type, "False", conditions.AWAITING_KSERVE, f"{kind} not created yet")
+
+
+def awaiting_report(condition_type: str, kind: str, name: str) -> Condition:
+    """``condition_type`` while KServe has not reported on its ``kind`` ``name`` (no Ready condition yet)."""
+    return Condition(
+        condition_type, "Unknown", conditions.AWAITING_KSERVE, f"waiting for KServe to report on {kind} {name}"
+    )
+
+
 def _conditions_by_type(isvc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c.get("type"): c for c in (isvc.get("status") or {}).get("conditions") or []}
 
@@ -67,7 +79,7 @@ def _not_ready_component(found: dict[str, dict[str, Any]], components: tuple[str
 def ready_from_inference_service(isvc: dict[str, Any] | None, gateway_enabled: bool = True) -> Condition:
     """Ready for the owner of ``isvc``: KServe's Ready, and the gateway's, with KServe's diagnosis."""
     if isvc is None:
-        return Condition(conditions.READY, "False", conditions.AWAITING_KSERVE, "InferenceService not created yet")
+        return not_created(conditions.READY, "InferenceService")
     name = isvc["metadata"]["name"]
     failure = _failure(isvc)
     if failure is not None:
@@ -80,12 +92,7 @@ def ready_from_inference_service(isvc: dict[str, Any] | None, gateway_enabled: b
     )
     ready = found.get("Ready")
     if ready is None:
-        return Condition(
-            conditions.READY,
-            "Unknown",
-            conditions.AWAITING_KSERVE,
-            f"waiting for KServe to report on InferenceService {name}",
-        )
+        return awaiting_report(conditions.READY, "InferenceService", name)
     if ready.get("status") == "True":
         gateway = found.get("TransformerReady")
         if not gateway_enabled or (gateway or {}).get("status") == "True":

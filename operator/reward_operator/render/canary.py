@@ -45,10 +45,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
+from ..api import kserve
+from ..api.canary import CanaryIdentity
 from ..api.duration import interval_seconds
 from ..api.kserve import CANARY_PREDICTOR, cluster_local_url
+from ..api.names import COMPONENT_LABEL
 from ..api.naming import candidate_isvc_name, candidate_service, rollout_config_map_name
 from ..api.naming import candidate_template_config_map_name as template_config_map_name
 from ..api.types import CanarySpec, ModelSpec, ResourcesSpec, RewardModelSpec
@@ -56,12 +59,14 @@ from . import chat_template
 from .gateway_container import Mounts
 from .metadata import child_metadata
 from .model_identity import identity_settings
+from .owned import Owned
 from .pooling_model import pooling_model
 from .predictor import model_env, predictor
 
 # Names that lived here first: the controllers and the tests import them from here.
 __all__ = [
     "CanaryIdentity",
+    "Candidate",
     "GatewayRollout",
     "canary_entry",
     "candidate_isvc_name",
@@ -92,11 +97,13 @@ ROLLOUT_DIR = "/etc/reward-rollout"
 ROLLOUT_PATH = f"{ROLLOUT_DIR}/{ROLLOUT_KEY}"
 
 
-class CanaryIdentity(NamedTuple):
-    """Who is rolled out, and which rollout of it."""
+@dataclass(frozen=True)
+class Candidate:
+    """The candidate as rendered once per reconcile: KServe's ``spec.canary[]`` entry, which Standard mode's
+    InferenceService carries and which names it in either mode (:func:`candidate_digest`), and who it is."""
 
-    candidate: str  # the candidate's name in the gateways' metrics and GET /canary
-    revision: str  # the rollout's revision (status.canary.revision): a change starts the rollout over
+    entry: dict[str, Any]
+    identity: CanaryIdentity
 
 
 @dataclass
@@ -215,6 +222,27 @@ def candidate_name(served_name: str, digest: str) -> str:
     """The candidate's name in the gateway's metrics and GET /canary: new with every candidate, so
     the figures of two candidates are never pooled."""
     return f"{served_name}-candidate-{digest[:8]}"
+
+
+def candidate(owner_name: str, spec: RewardModelSpec, served_name: str) -> Candidate:
+    """spec.canary's candidate: its entry, rendered once, and the identity digested from it."""
+    canary = spec["canary"]
+    entry = canary_entry(owner_name, spec, served_name)
+    name = candidate_name(served_name, candidate_digest(entry, canary))
+    return Candidate(entry, CanaryIdentity(name, rollout_revision(name, canary)))
+
+
+def owned(owner: dict[str, Any]) -> tuple[Owned, ...]:
+    """What a rollout leaves once spec.canary goes: the share's ConfigMap (by its component label: the chat
+    templates' ConfigMaps are never listed) and, in Knative mode, the candidate's InferenceService. Listed
+    only while a rollout is on or was just on (status.canary still reports it)."""
+    if "canary" not in owner["spec"] and "canary" not in (owner.get("status") or {}):
+        return ()
+    sets = [Owned("v1", "ConfigMap", {COMPONENT_LABEL: ROLLOUT_COMPONENT})]
+    if owner["spec"]["serving"]["mode"] == "Knative":
+        candidate = {COMPONENT_LABEL: CANDIDATE_COMPONENT}
+        sets.append(Owned(kserve.INFERENCE_SERVICE_API_VERSION, kserve.INFERENCE_SERVICE_KIND, candidate))
+    return tuple(sets)
 
 
 def gateway_rollout(

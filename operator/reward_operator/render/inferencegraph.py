@@ -93,8 +93,10 @@ FLOWS = (
 )
 
 
-def _step(name: str, url: str, previous: bool = False) -> dict[str, Any]:
-    step: dict[str, Any] = {"name": name, "serviceUrl": url}
+def _step(name: str, url: str, previous: bool = False, target: str = "serviceUrl") -> dict[str, Any]:
+    """A step calling ``url`` (``target`` nodeName: another node of the graph), sent the previous step's
+    answer when ``previous``, else the graph's request."""
+    step: dict[str, Any] = {"name": name, target: url}
     if previous:
         step["data"] = GRAPH_PREVIOUS_RESPONSE
     step["dependency"] = "Hard"
@@ -102,11 +104,7 @@ def _step(name: str, url: str, previous: bool = False) -> dict[str, Any]:
 
 
 def _node_step(name: str, node: str, previous: bool = False) -> dict[str, Any]:
-    step: dict[str, Any] = {"name": name, "nodeName": node}
-    if previous:
-        step["data"] = GRAPH_PREVIOUS_RESPONSE
-    step["dependency"] = "Hard"
-    return step
+    return _step(name, node, previous, target="nodeName")
 
 
 def gateway_url(isvc: str, namespace: str, route: str) -> str:

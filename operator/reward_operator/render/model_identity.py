@@ -27,9 +27,11 @@ import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ..api.names import COMPONENT_LABEL
 from ..api.naming import identity_config_map_name
 from .gateway_container import Mounts
 from .metadata import child_metadata
+from .owned import Owned
 
 # The identity's ConfigMap, and where the gateway's pods see it. Its component label sets it apart from the
 # other ConfigMaps of the owner when it is pruned (once the gateway is disabled).
@@ -77,6 +79,14 @@ def identity_config_map(owner: dict[str, Any]) -> dict[str, Any]:
         "metadata": child_metadata(owner, identity_config_map_name(owner["metadata"]["name"]), IDENTITY_COMPONENT),
         "data": {GENERATION_KEY: "" if generation is None else str(generation)},
     }
+
+
+def owned(owner: dict[str, Any]) -> tuple[Owned, ...]:
+    """The identity's ConfigMap once the gateway is disabled, by its component label (a chat template's
+    ConfigMap is never listed). While the gateway is on its one name is rendered: nothing to list."""
+    if owner["spec"]["gateway"]["enabled"]:
+        return ()
+    return (Owned("v1", "ConfigMap", {COMPONENT_LABEL: IDENTITY_COMPONENT}),)
 
 
 def generation_settings(owner_name: str, mounts: Mounts) -> dict[str, str]:

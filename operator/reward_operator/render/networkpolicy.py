@@ -44,10 +44,13 @@ from ..api.naming import candidate_predictor_policy_name, gateway_policy_name, p
 from ..api.types import GatewaySpec, LabelSelector, NetworkPeer, ServingSpec
 from .gateway_container import GATEWAY_PORT
 from .metadata import child_metadata
+from .owned import Owned
 from .scaler import DEFAULT_KEDA_NAMESPACE, SCALER_PORT
 
 API_VERSION = "networking.k8s.io/v1"
 KIND = "NetworkPolicy"
+# They come and go with gateway.allowedClients: every one of the owner's is listed at each reconcile.
+OWNED = (Owned(API_VERSION, KIND),)
 # The vLLM runtimes' serving and metrics port (runtimes/vllm-reward.yaml: --port=8080).
 VLLM_PORT = 8080
 # Every namespace carries this label with its own name (Kubernetes 1.21+).

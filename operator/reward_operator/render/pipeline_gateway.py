@@ -26,9 +26,6 @@ from .gateway_container import (
     memory_limit_env,
 )
 
-ACTOR, REFERENCE, CRITIC = "actor", "reference", "critic"
-ROLES = (ACTOR, REFERENCE, CRITIC)
-
 _OPTIONAL_ENV = (("maxConcurrency", "MAX_CONCURRENCY"), ("requestTimeoutSeconds", "REQUEST_TIMEOUT_SECONDS"))
 
 

@@ -10,38 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.keda import SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND, scales_through_keda
+from ..api.keda import scales_through_keda
 from ..api.kserve import DISABLE_LOCAL_MODEL, NODE_GROUP
-from ..api.names import COMPONENT_LABEL
 from ..api.naming import candidate_isvc_name
 from ..api.types import RewardModel
 from . import cache as cache_render
 from . import canary as canary_render
 from . import chat_template, model_identity, networkpolicy, scaler
-from .canary import CanaryIdentity
+from .canary import Candidate
 from .gateway import transformer
 from .inferenceservice import annotations, inference_service, storage_secret
 from .metadata import child_metadata
+from .owned import Rendered
 from .pooling_model import pooling_model
 from .predictor import model_env, predictor
 from .runtime import runtime
 
 COMPONENT = "reward-model"
-# Children that come and go with the spec: the controller deletes the ones of
-# these kinds it owns and no longer renders (the rest live as long as their owner).
-PRUNED_KINDS = ((networkpolicy.API_VERSION, networkpolicy.KIND),)
-# The same, for KEDA's scaling in Standard mode; the ScaledObject's kind exists only where KEDA is installed.
-SCALER_PRUNED_KINDS = (
-    (scaler.SERVICE_API_VERSION, scaler.SERVICE_KIND),
-    (SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND),
-)
-# The same, for the rollout's ConfigMap once spec.canary is gone. The chat templates' are ConfigMaps of
-# the same owner too, so these kinds are pruned by ROLLOUT_PRUNE_LABELS added to the owner's labels,
-# never by kind alone: the selector reaches the rollout's ConfigMap only.
-ROLLOUT_PRUNED_KINDS = (("v1", "ConfigMap"),)
-ROLLOUT_PRUNE_LABELS = {COMPONENT_LABEL: canary_render.ROLLOUT_COMPONENT}
-# The same, for the identity's ConfigMap once the gateway is disabled (its labels, as the rollout's).
-IDENTITY_PRUNE_LABELS = {COMPONENT_LABEL: model_identity.IDENTITY_COMPONENT}
 
 
 def served_name(reward_model: RewardModel) -> str:
@@ -54,18 +39,20 @@ def candidate_served_name(reward_model: RewardModel) -> str:
 
 def reward_model_children(
     reward_model: RewardModel,
+    candidate: Candidate | None,
     gateway_image: str,
     canary_percent: int = 0,
     operator_namespace: str | None = None,
     keda_namespace: str = scaler.DEFAULT_KEDA_NAMESPACE,
     cache_bound: bool = True,
-) -> list[dict[str, Any]]:
-    """Every child of a (defaulted) RewardModel, in apply order.
+) -> Rendered:
+    """Every child of a (defaulted) RewardModel, in apply order, and the sets of its children that come
+    and go with the spec (render/owned.py).
 
-    ``canary_percent``: the candidate's share the gateways are to run (the rollout's
-    current step, status.canary.percent), in the rollout's ConfigMap; ``operator_namespace``: where the
-    operator runs, admitted to the gateway's pods for its rollout figures when
-    NetworkPolicies guard them; ``keda_namespace``: where KEDA's operator runs,
+    ``candidate``: :func:`candidate` of this RewardModel (rendered once per reconcile); ``canary_percent``:
+    the candidate's share the gateways are to run (the rollout's current step, status.canary.percent), in
+    the rollout's ConfigMap; ``operator_namespace``: where the operator runs, admitted to the gateway's pods
+    for its rollout figures when NetworkPolicies guard them; ``keda_namespace``: where KEDA's operator runs,
     admitted to the gateway's scaler port likewise; ``cache_bound``: with spec.cache, whether the
     InferenceService reads from the cache yet (:mod:`reward_operator.policy.cache`)."""
     children = []
@@ -99,12 +86,18 @@ def reward_model_children(
     name = reward_model["metadata"]["name"]
     if keda:
         children.append(scaler.scaler_service(reward_model, name))  # the gateway's peers resolve it at start
-    children.append(reward_model_inference_service(reward_model, gateway_image, cache_bound))
+    children.append(reward_model_inference_service(reward_model, candidate, gateway_image, cache_bound))
     if keda:
         children.append(scaler.scaled_object(reward_model, name, reward_model["spec"]["serving"]))
     if canary and reward_model["spec"]["serving"]["mode"] == "Knative":
         children.append(candidate_inference_service(reward_model))
-    return children
+    owned = (
+        *networkpolicy.OWNED,
+        *scaler.OWNED,
+        *canary_render.owned(reward_model),
+        *model_identity.owned(reward_model),
+    )
+    return Rendered(children, owned)
 
 
 def model_runtime(reward_model: RewardModel) -> str:
@@ -140,28 +133,20 @@ def candidate_inference_service(reward_model: RewardModel) -> dict[str, Any]:
     return inference_service(metadata, rendered_predictor)
 
 
-def canary_identity(reward_model: RewardModel) -> CanaryIdentity | None:
-    """Who is rolled out and which rollout of it, or None without spec.canary."""
-    canary = reward_model["spec"].get("canary")
-    if canary is None:
+def candidate(reward_model: RewardModel) -> Candidate | None:
+    """spec.canary's candidate (its ``spec.canary[]`` entry, who it is and which rollout), or None without one."""
+    if "canary" not in reward_model["spec"]:
         return None
-    entry = _canary_entry(reward_model)
-    candidate = canary_render.candidate_name(
-        candidate_served_name(reward_model), canary_render.candidate_digest(entry, canary)
-    )
-    return CanaryIdentity(candidate, canary_render.rollout_revision(candidate, canary))
-
-
-def _canary_entry(reward_model: RewardModel) -> dict[str, Any]:
-    return canary_render.canary_entry(
+    return canary_render.candidate(
         reward_model["metadata"]["name"], reward_model["spec"], candidate_served_name(reward_model)
     )
 
 
 def reward_model_inference_service(
-    reward_model: RewardModel, gateway_image: str, cache_bound: bool = True
+    reward_model: RewardModel, candidate: Candidate | None, gateway_image: str, cache_bound: bool = True
 ) -> dict[str, Any]:
-    """The InferenceService for a (defaulted) RewardModel; ``gateway_image`` runs its transformer."""
+    """The InferenceService for a (defaulted) RewardModel; ``gateway_image`` runs its transformer;
+    ``candidate``: :func:`candidate` of it."""
     name, spec = reward_model["metadata"]["name"], reward_model["spec"]
     credentials = spec.get("credentials", {})
     env = model_env(spec.get("env", []), credentials)
@@ -186,8 +171,7 @@ def reward_model_inference_service(
     if spec["gateway"]["enabled"]:
         rollout = None
         if canary is not None:
-            identity = canary_identity(reward_model)
-            assert identity is not None
+            assert candidate is not None
             rollout = canary_render.gateway_rollout(
                 name,
                 spec["serving"]["mode"],
@@ -195,7 +179,7 @@ def reward_model_inference_service(
                 canary,
                 served_name(reward_model),
                 candidate_served_name(reward_model),
-                identity.candidate,
+                candidate.identity.candidate,
                 spec["gateway"]["chatTemplateMode"] == "gateway",
             )
         rendered_transformer = transformer(
@@ -217,5 +201,6 @@ def reward_model_inference_service(
     metadata = child_metadata(reward_model, name, COMPONENT, isvc_annotations)
     isvc = inference_service(metadata, rendered_predictor, rendered_transformer)
     if canary is not None and spec["serving"]["mode"] == "Standard":
-        isvc["spec"]["canary"] = [_canary_entry(reward_model)]
+        assert candidate is not None
+        isvc["spec"]["canary"] = [candidate.entry]
     return isvc

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.naming import role_isvc_name
+from ..api.kserve import INFERENCE_SERVICE_API_VERSION, INFERENCE_SERVICE_KIND
+from ..api.naming import ACTOR, CRITIC, REFERENCE, role_isvc_name
 from ..api.types import RLHFPipeline, RoleSpec
 from . import inferencegraph
 from .inferenceservice import annotations, inference_service, storage_secret
 from .metadata import child_metadata
-from .pipeline_gateway import ACTOR, CRITIC, REFERENCE, role_transformer
+from .owned import Owned, Rendered
+from .pipeline_gateway import role_transformer
 from .predictor import model, model_env, predictor, resources
 from .runtime import GENERATE, POOLING, engine_args, runtime
 from .vllm_args import generate_args, vllm_args
@@ -27,6 +29,9 @@ GRAPH_COMPONENT = "inference-graph"
 CRITIC_MODEL_KIND = "token"
 # Fields of the reference that are the actor's when unset (its serving and gateway are its own).
 _INHERITED = ("runtime", "nodeSelector", "tolerations", "env", "credentials")
+# The roles' InferenceServices come and go with the spec (the critic's with spec.critic). The graph is not
+# among them: held while a RewardModel it calls is missing, it is left as it was.
+OWNED = (Owned(INFERENCE_SERVICE_API_VERSION, INFERENCE_SERVICE_KIND),)
 
 
 def reference_role(pipeline: RLHFPipeline) -> RoleSpec:
@@ -100,9 +105,10 @@ def role_inference_service(
     return inference_service(metadata, rendered_predictor, rendered_transformer)
 
 
-def pipeline_children(pipeline: RLHFPipeline, gateway_image: str, with_graph: bool = True) -> list[dict[str, Any]]:
+def pipeline_children(pipeline: RLHFPipeline, gateway_image: str, with_graph: bool = True) -> Rendered:
     """Every child of a (defaulted) RLHFPipeline, in apply order: the roles' InferenceServices, then the
-    graph over them (``with_graph`` False: without it, while a RewardModel it would call is missing)."""
+    graph over them (``with_graph`` False: without it, while a RewardModel it would call is missing); and
+    the sets of them it owns."""
     spec = pipeline["spec"]
     name = pipeline["metadata"]["name"]
     namespace = pipeline["metadata"].get("namespace", "default")
@@ -127,4 +133,4 @@ def pipeline_children(pipeline: RLHFPipeline, gateway_image: str, with_graph: bo
         )
         metadata = child_metadata(pipeline, name, GRAPH_COMPONENT, dict(inferencegraph.ANNOTATIONS))
         children.append(inferencegraph.inference_graph(metadata, graph_nodes, spec["graph"]))
-    return children
+    return Rendered(children, OWNED)

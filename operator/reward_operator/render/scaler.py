@@ -41,6 +41,7 @@ from ..api.naming import scaled_object_name, scaler_service_name
 from ..api.schema.rewardmodel import DEFAULT_SCALE_DOWN_DELAY
 from ..api.types import ServingSpec
 from .metadata import child_metadata
+from .owned import Owned
 
 SERVICE_API_VERSION = "v1"
 SERVICE_KIND = "Service"
@@ -55,6 +56,10 @@ SCALER_SERVICE_COMPONENT = "gateway-scaler"
 SCALED_OBJECT_COMPONENT = "predictor-autoscaler"
 # Where KEDA's operator runs unless the operator is told otherwise (KEDA's chart and manifests).
 DEFAULT_KEDA_NAMESPACE = "keda"
+# Both come and go with scales_through_keda (once serving.minReplicas is above 0 again, say). Neither can
+# exist without KEDA, whose ScaledObject kind a cluster without it does not serve: listed only where it does.
+_KEDA = (SCALED_OBJECT_API_VERSION, SCALED_OBJECT_KIND)
+OWNED = (Owned(SERVICE_API_VERSION, SERVICE_KIND, needs=_KEDA), Owned(*_KEDA, needs=_KEDA))
 
 
 def scaler_host(owner_name: str, namespace: str) -> str:
