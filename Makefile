@@ -1,6 +1,8 @@
 # reward-operator: `make demo` runs it on a local control plane, `make test` tests it.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
+# The pinned versions (VLLM_VERSION, TORCH_VERSION, KUBERNETES_VERSION, ...): their one home
+include versions.env
 
 PYTHON ?= python3
 VENV := .venv

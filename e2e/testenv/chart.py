@@ -8,12 +8,13 @@ from pathlib import Path
 
 import yaml
 
+from reward_testing import versions
 from reward_testing.paths import REPO
 
 from . import build
 
 CHART = REPO / "charts" / "reward-operator"
-KUBE_VERSION = "1.37.0"  # helm built without version stamps would assume 1.20
+KUBE_VERSION = versions.KUBERNETES  # helm built without version stamps would assume 1.20
 
 
 def helm_binary() -> Path:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reward_operator.api.names import DEFAULT_GATEWAY_IMAGE
+from reward_testing import versions
 
 from . import build, kserve
 
@@ -60,17 +61,8 @@ DOCKERFILES = Path(__file__).resolve().parent / "dockerfiles"
 RECIPE = 1
 
 
-def _make_variable(name: str, makefile: Path = REPO / "mk" / "gateway.mk") -> str:
-    """A `NAME := value` of a makefile: the vLLM versions have one home, mk/gateway.mk."""
-    for line in makefile.read_text().splitlines():
-        match = re.match(rf"^{name}\s*:?=\s*(\S+)\s*$", line)
-        if match:
-            return match.group(1)
-    raise LookupError(f"{name} is not set in {makefile}")
-
-
-VLLM_VERSION = _make_variable("VLLM_VERSION")
-VLLM_TORCH_VERSION = _make_variable("VLLM_TORCH_VERSION")
+VLLM_VERSION = versions.VLLM
+VLLM_TORCH_VERSION = versions.TORCH
 # KServe's storage package on PyPI has the release's version without the "v".
 KSERVE_STORAGE_VERSION = kserve.KSERVE_VERSION.removeprefix("v")
 

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import yaml
 
-from reward_testing import pki
+from reward_testing import pki, versions
 from reward_testing.ports import free_port
 
 from . import build
@@ -59,8 +59,7 @@ from .addon import AddOn, Plane, log, wait_by
 from .helpers import condition
 
 KEDA_MODULE = "github.com/kedacore/keda/v2"
-# One pin: the version go/keda/go.mod requires (the binaries and the CRDs agree).
-KEDA_VERSION = build._required_version("keda", KEDA_MODULE)
+KEDA_VERSION = "v" + versions.KEDA  # the binaries' and the CRDs' (go/keda/go.mod requires it)
 
 NAMESPACE = "keda"  # KEDA_CLUSTER_OBJECT_NAMESPACE and POD_NAMESPACE
 OPERATOR = "keda-operator"  # process names in the State, and binary names

@@ -7,15 +7,14 @@ children are exactly the ones KServe ships.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from reward_testing import versions
 
 from . import build
 
 KSERVE_MODULE = "github.com/kserve/kserve"
-# Newest release the Go module proxy serves (its version list is refused; v0.20.0
-# is the newest exact tag that downloads).
-KSERVE_VERSION = os.environ.get("TESTENV_KSERVE_VERSION", "v0.20.0")
+KSERVE_VERSION = "v" + versions.KSERVE  # its tag, and its Go module's version
 
 # Sub-folders of config/crd/full whose CRDs we install. llmisvc is left out: its
 # CRDs expect KServe's conversion webhook, which does not run here.

