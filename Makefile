@@ -108,14 +108,14 @@ operator-pod: venv testenv-build host-packages vllm-venv ## the operator install
 .PHONY: prometheus-real
 prometheus-real: venv testenv-build host-packages vllm-venv ## Prometheus by prometheus-operator on the real node: the chart's monitors scraped (operator pod, gateway, vLLM), its alert rules evaluated, every dashboard query answered
 	$(TESTENV) build --only prometheus,prometheus-operator
-	$(PY) -m pytest e2e/tests/test_real_node_prometheus.py -q -s -p no:cacheprovider --timeout=3600
+	TESTENV_PROMETHEUS=1 $(PY) -m pytest e2e/tests/test_real_node_prometheus.py -q -s -p no:cacheprovider --timeout=3600
 
 # gateway.allowedClients enforced: kube-router's firewall (built from its Go module) on the real node refuses what
 # the operator's NetworkPolicies refuse. Not in `make test`: kube-router's build and a cold start of vLLM.
 .PHONY: network-policy-real
 network-policy-real: venv testenv-build host-packages ## allowedClients enforced on the real node by kube-router: the listed pod scores, others are refused, only the gateway reaches vLLM, KEDA's namespace reaches the scaler port, removal opens it
 	$(TESTENV) build --only kube-router
-	$(PY) -m pytest e2e/tests/test_real_node_network_policy.py -q -s -p no:cacheprovider --timeout=3600
+	TESTENV_KUBE_ROUTER=1 $(PY) -m pytest e2e/tests/test_real_node_network_policy.py -q -s -p no:cacheprovider --timeout=3600
 
 # An RLHFPipeline that generates: KServe's router as a pod (its image built from the pinned module's cmd/router),
 # a tiny causal LM as actor and reference, a value model as critic and two RewardModels, five vLLMs side by

@@ -1,4 +1,4 @@
-# The real node's images (e2e/testenv/images.py): built here from the repository's own files as
+# The real node's images (e2e/testenv/images): built here from the repository's own files as
 # docker-archive tars in the test bed's cache; a no-op when cached. IMAGES=operator,pause builds some.
 .PHONY: images
 

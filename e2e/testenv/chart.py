@@ -11,7 +11,7 @@ import yaml
 from reward_testing import versions
 from reward_testing.paths import REPO
 
-from . import build
+from . import builds
 
 CHART = REPO / "charts" / "reward-operator"
 KUBE_VERSION = versions.KUBERNETES  # helm built without version stamps would assume 1.20
@@ -19,7 +19,7 @@ KUBE_VERSION = versions.KUBERNETES  # helm built without version stamps would as
 
 def helm_binary() -> Path:
     """The pinned helm, built into the test bed's cache when missing."""
-    return build.build(only=["helm"]) / "helm"
+    return builds.build(only=["helm"]) / "helm"
 
 
 def run_helm(helm: Path, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:

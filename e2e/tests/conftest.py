@@ -11,8 +11,10 @@ import pytest
 from reward_testing.paths import REPO
 from reward_testing.scoring_cases import REFERENCE_ITEMS
 from reward_testing.tiny_models import reference_scores_of, tar_model
-from testenv import controlplane, node, prometheus
+from testenv import node
+from testenv.addons import prometheus
 from testenv.operator_process import OperatorProcess
+from testenv.plane import controlplane
 
 
 @pytest.fixture(scope="session")

@@ -42,9 +42,9 @@ from reward_operator.peering import pod_priority
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
 from testenv import chart
-from testenv.controlplane import ControlPlane
 from testenv.helpers import condition
 from testenv.operator_process import DRIFT_ENV, OperatorProcess
+from testenv.plane.controlplane import ControlPlane
 
 pytestmark = [
     pytest.mark.integration,

@@ -16,7 +16,7 @@ import yaml
 from reward_testing import dashboard
 from reward_testing.paths import REPO
 from reward_testing.vllm import missing_vllm, vllm_package_dir
-from testenv import build
+from testenv import builds
 
 PROMETHEUS = REPO / "manifests" / "prometheus"
 DASHBOARD = dashboard.DASHBOARD
@@ -38,7 +38,7 @@ REQUIRED_ALERTS = {
 
 @pytest.fixture(scope="session")
 def promtool() -> Path:
-    return build.build() / "promtool"  # build() raises if it cannot provide it
+    return builds.build() / "promtool"  # build() raises if it cannot provide it
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ RUNTIMES = sorted((REPO / "runtimes").glob("*.yaml"))
 @pytest.fixture(scope="module")
 def kserve_schemas() -> dict[str, dict]:
     """kind -> the openAPIV3Schema of KServe's CRD, from the pinned module (downloaded once by the testenv)."""
-    from testenv import kserve
+    from testenv.addons import kserve
 
     try:
         files = kserve.crd_files()

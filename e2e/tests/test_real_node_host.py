@@ -3,7 +3,7 @@
 The node changes the host: iptables chains (kubelet, kube-proxy, the bridge plugin), a bridge,
 kernel settings, mounts, cgroups and a few fixed paths. CI runs on this machine right after a
 session, and the next ``up`` must start clean, so ``down`` undoes all of it, and so does ``up``
-when an interrupted run left a node behind. Each test compares ``node.host_state()`` before ``up``
+when an interrupted run left a node behind. Each test compares ``addons.host_state()`` before ``up``
 and after ``down``, with a pod really run in between. Its own target: the session's control plane
 of the integration suite holds the machine's one real node.
 """
@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 from reward_testing.waiting import wait_until
-from testenv import images, node
-from testenv.controlplane import ControlPlane
+from testenv import addons, images, node
+from testenv.plane.controlplane import ControlPlane
 
 # integration: `make unit` leaves it out, and `make node-host` runs it alone (not beside the session's
 # control plane of `make integration`, which holds the machine's one real node)
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(not node.enabled_by_env(), reason="TESTENV_NODE=0: no real node"),
+    pytest.mark.skipif(node.RealNode.asked_by_env() is False, reason="TESTENV_NODE=0: no real node"),
 ]
 
 
@@ -49,7 +49,7 @@ def _run_a_pod(plane: ControlPlane, name: str) -> dict:
 
 
 def test_a_pod_runs_and_down_leaves_the_host_as_it_found_it(tmp_path: Path) -> None:
-    before = node.host_state()
+    before = addons.host_state()
     plane = ControlPlane(tmp_path / "plane")
     plane.up(kserve=False, node=True)
     try:
@@ -57,15 +57,15 @@ def test_a_pod_runs_and_down_leaves_the_host_as_it_found_it(tmp_path: Path) -> N
         assert pod["spec"]["nodeName"] == node.NAME
         assert node.in_pod_subnet(pod["status"]["podIP"]), pod["status"]
         # the comparison can fail: with the node up, the host differs in each kind of state
-        during = node.host_differences(before, node.host_state())
+        during = node.host_differences(before, addons.host_state())
         assert {"iptables", "links", "mounts", "node_processes", "record"} <= during.keys(), during
     finally:
         plane.down()
-    assert node.host_differences(before, node.host_state()) == {}
+    assert node.host_differences(before, addons.host_state()) == {}
 
 
 def test_up_clears_a_node_left_by_an_interrupted_run(tmp_path: Path) -> None:
-    before = node.host_state()
+    before = addons.host_state()
     first = ControlPlane(tmp_path / "first")
     state = first.up(kserve=False, node=True)
     _run_a_pod(first, "interrupted")
@@ -74,7 +74,7 @@ def test_up_clears_a_node_left_by_an_interrupted_run(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
     wait_until("the first control plane's processes gone", lambda: not any(_alive(p) for p in state.pids.values()))
-    assert node.host_state()["record"], "the interrupted node's record should still be there"
+    assert addons.host_state()["record"], "the interrupted node's record should still be there"
 
     second = ControlPlane(tmp_path / "second")
     second.up(kserve=False, node=True)
@@ -83,7 +83,7 @@ def test_up_clears_a_node_left_by_an_interrupted_run(tmp_path: Path) -> None:
         assert pod["spec"]["nodeName"] == node.NAME
     finally:
         second.down()
-    assert node.host_differences(before, node.host_state()) == {}
+    assert node.host_differences(before, addons.host_state()) == {}
 
 
 def _alive(pid: int) -> bool:

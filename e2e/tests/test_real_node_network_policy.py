@@ -39,7 +39,8 @@ from reward_operator.render.networkpolicy import VLLM_PORT
 from reward_operator.render.scaler import DEFAULT_KEDA_NAMESPACE, SCALER_PORT
 from reward_testing.scoring_cases import PROMPT, RESPONSE
 from reward_testing.waiting import wait_until
-from testenv import keda, network_policy, node, served
+from testenv import addons, node, served
+from testenv.addons import keda
 from testenv.helpers import get_json
 from testenv.served import connect, finished, reward_model, rewards, serve
 
@@ -54,9 +55,9 @@ ENFORCED_WITHIN_S = 60  # kube-router writes a pod's chains on its informers' ev
 def host_as_found() -> Iterator[None]:
     """The host before the session's control plane starts, and again after its ``down`` (this fixture's teardown
     runs after the control plane's): kube-router's chains and ipsets must be gone with the node's changes."""
-    before = node.host_state()
+    before = addons.host_state()
     yield
-    after = node.host_state()
+    after = addons.host_state()
     if after["record"]:
         return  # a node still runs (an E2E_KUBECONFIG cluster, such as `make up`'s, is not taken down here)
     changed = node.host_differences(before, after)
@@ -78,10 +79,10 @@ def keda_crds(host_as_found, cluster) -> None:
 
 @pytest.fixture(scope="module")
 def firewall(plane) -> None:
-    """kube-router's firewall on the real node (``down`` stops it and removes its chains and ipsets)."""
-    started = time.monotonic()
-    network_policy.start(plane)
-    print(f"\n[network policy] kube-router's firewall up in {time.monotonic() - started:.1f}s")
+    """kube-router's firewall on the real node: the session's control plane runs it (TESTENV_KUBE_ROUTER=1;
+    ``down`` stops it and removes its chains and ipsets)."""
+    if not plane.running("kube-router"):
+        pytest.fail("the test bed runs no kube-router: TESTENV_KUBE_ROUTER=1 (make network-policy-real sets it)")
 
 
 @pytest.fixture(scope="module")

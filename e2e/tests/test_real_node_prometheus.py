@@ -39,7 +39,8 @@ from reward_testing.paths import REPO
 from reward_testing.scoring_cases import CONVERSATION, PROMPT, RESPONSE
 from reward_testing.tiny_models import make_tiny_models, tar_model
 from reward_testing.waiting import wait_until
-from testenv import images, node, prometheus
+from testenv import node
+from testenv.addons import prometheus
 from testenv.helpers import condition, get_json, predictor_pod, wait_for_ready
 from testenv.served import finished, reward_model, rewards, serve
 
@@ -66,13 +67,15 @@ ROLLOUT_ROW = "Rollout"  # every panel under it: a rollout in progress (the cana
 
 
 @pytest.fixture(scope="module")
-def prometheus_crds(cluster) -> None:
-    """prometheus-operator's CRDs, before the chart's install renders its monitors."""
-    prometheus.install_crds(cluster)
+def prometheus_operator(plane) -> None:
+    """prometheus-operator, its CRDs (before the chart's install renders its monitors) and its images on the real
+    node: the session's control plane runs it (TESTENV_PROMETHEUS=1)."""
+    if not plane.running("prometheus"):
+        pytest.fail("the test bed runs no prometheus-operator: TESTENV_PROMETHEUS=1 (make prometheus-real sets it)")
 
 
 @pytest.fixture(scope="module")
-def chart_values(prometheus_crds) -> dict:
+def chart_values(prometheus_operator) -> dict:
     """The chart's monitoring objects switched on, scraped every 5 s."""
     every = prometheus.INTERVAL
     return {
@@ -88,18 +91,16 @@ def chart_values(prometheus_crds) -> dict:
 
 
 @pytest.fixture(scope="module")
-def prometheus_api(cluster, plane, release) -> Iterator[prometheus.Api]:
-    """prometheus-operator on the test bed, and the Prometheus it runs on the real node."""
+def prometheus_api(cluster, release) -> Iterator[prometheus.Api]:
+    """The Prometheus that prometheus-operator (on the test bed) runs on the real node."""
     started = time.monotonic()
-    plane.load_images(tuple(image.name for image in images.PROMETHEUS_IMAGES))
-    prometheus.start_operator(plane)
     namespace = f"monitoring-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", namespace)
     objects = prometheus.objects(namespace)
     cluster.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(o) for o in objects))
     try:
         api = prometheus.wait_for_api(cluster, namespace)
-        print(f"[prometheus] operator, images and the Prometheus pod in {time.monotonic() - started:.0f}s")
+        print(f"[prometheus] the Prometheus pod Ready {time.monotonic() - started:.0f}s after its object")
         yield api
     finally:
         cluster.kubectl("delete", "-f", "-", "--wait=false", input="\n---\n".join(yaml.safe_dump(o) for o in objects),

@@ -38,9 +38,10 @@ from reward_testing.scoring_cases import (
     assert_close,
 )
 from reward_testing.waiting import wait_until
-from testenv import images, localmodel, node, served
+from testenv import images, node, served
+from testenv.addons import localmodel
 from testenv.helpers import get_json, predictor_pod, wait_for_condition
-from testenv.model_storage import failing_url
+from testenv.node import failing_url
 from testenv.served import call, finished, reward_model, rewards, serve
 
 TOKEN = "s3cret-trainer-token"

@@ -55,8 +55,10 @@ from reward_testing.paths import REPO
 from reward_testing.scoring_cases import TOLERANCE
 from reward_testing.tiny_models import reference_scores, tar_model
 from reward_testing.waiting import wait_until
-from testenv import controlplane, keda, localmodel, node, served
+from testenv import node, served
+from testenv.addons import keda, localmodel
 from testenv.helpers import deployment_replicas, wait_for_condition
+from testenv.plane import controlplane
 
 NAME = "wake-rm"
 COOLDOWN_S = 10  # spec.serving.scaleDownDelay: KEDA's cooldown before zero

@@ -19,7 +19,7 @@ import yaml
 
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
-from testenv import localmodel
+from testenv.addons import localmodel
 from testenv.helpers import condition, get_json, predictor_pod, wait_for_condition
 
 GPU_NODES = ("kwok-gpu-0", "kwok-gpu-1")  # the node group "gpu" of testenv.localmodel

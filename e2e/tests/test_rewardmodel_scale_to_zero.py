@@ -45,7 +45,7 @@ from reward_testing.gateway_process import gateway_process
 from reward_testing.paths import REPO
 from reward_testing.ports import free_port, loopback_address_with
 from reward_testing.waiting import wait_until
-from testenv import keda
+from testenv.addons import keda
 from testenv.helpers import deployment_replicas, get_json
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from reward_testing.gateway_fixtures import rendered_gateway
 from reward_testing.paths import REPO
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
-from testenv import build
+from testenv import builds
 from testenv.helpers import condition, get_json
 
 pytestmark = pytest.mark.usefixtures("kserve_runs")  # skipped where the cluster has no KServe
@@ -228,7 +228,7 @@ def localised(graph: dict, addresses: dict[str, str]) -> dict:
 
 
 def router_binary() -> Path:
-    binary = build.bin_dir() / "kserve-router"
+    binary = builds.bin_dir() / "kserve-router"
     if not binary.is_file():
         pytest.skip(f"KServe's router is not built ({binary}): python -m testenv build --only kserve")
     return binary

@@ -10,7 +10,7 @@ import pytest
 
 from reward_testing import versions
 from reward_testing.paths import REPO
-from testenv import build
+from testenv import builds
 
 # vLLM's image tags, wherever they are written: the runtimes, the chart's copies of them, the install manifest,
 # comments and docs
@@ -29,12 +29,12 @@ def test_every_line_is_a_key_and_a_value_make_and_the_shell_read_alike(tmp_path)
         versions.read(bad)
 
 
-@pytest.mark.parametrize("component", build.COMPONENTS, ids=lambda component: component.module_dir)
+@pytest.mark.parametrize("component", builds.COMPONENTS, ids=lambda component: component.module_dir)
 def test_each_wrapper_module_requires_the_release_pinned_for_it(component):
     module, release = component.upstream
-    go_mod = (build.GO_DIR / component.module_dir / "go.mod").read_text()
+    go_mod = (builds.GO_DIR / component.module_dir / "go.mod").read_text()
     written = set(re.findall(rf"{re.escape(module)} (v\d\S*)", go_mod))
-    assert written == {build.go_module_version(module, release)}, (
+    assert written == {builds.go_module_version(module, release)}, (
         f"go/{component.module_dir}/go.mod has {module} at {sorted(written)}; versions.env pins {release}"
     )
 

@@ -29,7 +29,9 @@ from reward_testing.gateway_process import local_gateway, rendered_gateway
 from reward_testing.paths import REPO
 from reward_testing.tiny_models import TinyModel, reference_scores, tar_model
 from reward_testing.vllm_server import run_vllm
-from testenv import controlplane, keda, node
+from testenv import node
+from testenv.addons import keda
+from testenv.plane import controlplane
 
 
 def _e2e_tests_module(name: str):

@@ -18,7 +18,9 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{root / 'operator'}{os.pathsep}{root / 'runtimes' / 'gateway'}"}
+    # the test bed's layers are linted too: its package from this checkout
+    path = [root / "operator", root / "runtimes" / "gateway", REPO / "e2e", REPO / "testing"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
     return subprocess.run(
         [str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache"],
         cwd=root,

@@ -1,8 +1,9 @@
 """KServe's LocalModel controller (``cmd/localmodel``) and node agents on the local control plane, for spec.cache.
 
 Opt-in (``TESTENV_LOCALMODEL=1``, ``python -m testenv up --localmodel`` or
-``ControlPlane.up(localmodel=True)``; the ``localmodel_cluster`` fixture brings a control plane
-with it where the session's has none), since only the cache tests need it. Set up as KServe's own
+``ControlPlane.up(localmodel=True)``; the test session's control plane has it where it has the real node,
+and the ``localmodel_cluster`` fixture brings one with it for the kwok cache tests), since only the cache
+tests need it. Set up as KServe's own
 install sets it up: ``localModel.enabled: true`` in ``inferenceservice-config`` (the manager's
 defaulting webhook then binds InferenceServices to caches), the job namespace, the controller with
 its validating webhook for LocalModelCaches (KServe v0.20 ships a webhook configuration for that kind
@@ -15,7 +16,7 @@ agent, one per GPU node as its DaemonSet would run (``go/kserve/localmodelnode``
 with an entry point that lets several share one host). Each agent has a disk of its own
 (``NodeDisk``): it runs in a mount namespace whose ``/mnt`` is that node's folder, as KServe's agent
 reads the models under the fixed ``/mnt/models``. It starts a download Job per model, checks the
-model's folder on its disk and reports per model; ``node_downloads`` stands in for the download
+model's folder on its disk and reports per model; ``localmodel_downloads`` stands in for the download
 container kwok cannot run.
 
 Where the real node runs (``testenv.node``), it is a node group of its own, ``real``, with an agent
@@ -37,11 +38,11 @@ import yaml
 
 from reward_testing.ports import free_port
 
-from . import kserve, kserve_manager
-from . import node as real_node
-from .addon import AddOn, Plane, log, wait_by
+from .. import node as real_node
+from ..plane.addon import AddOn, Plane, log, wait_by
+from . import kserve
 
-E2E = Path(__file__).resolve().parent.parent  # the folder holding the testenv package
+E2E = Path(__file__).resolve().parents[2]  # the folder holding the testenv package
 
 NAME = "kserve-localmodel"  # process name in the State, and binary name
 PORTS = ("localmodel-metrics", "localmodel-health", "localmodel-webhook")
@@ -55,10 +56,6 @@ DOWNLOADS = "node-downloads"  # process name of the stand-in for the download co
 # pkg/controller/v1alpha1/localmodelnode); the node group's volume below is /mnt/models on each node
 NODE_ROOT = PurePosixPath("/mnt")
 AGENT_MODELS = PurePosixPath("/mnt/models/models")
-
-
-def enabled_by_env() -> bool:
-    return os.environ.get("TESTENV_LOCALMODEL", "0") == "1"
 
 
 def enable_in_config(config: dict) -> dict:
@@ -80,7 +77,7 @@ def controller_command(binary: Path, kubeconfig: str, ports: dict[str, int]) -> 
 
 
 def webhook_configurations(port: int, ca_bundle: bytes) -> list[dict]:
-    return kserve_manager.webhook_configurations(port, ca_bundle, "localmodel/manifests.yaml")
+    return kserve.webhook_configurations(port, ca_bundle, "localmodel/manifests.yaml")
 
 
 def node_group(name: str, local_path: str, node_label: tuple[str, str]) -> dict:
@@ -175,7 +172,7 @@ class NodeDisk:
 
     def cached_uris(self) -> set[str]:
         """The models on this node's disk where KServe's agent looks for them: the source URI of each
-        folder (``node_downloads`` writes it into the folder's config.json)."""
+        folder (``localmodel_downloads`` writes it into the folder's config.json)."""
         folder = self.path_of(AGENT_MODELS)
         configs = folder.glob("*/config.json") if folder.is_dir() else []
         return {json.loads(config.read_text())["_name_or_path"] for config in configs}
@@ -238,23 +235,30 @@ def agent_command(binary: Path, kubeconfig: str, disk: NodeDisk, probe_port: int
 
 
 def downloads_ready(nodes_dir: Path) -> Path:
-    """Made by ``node_downloads`` once it has listed the job namespace's pods."""
+    """Made by ``localmodel_downloads`` once it has listed the job namespace's pods."""
     return nodes_dir / "downloads.ready"
 
 
 def downloads_command(python: str, kubeconfig: str, nodes_dir: Path) -> list[str]:
-    return [python, "-m", "testenv.node_downloads", f"--kubeconfig={kubeconfig}", f"--nodes={nodes_dir}"]
+    return [python, "-m", "testenv.addons.localmodel_downloads", f"--kubeconfig={kubeconfig}", f"--nodes={nodes_dir}"]
 
 
 class LocalModel(AddOn):
     """The add-on: after KServe's manager (whose ConfigMap it reads at start); ready once its webhook
     admits a dry-run cache and every GPU node's agent and the download stand-in listen."""
 
-    name = f"KServe {kserve.KSERVE_VERSION} LocalModel controller"
+    name = "localmodel"
+    title = f"KServe {kserve.KSERVE_VERSION} LocalModel controller"
+    requires = ("kserve",)  # its manager's defaulting webhook binds InferenceServices to caches
+    after = ("node",)  # the real node's disk is a node group of its own
+    probe = (f"localmodelnodegroup/{NODE_GROUP}", f"no LocalModelNodeGroup {NODE_GROUP} (KServe's LocalModel)")
     processes = (NAME,)  # the agents and the download stand-in are named per node: down stops them first
 
     def __init__(self) -> None:
         self.started = 0.0
+
+    def kserve_config(self, config: dict) -> dict:
+        return enable_in_config(config)
 
     def start(self, plane: Plane, deadline: float) -> None:
         """KServe's LocalModel controller with its serving certificate."""
@@ -263,16 +267,16 @@ class LocalModel(AddOn):
         for name in PORTS:
             plane.state.ports[name] = free_port()
         scratch = plane.directory / NAME
-        kserve_manager.serving_certificate(plane.keys, kserve_manager.cert_dir(scratch))
+        kserve.serving_certificate(plane.keys, kserve.cert_dir(scratch))
         plane.spawn(NAME, controller_command(plane.bin / NAME, plane.state.kubeconfig, plane.state.ports),
-                    env=kserve_manager.manager_env(scratch))  # fmt: skip
+                    env=kserve.manager_env(scratch))  # fmt: skip
 
     def wait(self, plane: Plane, deadline: float) -> None:
         """Its health, its webhook, the job namespace and node groups, then the node agents."""
         ports = plane.state.ports
         plane.wait_healthy(f"http://127.0.0.1:{ports['localmodel-health']}/healthz", deadline, NAME, tls=False)
         hooks = webhook_configurations(ports["localmodel-webhook"], plane.keys.ca_cert.read_bytes())
-        real_disk = real_node_disk(plane.directory) if real_node.owned_by(plane.directory) else None
+        real_disk = real_node_disk(plane.directory) if plane.running("node") else None
         plane.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", "-",
                       input=yaml.safe_dump_all([*hooks, *objects(real_disk)]))  # fmt: skip
         probe = json.dumps(probe_cache())
@@ -288,7 +292,7 @@ class LocalModel(AddOn):
     @staticmethod
     def _start_node_agents(plane: Plane, deadline: float, real_disk: NodeDisk | None) -> None:
         """KServe's LocalModel node agent on each GPU node (and the real node), each with a disk of its
-        own, and the stand-in for the kwok nodes' download pods' container (see ``node_downloads``)."""
+        own, and the stand-in for the kwok nodes' download pods' container (see ``localmodel_downloads``)."""
         disks = node_disks(plane.directory, gpu_nodes(plane.fake_nodes()))
         if real_disk is not None:
             disks[real_disk.node] = real_disk

@@ -1,6 +1,10 @@
-"""KServe's own manager (InferenceService controller and webhooks) on the local control plane.
+"""KServe on the local control plane: its full CRDs, read from the pinned Go module (every control plane
+installs them), and its own manager (InferenceService controller and webhooks), an add-on.
 
-On by default (``TESTENV_KSERVE=0``, ``python -m testenv up --no-kserve`` or
+The CRDs are never committed: they come from the module download of the pinned KServe release at set-up
+time, so the schemas that validate our rendered children are exactly the ones KServe ships.
+
+The manager is on by default (``TESTENV_KSERVE=0``, ``python -m testenv up --no-kserve`` or
 ``ControlPlane.up(kserve=False)`` leave it out): with it, InferenceServices are defaulted and
 validated by KServe's webhooks, their pods get KServe's storage-initializer, and
 they turn Ready because KServe's controller says so. The manager runs as one more
@@ -16,16 +20,21 @@ import base64
 import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
-from reward_testing import pki
+from reward_testing import pki, versions
 from reward_testing.ports import free_port
 
-from . import images, kserve
-from .addon import AddOn, Plane, log, wait_by
+from .. import builds, images
+from ..plane.addon import AddOn, Plane, log, wait_by
+
+KSERVE_MODULE = "github.com/kserve/kserve"
+KSERVE_VERSION = "v" + versions.KSERVE  # its tag, and its Go module's version
+# Sub-folders of config/crd/full whose CRDs we install. llmisvc is left out: its
+# CRDs expect KServe's conversion webhook, which does not run here.
+CRD_FOLDERS = (".", "localmodel", "clusterstoragecontainer")
 
 NAME = "kserve-manager"  # process name in the State, and binary name
 NAMESPACE = "kserve"  # POD_NAMESPACE: where the manager reads its ConfigMap
@@ -33,9 +42,18 @@ CONFIGMAP = "inferenceservice-config"
 PORTS = ("kserve-metrics", "kserve-health", "kserve-webhook")
 
 
-def enabled_by_env() -> bool:
-    """KServe runs unless TESTENV_KSERVE=0 (a control plane without it starts faster and builds less)."""
-    return os.environ.get("TESTENV_KSERVE", "1") != "0"
+def module_dir() -> Path:
+    return builds.module_source(KSERVE_MODULE, KSERVE_VERSION)
+
+
+def crd_files() -> list[Path]:
+    full = module_dir() / "config" / "crd" / "full"
+    files: list[Path] = []
+    for folder in CRD_FOLDERS:
+        files += sorted((full / folder).glob("serving.kserve.io_*.yaml"))
+    if not files:
+        raise FileNotFoundError(f"no CRDs under {full}")
+    return files
 
 
 def inference_service_config() -> dict:
@@ -47,16 +65,16 @@ def inference_service_config() -> dict:
     mode then creates an Ingress of class istio that nothing routes, which KServe
     counts as IngressReady as soon as the predictor is.
     """
-    path = kserve.module_dir() / "config" / "configmap" / "inferenceservice.yaml"
+    path = module_dir() / "config" / "configmap" / "inferenceservice.yaml"
     config = yaml.safe_load(path.read_text())
     config["metadata"]["namespace"] = NAMESPACE
     # One change: the storage initializer's image is the one built here from KServe's own storage
-    # package of the same release (images.py), since no registry is reachable. Pods on the real
+    # package of the same release (testenv.images), since no registry is reachable. Pods on the real
     # node run it; kwok's fake ones never pull it.
     initializer = json.loads(config["data"]["storageInitializer"])
     initializer["image"] = images.STORAGE_INITIALIZER_IMAGE
     config["data"]["storageInitializer"] = json.dumps(initializer, indent=2)
-    # Likewise the InferenceGraph's router: cmd/router of the same module (images.py), for the graphs on
+    # Likewise the InferenceGraph's router: cmd/router of the same module (testenv.images), for the graphs on
     # the real node (make pipeline-real).
     router = json.loads(config["data"]["router"])
     router["image"] = images.ROUTER_IMAGE
@@ -67,7 +85,7 @@ def inference_service_config() -> dict:
 def webhook_configurations(port: int, ca_bundle: bytes, manifests: str = "manifests.yaml") -> list[dict]:
     """KServe's webhook configurations (``config/webhook/<manifests>`` of its module), each Service
     reference replaced by the local address of the process that serves them."""
-    path = kserve.module_dir() / "config" / "webhook" / manifests
+    path = module_dir() / "config" / "webhook" / manifests
     documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
     for doc in documents:
         doc["metadata"].pop("creationTimestamp", None)
@@ -135,28 +153,30 @@ def defaulted_protocol(inference_service: dict) -> str | None:
 
 
 class KServeManager(AddOn):
-    """The add-on: started while the fake nodes register, ready once its webhooks default a dry run.
+    """The add-on: started while the fake nodes register, ready once its webhooks default a dry run. Every
+    add-on's ``kserve_config`` edits its ConfigMap before it starts (LocalModel's: localModel enabled)."""
 
-    ``edit_config``: a change to KServe's ConfigMap before the manager reads it (LocalModel's)."""
-
-    name = f"KServe {kserve.KSERVE_VERSION} manager"
+    name = "kserve"
+    title = f"KServe {KSERVE_VERSION} manager"
+    default = True  # TESTENV_KSERVE=0 leaves it out: a control plane without it starts faster and builds less
+    probe = ("mutatingwebhookconfiguration/inferenceservice.serving.kserve.io", "KServe's webhooks are not installed")
     processes = (NAME,)
     build_components = ("kserve",)
+    images = ("storage-initializer",)  # what its webhook injects into a predictor that downloads its model
     starts_with_the_nodes = True
 
-    def __init__(self, edit_config: Callable[[dict], dict] | None = None):
-        self.edit_config = edit_config
+    def __init__(self) -> None:
         self.started = 0.0
 
     def start(self, plane: Plane, deadline: float) -> None:
         """Namespace, ConfigMap and serving certificate, then KServe's manager (its CRDs are installed)."""
-        log(f"starting KServe {kserve.KSERVE_VERSION} manager (controller and webhooks)")
+        log(f"starting KServe {KSERVE_VERSION} manager (controller and webhooks)")
         for name in PORTS:
             plane.state.ports[name] = free_port()
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         config = inference_service_config()
-        if self.edit_config is not None:
-            config = self.edit_config(config)
+        for add_on in plane.add_ons:
+            config = add_on.kserve_config(config)
         plane.kubectl(
             "apply", "--server-side", "--field-manager=testenv", "-f", "-",
             input=yaml.safe_dump_all([namespace, config]),

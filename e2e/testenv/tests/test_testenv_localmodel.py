@@ -7,7 +7,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from testenv import localmodel
+from testenv.addons import localmodel
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """What a LocalModel download Job's container does on a kwok node: the model lands on the node's disk.
 
-KServe's node agent (``testenv.localmodel``, one per GPU node) starts a Job per model and node whose
+KServe's node agent (``testenv.addons.localmodel``, one per GPU node) starts a Job per model and node whose
 container, KServe's storage initializer, writes the model into the node group's local volume; the
 agent reports ``ModelDownloaded`` once the Job succeeded and the model's folder is on its disk. kwok
 runs no containers, so this process stands in for that one container, as kwok stands in for the
@@ -14,7 +14,7 @@ The real node's download pods are left to its kubelet: KServe's storage initiali
 A test steers a kwok node's downloads through its ``NodeDisk``: held (the pod stays running, as a long
 download would), failing with a message (a full disk, an unreachable bucket), or going through.
 
-    python -m testenv.node_downloads --kubeconfig K --nodes DIR
+    python -m testenv.addons.localmodel_downloads --kubeconfig K --nodes DIR
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from ..node.facts import NAME as REAL_NODE
 from .localmodel import JOB_NAMESPACE, NodeDisk, downloads_ready
-from .node import NAME as REAL_NODE
 
 ENDED = "testenv.rlhf.dev/download"  # "done" or "failed": what kwok's stages turn into the pod's phase
 MESSAGE = "testenv.rlhf.dev/download-message"  # the failed container's termination message
@@ -120,7 +120,9 @@ class Downloads:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testenv.node_downloads", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m testenv.addons.localmodel_downloads", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--nodes", type=Path, required=True, help="the folder of the node disks (one per node)")
     args = parser.parse_args(argv)

@@ -54,9 +54,9 @@ import yaml
 from reward_testing import pki, versions
 from reward_testing.ports import free_port
 
-from . import build
-from .addon import AddOn, Plane, log, wait_by
-from .helpers import condition
+from .. import builds
+from ..helpers import condition
+from ..plane.addon import AddOn, Plane, log, wait_by
 
 KEDA_MODULE = "github.com/kedacore/keda/v2"
 KEDA_VERSION = "v" + versions.KEDA  # the binaries' and the CRDs' (go/keda/go.mod requires it)
@@ -75,14 +75,9 @@ FRONT_PROXY_CLIENT = "front-proxy-client"  # the CN kube-apiserver presents to a
 HOSTS_FILE = "hosts"  # in the control plane's ``keda`` folder
 
 
-def enabled_by_env() -> bool:
-    """KEDA runs only with TESTENV_KEDA=1 (its build and two more processes are for autoscaling tests)."""
-    return os.environ.get("TESTENV_KEDA", "0") == "1"
-
-
 def module_dir() -> Path:
     """The pinned KEDA module, downloaded (or found) in the Go module cache."""
-    return build.module_source(KEDA_MODULE, KEDA_VERSION)
+    return builds.module_source(KEDA_MODULE, KEDA_VERSION)
 
 
 def _json_patch(document: dict, operations: list[dict]) -> None:
@@ -299,7 +294,9 @@ class Keda(AddOn):
     """The add-on: kube-apiserver's front-proxy identity and KEDA's CRDs from the start, a quicker HPA
     sync; started while the fake nodes register, ready once kube-apiserver serves its metrics API."""
 
-    name = f"KEDA {KEDA_VERSION}"
+    name = "keda"  # off unless asked for (TESTENV_KEDA=1): its build and two more processes are for autoscaling
+    title = f"KEDA {KEDA_VERSION}"
+    probe = (f"apiservice/{API_SERVICE}", "KEDA's external metrics API is not registered")
     processes = (OPERATOR, ADAPTER)
     build_components = ("keda",)
     starts_with_the_nodes = True
@@ -315,8 +312,8 @@ class Keda(AddOn):
         # HPAs (KEDA's 1..N) act within seconds instead of the default 15 s
         return ["--horizontal-pod-autoscaler-sync-period=2s"]
 
-    def crds(self) -> list[dict]:
-        return crds()
+    def crds(self) -> list[dict | Path]:
+        return [*crds()]
 
     def start(self, plane: Plane, deadline: float) -> None:
         """Namespace and certificates, then KEDA's operator and metrics API server (its CRDs are installed)."""

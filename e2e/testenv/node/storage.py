@@ -1,11 +1,11 @@
 """The real node's model storage server: Python's own file server, and one way to fail on purpose.
 
 KServe's storage initializer downloads ``http(s)://`` model URIs from it, as it would from a bucket or a
-model server of the user's (``node.py`` starts it; ``node.storage_url`` names a file it serves). A path
+model server of the user's (the real node's add-on starts it; ``storage_url`` names a file it serves). A path
 ``/status/<code>/<anything>`` is answered with that HTTP status instead of a file, so a test can fail a
 download the way a broken storage server does (``failing_url``: 500), beside the missing object (404).
 
-Standalone, on the standard library alone: ``node.py`` runs this file with the test bed's Python.
+Standalone, on the standard library alone: the node runs this file with the test bed's Python.
 """
 
 from __future__ import annotations
@@ -14,8 +14,25 @@ import argparse
 import functools
 import http.server
 import re
+from pathlib import Path
 
+PROCESS = "model-storage"  # its recorded process's name, and its port's
 STATUS_PATH = re.compile(r"^/status/(?P<code>[1-5][0-9][0-9])/")
+
+
+def storage_dir(state_dir: Path) -> Path:
+    """What the model storage server serves: a file ``f`` there is ``storage_url(..., f)``."""
+    return state_dir / "storage"
+
+
+def storage_command(python: str, directory: Path, address: str, port: int) -> list[str]:
+    # Python's own file server (one path prefix answers an error on purpose): KServe's storage
+    # initializer takes a .tar.gz it serves (application/gzip) and unpacks it into /mnt/models
+    return [python, str(Path(__file__).resolve()), str(port), "--bind", address, "--directory", str(directory)]
+
+
+def storage_url(address: str, port: int, filename: str) -> str:
+    return f"http://{address}:{port}/{filename}"
 
 
 def failing_url(url: str, code: int) -> str:

@@ -1,4 +1,4 @@
-"""The real node's model storage server (testenv.model_storage) as node.py starts it: files as Python's file
+"""The real node's model storage server (testenv.node.storage) as the node starts it: files as Python's file
 server serves them, a missing one 404, and a /status/<code>/ path answered with that code on purpose."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 from testenv import node
-from testenv.model_storage import failing_url
+from testenv.node import failing_url
 
 
 @pytest.fixture

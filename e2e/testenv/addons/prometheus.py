@@ -1,15 +1,16 @@
 """Prometheus on the real node, configured by prometheus-operator from the chart's monitoring objects.
 
-`make prometheus-real` only. Nothing here writes a scrape configuration or a rule file:
+`make prometheus-real` only (``TESTENV_PROMETHEUS=1``; it needs the real node). Nothing here writes a scrape
+configuration or a rule file:
 
-- prometheus-operator (go/prometheus-operator: its own Go module) runs as a recorded process of the test
-  bed with the admin's client certificate, as KServe's manager does;
+- prometheus-operator (builds/go/prometheus-operator: its own Go module) runs as a recorded process of the
+  test bed with the admin's client certificate, as KServe's manager does: the add-on ``PrometheusOperator``;
 - its CRDs are its own (the module's ``example/prometheus-operator-crd``), as every suite's are;
 - a ``Prometheus`` object selects every ServiceMonitor, PodMonitor and PrometheusRule; prometheus-operator
   turns them into the configuration and rule files of a StatefulSet it makes, and its config reloader
   keeps the running server in step;
 - that StatefulSet runs on the real node, from images of the Prometheus server of promtool's release
-  (go/prometheus) and of prometheus-operator's reloader, built here (``images.PROMETHEUS_IMAGES``).
+  (builds/go/prometheus) and of prometheus-operator's reloader, built here (``images.PROMETHEUS_IMAGES``).
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from pathlib import Path
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
-from . import build, images, node
-from .helpers import answers_ok
+from .. import builds, images
+from ..helpers import answers_ok
+from ..node import facts as node
+from ..plane.addon import AddOn, Plane, log, wait_by
 
-OPERATOR = "prometheus-operator"  # the recorded process's name
+OPERATOR = "prometheus-operator"  # the recorded process's name, and its binary's
+OPERATOR_PORT = "prometheus-operator-web"
 NAME = "rewards"  # the Prometheus object's, so the pod is prometheus-rewards-0
 PORT = 9090
 PROMETHEUS_IMAGE = images.BY_NAME["prometheus"].ref
@@ -36,13 +40,13 @@ INTERVAL = "5s"  # scrape and rule evaluation: a test sees a new series within s
 
 def crd_files(plurals: tuple[str, ...] = ()) -> list[Path]:
     """prometheus-operator's CRDs (those of ``plurals``, else all), at the version its binary is built from."""
-    source = build.module_source(
-        "github.com/prometheus-operator/prometheus-operator", "v" + build.PROMETHEUS_OPERATOR_RELEASE
+    source = builds.module_source(
+        "github.com/prometheus-operator/prometheus-operator", "v" + builds.PROMETHEUS_OPERATOR_RELEASE
     )
     files = sorted((source / "example" / "prometheus-operator-crd").glob("monitoring.coreos.com_*.yaml"))
     chosen = [path for path in files if not plurals or path.stem.split("_", 1)[1] in plurals]
     if missing := set(plurals) - {path.stem.split("_", 1)[1] for path in chosen}:
-        raise LookupError(f"prometheus-operator {build.PROMETHEUS_OPERATOR_RELEASE} has no CRD of {sorted(missing)}")
+        raise LookupError(f"prometheus-operator {builds.PROMETHEUS_OPERATOR_RELEASE} has no CRD of {sorted(missing)}")
     return chosen
 
 
@@ -57,28 +61,58 @@ def install_crds(cluster, plurals: tuple[str, ...] = ()) -> None:
     cluster.kubectl("wait", "--for=condition=Established", *names, "--timeout=120s")
 
 
-def start_operator(plane) -> int:
-    """prometheus-operator as a process of the test bed, its reloader image the one built here; returns the
-    port of its own web server (its health and metrics)."""
-    binary = build.build(only=["prometheus-operator"]) / "prometheus-operator"
-    pki = plane.directory / "pki"
-    port = free_port()
-    plane.spawn(
-        OPERATOR,
-        [
-            str(binary),
-            f"--apiserver={plane.state.api_server}",
-            f"--cert-file={pki / 'admin.crt'}",
-            f"--key-file={pki / 'admin.key'}",
-            f"--ca-file={pki / 'ca.crt'}",
-            f"--prometheus-config-reloader={RELOADER_IMAGE}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-    )
-    log = plane.directory / "logs" / f"{OPERATOR}.log"
-    wait_until(f"prometheus-operator's /healthz (its log: {log})", lambda: answers_ok(f"http://127.0.0.1:{port}/healthz"),
-               timeout=120, interval=0.5)  # fmt: skip
-    return port
+def operator_command(binary: str, api_server: str, pki: Path, port: int) -> list[str]:
+    return [
+        binary,
+        f"--apiserver={api_server}",
+        f"--cert-file={pki / 'admin.crt'}",
+        f"--key-file={pki / 'admin.key'}",
+        f"--ca-file={pki / 'ca.crt'}",
+        f"--prometheus-config-reloader={RELOADER_IMAGE}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+
+
+class PrometheusOperator(AddOn):
+    """The add-on: prometheus-operator with its CRDs, its images on the real node (the Prometheus it makes runs
+    there); ready once its own web server's /healthz answers. A test applies the ``Prometheus`` object
+    (``objects``)."""
+
+    name = "prometheus"
+    title = f"prometheus-operator v{builds.PROMETHEUS_OPERATOR_RELEASE}"
+    requires = ("node",)
+    probe = ("crd/prometheuses.monitoring.coreos.com", "prometheus-operator's CRDs are not installed")
+    processes = (OPERATOR,)
+    build_components = ("prometheus-operator",)
+    images = tuple(image.name for image in images.PROMETHEUS_IMAGES)
+
+    def crds(self) -> list[dict | Path]:
+        return [*crd_files()]
+
+    def __init__(self) -> None:
+        self.started = 0.0
+
+    def start(self, plane: Plane, deadline: float) -> None:
+        self.started = time.monotonic()
+        log(f"starting {self.title}")
+        port = plane.state.ports[OPERATOR_PORT] = free_port()
+        plane.spawn(OPERATOR, operator_command(str(plane.bin / OPERATOR), plane.state.api_server,
+                                               plane.directory / "pki", port))  # fmt: skip
+
+    def wait(self, plane: Plane, deadline: float) -> None:
+        url, _ = self.health_checks(plane.state.ports)[OPERATOR]
+
+        def healthy() -> bool:
+            plane.fail_if_exited(OPERATOR)
+            return answers_ok(url)
+
+        log_file = plane.directory / "logs" / f"{OPERATOR}.log"
+        wait_by(deadline, f"prometheus-operator's /healthz (its log: {log_file})", healthy, interval=0.5)
+        log(f"prometheus-operator healthy {time.monotonic() - self.started:.1f}s after its start")
+
+    @staticmethod
+    def health_checks(ports: dict[str, int]) -> dict[str, tuple[str, bool]]:
+        return {OPERATOR: (f"http://127.0.0.1:{ports.get(OPERATOR_PORT)}/healthz", False)}
 
 
 def objects(namespace: str) -> list[dict]:
@@ -116,7 +150,7 @@ def objects(namespace: str) -> list[dict]:
             "kind": "Prometheus",
             "metadata": {"name": NAME, "namespace": namespace},
             "spec": {
-                "version": f"v{build.PROMETHEUS_RELEASE}",
+                "version": f"v{builds.PROMETHEUS_RELEASE}",
                 "image": PROMETHEUS_IMAGE,
                 "imagePullPolicy": "IfNotPresent",
                 "replicas": 1,
