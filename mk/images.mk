@@ -2,5 +2,7 @@
 # docker-archive tars in the test bed's cache; a no-op when cached. IMAGES=operator,pause builds some.
 .PHONY: images
 
-images: venv ## build the real node's images (base, pause, operator, storage-initializer, vllm-cpu) and check each by running it
+##@ The real node's images
+
+images: venv ## build the real node's images (IMAGES=a,b: some), each run for its check
 	$(TESTENV) images --check $(if $(IMAGES),--only $(IMAGES))

@@ -15,6 +15,13 @@ from . import builds
 
 CHART = REPO / "charts" / "reward-operator"
 KUBE_VERSION = versions.KUBERNETES  # helm built without version stamps would assume 1.20
+# Every optional object of the chart switched on (its monitors, its rules, the dashboard)
+EVERYTHING_ON = (
+    "--set=metrics.serviceMonitor.enabled=true",
+    "--set=metrics.podMonitor.enabled=true",
+    "--set=prometheusRule.enabled=true",
+    "--set=dashboard.enabled=true",
+)
 
 
 def helm_binary() -> Path:

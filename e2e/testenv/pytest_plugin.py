@@ -189,17 +189,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def needs_a_cluster(item: pytest.Item) -> bool:
+    """Whether the test asks for one of the clusters above (a folder's own fixture of the same name, such as the
+    operator's tests' fake ``cluster``, is no cluster)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs if info is not None else {}
+    return any(
+        name in definitions and definitions[name][-1].func.__module__ == __name__
+        for name in CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Anything that needs a cluster is an integration test, so `-m "not integration"`
-    # gives the fast unit run without marking each test by hand.
-    for item in items:
-        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.integration)
     level = config.getoption("--level")
     if level is None:
         return
-    needs = {item.nodeid: bool(CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))) for item in items}
-    wrong = [nodeid for nodeid, needed in needs.items() if needed != (level == "cluster")]
+    wrong = [item.nodeid for item in items if needs_a_cluster(item) != (level == "cluster")]
     if wrong:
         where = "e2e/tests/cluster or e2e/tests/node" if level == "offline" else "e2e/tests/offline"
         listed = "\n  ".join(wrong[:20])

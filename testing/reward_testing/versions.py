@@ -1,7 +1,7 @@
 """The pinned versions, read from ``versions.env`` at the repository's root: their one home.
 
 make includes that file and shell scripts source it; Python reads it here. Standard library only:
-``e2e/gpu/gpu_check.py`` reads the vLLM pin under an interpreter that may have nothing else.
+``e2e/suites/gpu/preflight.py`` reads the vLLM pin under an interpreter that may have nothing else.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def require_vllm() -> Path:
 
 def missing_vllm() -> NoReturn:
     """Fail where the vLLM contract is required (CI), skip with the reason elsewhere."""
-    # imported here: e2e/gpu/gpu_check.py runs these helpers under a vLLM interpreter without pytest
+    # imported here: e2e/suites/gpu runs these helpers under a vLLM interpreter without pytest
     import pytest
 
     message = f"no vLLM {VLLM_VERSION} interpreter: run `make vllm-venv` or set VLLM_PYTHON"

@@ -59,7 +59,7 @@ from ..helpers import condition
 from ..plane.addon import AddOn, Plane, log, wait_by
 
 KEDA_MODULE = "github.com/kedacore/keda/v2"
-KEDA_VERSION = "v" + versions.KEDA  # the binaries' and the CRDs' (go/keda/go.mod requires it)
+KEDA_VERSION = "v" + versions.KEDA  # the binaries' and the CRDs' (builds/go/keda/go.mod requires it)
 
 NAMESPACE = "keda"  # KEDA_CLUSTER_OBJECT_NAMESPACE and POD_NAMESPACE
 OPERATOR = "keda-operator"  # process names in the State, and binary names

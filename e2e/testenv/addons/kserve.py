@@ -113,13 +113,15 @@ def serving_certificate(keys: pki.Pki, cert_dir: Path) -> None:
     pki.issue(cert_dir, "tls", "/CN=kserve-webhook-server", extensions, (keys.ca_cert, keys.ca_key))
 
 
-def manager_command(binary: Path, kubeconfig: str, ports: dict[str, int]) -> list[str]:
+def manager_command(binary: Path, kubeconfig: str, ports: dict[str, int], prefix: str = "kserve") -> list[str]:
+    """One of KServe's controller-runtime managers (the manager, the LocalModel controller) on the ports named
+    ``<prefix>-metrics``, ``-health`` and ``-webhook``."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
-        f"--metrics-addr=127.0.0.1:{ports['kserve-metrics']}",
-        f"--health-probe-addr=127.0.0.1:{ports['kserve-health']}",
-        f"--webhook-port={ports['kserve-webhook']}",
+        f"--metrics-addr=127.0.0.1:{ports[f'{prefix}-metrics']}",
+        f"--health-probe-addr=127.0.0.1:{ports[f'{prefix}-health']}",
+        f"--webhook-port={ports[f'{prefix}-webhook']}",
     ]
 
 

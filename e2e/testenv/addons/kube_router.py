@@ -21,14 +21,12 @@ the node's, its ipsets after them, and stops an interrupted run's kube-router wi
 from __future__ import annotations
 
 import shutil
-import time
 
 from reward_testing import versions
 from reward_testing.ports import free_port
 
-from ..helpers import answers_ok
 from ..node.facts import NAME as NODE_NAME
-from ..plane.addon import AddOn, Leftovers, Plane, log, wait_by
+from ..plane.addon import AddOn, Leftovers, Plane, log
 
 PROCESS = "kube-router"  # the recorded process's name, and its binary's
 HEALTH_PORT = "kube-router-health"
@@ -72,28 +70,14 @@ class KubeRouter(AddOn):
     build_components = ("kube-router",)
     leftovers = LEFTOVERS
 
-    def __init__(self) -> None:
-        self.started = 0.0
-
     def start(self, plane: Plane, deadline: float) -> None:
-        self.started = time.monotonic()
         if missing := missing_host_tools():
             raise RuntimeError(f"kube-router needs {', '.join(missing)} on the host: make host-packages installs it")
         log(f"starting {self.title} on the real node")
         health = plane.state.ports[HEALTH_PORT] = free_port()
         plane.spawn(PROCESS, command(str(plane.bin / PROCESS), plane.state.kubeconfig, plane.service_range, health))
 
-    def wait(self, plane: Plane, deadline: float) -> None:
-        url, _ = self.health_checks(plane.state.ports)[PROCESS]
-
-        def healthy() -> bool:
-            plane.fail_if_exited(PROCESS)
-            return answers_ok(url)
-
-        log_file = plane.directory / "logs" / f"{PROCESS}.log"
-        wait_by(deadline, f"kube-router's /healthz (its log: {log_file})", healthy, interval=0.5)
-        log(f"kube-router's firewall healthy {time.monotonic() - self.started:.1f}s after its start")
-
     @staticmethod
     def health_checks(ports: dict[str, int]) -> dict[str, tuple[str, bool]]:
+        # its informers synced once it answers: the policies already there are being written
         return {PROCESS: (f"http://127.0.0.1:{ports.get(HEALTH_PORT)}/healthz", False)}

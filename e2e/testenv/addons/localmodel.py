@@ -66,16 +66,6 @@ def enable_in_config(config: dict) -> dict:
     return config
 
 
-def controller_command(binary: Path, kubeconfig: str, ports: dict[str, int]) -> list[str]:
-    return [
-        str(binary),
-        f"--kubeconfig={kubeconfig}",
-        f"--metrics-addr=127.0.0.1:{ports['localmodel-metrics']}",
-        f"--health-probe-addr=127.0.0.1:{ports['localmodel-health']}",
-        f"--webhook-port={ports['localmodel-webhook']}",
-    ]
-
-
 def webhook_configurations(port: int, ca_bundle: bytes) -> list[dict]:
     return kserve.webhook_configurations(port, ca_bundle, "localmodel/manifests.yaml")
 
@@ -268,8 +258,8 @@ class LocalModel(AddOn):
             plane.state.ports[name] = free_port()
         scratch = plane.directory / NAME
         kserve.serving_certificate(plane.keys, kserve.cert_dir(scratch))
-        plane.spawn(NAME, controller_command(plane.bin / NAME, plane.state.kubeconfig, plane.state.ports),
-                    env=kserve.manager_env(scratch))  # fmt: skip
+        command = kserve.manager_command(plane.bin / NAME, plane.state.kubeconfig, plane.state.ports, "localmodel")
+        plane.spawn(NAME, command, env=kserve.manager_env(scratch))
 
     def wait(self, plane: Plane, deadline: float) -> None:
         """Its health, its webhook, the job namespace and node groups, then the node agents."""

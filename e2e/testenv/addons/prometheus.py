@@ -27,7 +27,7 @@ from reward_testing.waiting import wait_until
 from .. import builds, images
 from ..helpers import answers_ok
 from ..node import facts as node
-from ..plane.addon import AddOn, Plane, log, wait_by
+from ..plane.addon import AddOn, Plane, log
 
 OPERATOR = "prometheus-operator"  # the recorded process's name, and its binary's
 OPERATOR_PORT = "prometheus-operator-web"
@@ -89,26 +89,11 @@ class PrometheusOperator(AddOn):
     def crds(self) -> list[dict | Path]:
         return [*crd_files()]
 
-    def __init__(self) -> None:
-        self.started = 0.0
-
     def start(self, plane: Plane, deadline: float) -> None:
-        self.started = time.monotonic()
         log(f"starting {self.title}")
         port = plane.state.ports[OPERATOR_PORT] = free_port()
         plane.spawn(OPERATOR, operator_command(str(plane.bin / OPERATOR), plane.state.api_server,
                                                plane.directory / "pki", port))  # fmt: skip
-
-    def wait(self, plane: Plane, deadline: float) -> None:
-        url, _ = self.health_checks(plane.state.ports)[OPERATOR]
-
-        def healthy() -> bool:
-            plane.fail_if_exited(OPERATOR)
-            return answers_ok(url)
-
-        log_file = plane.directory / "logs" / f"{OPERATOR}.log"
-        wait_by(deadline, f"prometheus-operator's /healthz (its log: {log_file})", healthy, interval=0.5)
-        log(f"prometheus-operator healthy {time.monotonic() - self.started:.1f}s after its start")
 
     @staticmethod
     def health_checks(ports: dict[str, int]) -> dict[str, tuple[str, bool]]:

@@ -142,7 +142,10 @@ class AddOn:
         raise NotImplementedError
 
     def wait(self, plane: Plane, deadline: float) -> None:
-        """Return once it is ready; ``start`` may have made sure of that already."""
+        """Return once it is ready: by default once each of its health checks answers (``start`` may have made
+        sure of that already, an add-on may wait for more)."""
+        for process, (url, tls) in self.health_checks(plane.state.ports).items():
+            plane.wait_healthy(url, deadline, process, tls=tls)
 
     @staticmethod
     def health_checks(ports: dict[str, int]) -> dict[str, tuple[str, bool]]:

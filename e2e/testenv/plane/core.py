@@ -71,17 +71,25 @@ def api_server_command(
     ]
 
 
-def controller_manager_command(
-    bin_dir: Path, kubeconfig: str, ports: dict[str, int], keys: pki.Pki, extra_flags: list[str]
-) -> list[str]:
+def _controller_flags(kubeconfig: str, port: int) -> list[str]:
+    """What kube-controller-manager and kube-scheduler share: the admin's kubeconfig for all they ask, one
+    instance (no leader election), their health and metrics on loopback."""
     return [
-        str(bin_dir / "kube-controller-manager"),
         f"--kubeconfig={kubeconfig}",
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         "--leader-elect=false",
         "--bind-address=127.0.0.1",
-        f"--secure-port={ports['kcm']}",
+        f"--secure-port={port}",
+    ]
+
+
+def controller_manager_command(
+    bin_dir: Path, kubeconfig: str, ports: dict[str, int], keys: pki.Pki, extra_flags: list[str]
+) -> list[str]:
+    return [
+        str(bin_dir / "kube-controller-manager"),
+        *_controller_flags(kubeconfig, ports["kcm"]),
         f"--service-account-private-key-file={keys.service_account_key}",
         f"--root-ca-file={keys.ca_cert}",
         "--use-service-account-credentials=false",
@@ -94,15 +102,7 @@ def controller_manager_command(
 
 
 def scheduler_command(bin_dir: Path, kubeconfig: str, ports: dict[str, int]) -> list[str]:
-    return [
-        str(bin_dir / "kube-scheduler"),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--leader-elect=false",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={ports['scheduler']}",
-    ]
+    return [str(bin_dir / "kube-scheduler"), *_controller_flags(kubeconfig, ports["scheduler"])]
 
 
 def kwok_command(bin_dir: Path, kubeconfig: str, ports: dict[str, int]) -> list[str]:

@@ -1,7 +1,7 @@
-"""`make gpu-check` (e2e/gpu/gpu_check.py) without a GPU: it stops at once, in one line, naming what is
-missing; its model is of real size; it serves the GPU predictor's rendered command line unchanged; and
-its whole run, the scheduler's traffic shapes included, works end to end on vLLM's CPU build
-(--cpu-rehearsal, a small model)."""
+"""`make gpu-check` (e2e/suites/gpu: preflight.py, plan.py, check.py) without a GPU: its preflight needs the
+standard library alone and stops at once, in one line, naming what is missing; its model is of real size; it
+serves the GPU predictor's rendered command line unchanged; and its whole run, the scheduler's traffic shapes
+included, works end to end on vLLM's CPU build (--cpu-rehearsal, a small model)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gpu import gpu_check
+from suites.gpu import plan, preflight
 
 from reward_testing import versions
 from reward_testing.paths import REPO
@@ -25,7 +25,7 @@ from reward_testing.tiny_model_maker import VOCAB_SIZE
 from reward_testing.vllm import VLLM_VERSION, require_vllm
 from reward_testing.vllm_server import DEVICE_SETTINGS, predictor_command
 
-SCRIPT = REPO / "e2e" / "gpu" / "gpu_check.py"
+SCRIPT = REPO / "e2e" / "suites" / "gpu" / "preflight.py"  # what `make gpu-check` runs
 
 
 def check(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -41,7 +41,7 @@ def check(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.C
 
 
 def one_line(run: subprocess.CompletedProcess) -> str:
-    assert run.returncode == gpu_check.MISSING_EXIT, run.stdout + run.stderr
+    assert run.returncode == preflight.MISSING_EXIT, run.stdout + run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr
     assert lines[0].startswith("gpu-check: cannot run: ")
@@ -121,29 +121,30 @@ def test_the_gateway_interpreter_lacking_its_dependencies_is_named(tmp_path):
 
 def test_the_model_is_real_size():
     """Qwen3-0.6B's shape: 0.6B parameters, its vocabulary holding the tests' tokenizer."""
-    shape = gpu_check.REAL_SHAPE
-    assert gpu_check.parameter_count(shape) == 596_050_944
+    shape = plan.REAL_SHAPE
+    assert plan.parameter_count(shape) == 596_050_944
     assert shape["vocab_size"] >= VOCAB_SIZE + 8  # the tokenizer's ids (its specials are among the 512)
     assert shape["num_attention_heads"] * shape["head_dim"] == 2048
-    assert 100_000 < gpu_check.parameter_count(gpu_check.REHEARSAL_SHAPE) < 5_000_000
+    assert 100_000 < plan.parameter_count(plan.REHEARSAL_SHAPE) < 5_000_000
 
 
 def test_transformers_counts_the_same_parameters():
     """The configs as transformers builds them (on the meta device: no memory, no time)."""
     script = (
         "import json, sys, torch\n"
-        f"sys.path.insert(0, {str(SCRIPT.parent)!r})\n"
-        "import gpu_check\n"
+        # as the preflight runs the check: the repository's packages on the path, and the check's folder
+        f"sys.path[:0] = {[str(SCRIPT.parent), *map(str, preflight.SOURCE_PATHS)]!r}\n"
+        "import plan\n"
         "from transformers import Qwen3ForSequenceClassification\n"
         "from reward_testing import tiny_model_maker as maker\n"
         "counts = {}\n"
         "for name in ('REAL_SHAPE', 'REHEARSAL_SHAPE'):\n"
-        "    shape = getattr(gpu_check, name)\n"
+        "    shape = getattr(plan, name)\n"
         "    tokenizer = maker.make_tokenizer(model_max_length=shape['max_position_embeddings'])\n"
-        "    config = gpu_check.model_config(shape, 'bfloat16', tokenizer)\n"
+        "    config = plan.model_config(shape, 'bfloat16', tokenizer)\n"
         "    with torch.device('meta'):\n"
         "        model = Qwen3ForSequenceClassification(config)\n"
-        "    counts[name] = [sum(p.numel() for p in model.parameters()), gpu_check.parameter_count(shape),\n"
+        "    counts[name] = [sum(p.numel() for p in model.parameters()), plan.parameter_count(shape),\n"
         "                    config.architectures, config.num_labels, len(tokenizer)]\n"
         "print('RESULTS ' + json.dumps(counts))\n"
     )
@@ -152,12 +153,12 @@ def test_transformers_counts_the_same_parameters():
     assert lines, run.stderr[-3000:]
     for counted, computed, architectures, labels, vocabulary in json.loads(lines[-1][8:]).values():
         assert counted == computed
-        assert architectures == [gpu_check.ARCHITECTURE] and labels == 1 and vocabulary == VOCAB_SIZE
+        assert architectures == [plan.ARCHITECTURE] and labels == 1 and vocabulary == VOCAB_SIZE
 
 
 def test_vllm_runs_the_gpu_predictors_rendered_command_line_unchanged(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_PYTHON", sys.executable)
-    rendered = gpu_check.render(1, "bfloat16", tmp_path)
+    rendered = plan.render(1, "bfloat16", tmp_path)
     predictor = rendered.predictor
     assert predictor["runtime"] == "vllm-reward"  # the CUDA runtime
     assert predictor["resources"]["limits"] == {"nvidia.com/gpu": "1"}
@@ -186,35 +187,35 @@ def test_vllm_runs_the_gpu_predictors_rendered_command_line_unchanged(tmp_path, 
 
 
 def test_the_parity_batch_is_what_trainers_send():
-    batch = gpu_check.parity_batch()
-    assert len(batch.items) == 2 + 2 * gpu_check.GROUP and len(batch.queries) == 8
+    batch = plan.parity_batch()
+    assert len(batch.items) == 2 + 2 * plan.GROUP and len(batch.queries) == 8
     assert len(batch.references) == len(batch.items) + len(batch.queries)
     groups = [item.get("group") for item in batch.items]
-    assert groups.count("g0") == groups.count("g1") == gpu_check.GROUP
+    assert groups.count("g0") == groups.count("g1") == plan.GROUP
     assert all(query.startswith("<s>### user:\n") for query in batch.queries)
 
 
 def test_the_tolerance_grows_with_the_score_and_is_tighter_in_float32():
-    assert gpu_check.within(1.0 + 0.049, 1.0, "bfloat16") and not gpu_check.within(1.0 + 0.051, 1.0, "bfloat16")
-    assert not gpu_check.within(1.0 + 0.003, 1.0, "float32")
-    assert gpu_check.compare([0.5, 1.0], [0.5], "bfloat16") == (float("inf"), False)
+    assert plan.within(1.0 + 0.049, 1.0, "bfloat16") and not plan.within(1.0 + 0.051, 1.0, "bfloat16")
+    assert not plan.within(1.0 + 0.003, 1.0, "float32")
+    assert plan.compare([0.5, 1.0], [0.5], "bfloat16") == (float("inf"), False)
 
 
 def test_the_scheduler_runs_at_a_gpus_scale_and_the_rehearsal_at_a_small_one():
     """Thousands of requests a side on a GPU (a few seconds each at thousands of scores/s); a few dozen
     in the rehearsal, so it stays quick on the CPU build; --scheduler-scale changes the counts only."""
-    gpu = gpu_check.settings(gpu_check.parse([]))
-    rehearsal = gpu_check.settings(gpu_check.parse(["--cpu-rehearsal"]))
+    gpu = plan.settings(preflight.parse([]))
+    rehearsal = plan.settings(preflight.parse(["--cpu-rehearsal"]))
     assert 512 * gpu.scheduler[0] >= 4096 and gpu.scheduler[1] <= 10
     assert 512 * rehearsal.scheduler[0] <= 64 and rehearsal.scheduler[1] <= 2
-    assert gpu_check.settings(gpu_check.parse(["--scheduler-scale", "2"])).scheduler == (2.0, gpu.scheduler[1])
+    assert plan.settings(preflight.parse(["--scheduler-scale", "2"])).scheduler == (2.0, gpu.scheduler[1])
 
 
 def test_the_scheduler_bench_needs_only_what_the_vllm_interpreter_has():
     """gpu-check runs reward_testing.scheduler_bench under the CUDA vLLM's interpreter, without our venv:
     what it imports, through reward_testing's modules too, is the standard library, CHECK_MODULES, or
     uvloop (optional, vLLM's)."""
-    allowed = set(sys.stdlib_module_names) | set(gpu_check.CHECK_MODULES) | {"uvloop", "reward_testing"}
+    allowed = set(sys.stdlib_module_names) | set(preflight.CHECK_MODULES) | {"uvloop", "reward_testing"}
     pending, seen, found = ["scheduler_bench"], set(), set()
     while pending:
         name = pending.pop()
@@ -262,4 +263,30 @@ def test_a_cpu_rehearsal_runs_every_step_end_to_end():
     assert "; prefix hits: straight " in summary
     assert "light client's p99 vs alone (" in summary and "(goal: on <= 2x)" in summary
     assert "requests failed" not in summary
-    assert gpu_check.SCHEDULER_GOALS in output and "not built yet" not in output
+    assert plan.SCHEDULER_GOALS in output and "not built yet" not in output
+
+
+def _imports(path: Path) -> tuple[set[str], list[str]]:
+    """The top-level packages a file imports, and the functions that import inside their bodies."""
+    tree = ast.parse(path.read_text())
+    found, inside = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+            isinstance(inner, ast.Import | ast.ImportFrom) for inner in ast.walk(node)
+        ):
+            inside.append(node.name)
+    return found, inside
+
+
+def test_the_preflight_runs_on_the_standard_library_and_the_run_imports_at_its_top():
+    """Two programs: the preflight on any Python 3 (nothing of ours is installed on a lent machine), the run under
+    the vLLM interpreter, its imports where a reader looks for them."""
+    found, inside = _imports(SCRIPT)
+    assert found - set(sys.stdlib_module_names) == {"reward_testing"} and not inside  # its versions.py: stdlib
+    for name in ("plan.py", "check.py"):
+        assert _imports(SCRIPT.with_name(name))[1] == [], name
+    assert set(plan.TOLERANCES) == set(preflight.DTYPES)
