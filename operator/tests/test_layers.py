@@ -4,31 +4,19 @@ catch an upward import: the layers are enforced, not just described."""
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from reward_testing.import_contracts import lint_imports as check_imports
 from reward_testing.paths import REPO
-
-LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
     # the test bed's layers are linted too: its package from this checkout
-    path = [root / "operator", root / "runtimes" / "gateway", REPO / "e2e", REPO / "testing"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return check_imports(root, [root / "operator", root / "runtimes" / "gateway", REPO / "e2e", REPO / "testing"])
 
 
 @pytest.fixture

@@ -4,31 +4,21 @@ which imported every add-on."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from reward_testing.import_contracts import lint_imports as check_imports
 from reward_testing.paths import REPO
 
-LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 CONTRACT = "Test bed layers point one way"
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
-    """lint-imports with the test bed of ``root`` on the path (the packages that ship, as installed)."""
-    path = [root / "e2e", REPO / "testing", REPO / "operator", REPO / "runtimes" / "gateway"]
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache"],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """lint-imports with the test bed of ``root`` on the path (the packages that ship from this checkout)."""
+    return check_imports(root, [root / "e2e", REPO / "testing", REPO / "operator", REPO / "runtimes" / "gateway"])
 
 
 @pytest.fixture
