@@ -24,8 +24,9 @@ import yaml
 from reward_testing.paths import REPO
 from reward_testing.tiny_models import make_tiny_models, tar_model
 from reward_testing.waiting import wait_until
-from testenv import controlplane, node
+from testenv import node
 from testenv.helpers import condition
+from testenv.plane import controlplane
 
 SAMPLE = REPO / "manifests" / "samples" / "rewardmodel-sequence-standard.yaml"
 NAMESPACE = "rlhf-demo"
@@ -93,7 +94,7 @@ def main() -> int:
     selector = f"involvedObject.kind=RewardModel,involvedObject.name={name}"
     print(kubectl("get", "events", "-n", NAMESPACE, "--field-selector", selector).stdout)
 
-    if (plane.directory / "node").is_dir() and node.owned_by(plane.directory):
+    if plane.running("node") and node.owned_by(plane.directory):
         serve_a_tiny_model(plane)
     else:
         step("no real node in this control plane (TESTENV_NODE=0): no model is served for real")

@@ -4,9 +4,11 @@
 # `make test`, and so CI, builds the site first.
 .PHONY: docs api-reference
 
+##@ The documentation
+
 # NO_MKDOCS_2_WARNING: Material prints a banner about its successor on every build.
-docs: venv ## build the documentation site into site/, strictly: a broken link or anchor, or a page missing from the nav, fails
+docs: venv ## the site into site/, strictly: a broken link, a page off the nav fails
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
-api-reference: venv ## regenerate docs/reference/ from the CRDs (operator/tests/test_api_reference.py fails when it drifts)
+api-reference: venv ## regenerate docs/reference/ from the CRDs (a unit test fails on drift)
 	$(PY) -m reward_operator.api.reference docs/reference

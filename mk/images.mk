@@ -1,6 +1,8 @@
-# The real node's images (e2e/testenv/images.py): built here from the repository's own files as
+# The real node's images (e2e/testenv/images): built here from the repository's own files as
 # docker-archive tars in the test bed's cache; a no-op when cached. IMAGES=operator,pause builds some.
 .PHONY: images
 
-images: venv ## build the real node's images (base, pause, operator, storage-initializer, vllm-cpu) and check each by running it
+##@ The real node's images
+
+images: venv ## build the real node's images (IMAGES=a,b: some), each run for its check
 	$(TESTENV) images --check $(if $(IMAGES),--only $(IMAGES))

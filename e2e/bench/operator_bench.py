@@ -61,8 +61,8 @@ from reward_operator.render import render_reward_model
 from reward_operator.settings import Settings
 from reward_testing import pki
 from reward_testing.paths import REPO
-from testenv import controlplane
 from testenv.operator_process import DRIFT_ENV, OperatorProcess
+from testenv.plane import controlplane
 
 SIZES = [int(n) for n in os.environ.get("BENCH_N", "100,1000").split(",") if n.strip()]
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "32"))

@@ -8,7 +8,7 @@ gateway does not control) brings the fake vLLM up on that port. Printed, never
 asserted:
 
 - wake: first request sent -> ``true`` read on KEDA's stream (the gateway's part
-  of the scale-up decision; KEDA's own part is measured by e2e/tests/test_keda.py);
+  of the scale-up decision; KEDA's own part is measured by e2e/suites/keda/test_keda.py);
 - held: the peak of reward_gateway_held_requests, and what the holding cost the
   gateway (CPU while it retried, peak RSS);
 - release: predictor up (the fake listening, in this process) -> each answer (p50,

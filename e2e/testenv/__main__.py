@@ -1,4 +1,4 @@
-"""python -m testenv {build,bin-dir,images,up,down,status,kubeconfig}"""
+"""python -m testenv {build,bin-dir,images,up,down,clean-node,status,kubeconfig}"""
 
 from __future__ import annotations
 
@@ -6,12 +6,23 @@ import argparse
 import sys
 import time
 
-from . import build, controlplane, node
+from . import addons, builds, images
+from .node import clean_host
+from .plane.controlplane import ControlPlane
 
 
-def _default_components() -> str:
-    left_out = [c.module_dir for c in build.COMPONENTS if not c.default]
-    return f"all but {','.join(left_out)}" if left_out else "all of them"
+def _names(catalogue) -> str:
+    left_out = [item.name for item in catalogue if not item.default]
+    listed = f"of {','.join(catalogue.by_name)}"
+    return f"{listed} (default: all but {','.join(left_out)})" if left_out else f"{listed} (default: all of them)"
+
+
+def _add_on_help(kind) -> str:
+    default = "yes" if kind.default else "no"
+    if kind.comes_with:
+        default += f" (yes where {' or '.join(kind.comes_with)} runs)"
+    brings = f"; brings {', '.join(kind.requires)}" if kind.requires else ""
+    return f"run {kind.title}{brings}; default: {default}, unless {kind.env()}=1 or 0 says otherwise"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         type=lambda names: [name.strip() for name in names.split(",") if name.strip()],
         metavar="NAMES",
-        help=f"comma-separated components to build, of {','.join(build.BY_NAME)} (default: {_default_components()})",
+        help=f"comma-separated components to build, {_names(builds.CATALOGUE)}",
     )
     sub.add_parser("bin-dir", help="print the folder of the cached binaries")
     images_parser = sub.add_parser(
@@ -32,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         type=lambda names: [name.strip() for name in names.split(",") if name.strip()],
         metavar="NAMES",
-        help="comma-separated images to build, of base,pause,operator,storage-initializer,vllm-cpu,prometheus,"
-        "prometheus-config-reloader (default: all but the last two, which `make prometheus-real` builds)",
+        help=f"comma-separated images to build, {_names(images.CATALOGUE)}",
     )
     images_parser.add_argument("--force", action="store_true", help="rebuild even when a cached tar matches")
     images_parser.add_argument(
@@ -41,32 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     up = sub.add_parser("up", help="start etcd, kube-apiserver, controller-manager, scheduler and kwok")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
-    up.add_argument(
-        "--kserve",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run KServe's manager (controller and webhooks); default: yes, unless TESTENV_KSERVE=0",
-    )
-    up.add_argument(
-        "--keda",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run KEDA's operator and external metrics API server; default: no, unless TESTENV_KEDA=1",
-    )
-    up.add_argument(
-        "--localmodel",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run KServe's LocalModel controller with localModel enabled and a node group (spec.cache); "
-        "implies --kserve; default: no, unless TESTENV_LOCALMODEL=1",
-    )
-    up.add_argument(
-        "--node",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run the real node (kubelet, containerd, CNI, kube-proxy, CoreDNS; root, changes the host until down); "
-        "default: yes, unless TESTENV_NODE=0",
-    )
+    for kind in addons.KINDS:
+        up.add_argument(f"--{kind.name}", action=argparse.BooleanOptionalAction, default=None, help=_add_on_help(kind))
     sub.add_parser(
         "down", help="stop every process of the control plane, remove its folder, undo the real node's host changes"
     )
@@ -77,12 +63,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "build":
         started = time.monotonic()
-        path = build.build(only=args.only)
+        path = builds.build(only=args.only)
         print(f"binaries in {path} ({time.monotonic() - started:.0f}s)")
         return 0
     if args.command == "images":
-        from . import images  # imports the operator package (the gateway image's name): only here
-
         started = time.monotonic()
         tars = images.build_images(only=args.only, force=args.force)
         for name, tar in tars.items():
@@ -92,20 +76,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"images ready in {time.monotonic() - started:.0f}s")
         return 0
     if args.command == "bin-dir":
-        print(build.bin_dir())
+        print(builds.bin_dir())
         return 0
 
     if args.command == "clean-node":
-        node.clean_host()
+        clean_host(addons.leftovers())
         print("the host holds no real node's state")
         return 0
 
-    plane = controlplane.ControlPlane()
+    plane = ControlPlane()
     if args.command == "up":
-        state = plane.up(timeout=args.timeout, kserve=args.kserve, keda=args.keda, localmodel=args.localmodel,
-                           node=args.node)  # fmt: skip
+        asked = {kind.name: getattr(args, kind.name.replace("-", "_")) for kind in addons.KINDS}
+        state = plane.up(timeout=args.timeout, **{name.replace("-", "_"): value for name, value in asked.items()})
         print(f"export KUBECONFIG={state.kubeconfig}")
-        print(f"export PATH={build.bin_dir()}:$PATH   # kubectl, helm of the pinned releases")
+        print(f"export PATH={builds.bin_dir()}:$PATH   # kubectl, helm of the pinned releases")
         return 0
     if args.command == "down":
         plane.down()

@@ -8,17 +8,25 @@ from pathlib import Path
 
 import yaml
 
+from reward_testing import versions
 from reward_testing.paths import REPO
 
-from . import build
+from . import builds
 
 CHART = REPO / "charts" / "reward-operator"
-KUBE_VERSION = "1.37.0"  # helm built without version stamps would assume 1.20
+KUBE_VERSION = versions.KUBERNETES  # helm built without version stamps would assume 1.20
+# Every optional object of the chart switched on (its monitors, its rules, the dashboard)
+EVERYTHING_ON = (
+    "--set=metrics.serviceMonitor.enabled=true",
+    "--set=metrics.podMonitor.enabled=true",
+    "--set=prometheusRule.enabled=true",
+    "--set=dashboard.enabled=true",
+)
 
 
 def helm_binary() -> Path:
     """The pinned helm, built into the test bed's cache when missing."""
-    return build.build(only=["helm"]) / "helm"
+    return builds.build(only=["helm"]) / "helm"
 
 
 def run_helm(helm: Path, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:

@@ -1,16 +1,16 @@
-"""The session-scoped ``cluster`` fixture for integration and e2e tests.
+"""The clusters and namespaces the tests run on: the session's ``cluster``, and ``cluster_with`` for the rest.
 
-With ``E2E_KUBECONFIG`` set, tests run against that cluster (a kind cluster or a
-real one with KServe's CRDs installed); otherwise one local control plane is
-started for the whole session and stopped at its end, with KServe's own manager
-(controller and webhooks) on it unless ``TESTENV_KSERVE=0``; tests that need
-KServe use ``kserve_cluster``, which brings its own control plane in that case.
-Tests that need KEDA use ``keda_cluster`` likewise (KEDA is off unless TESTENV_KEDA=1), and the
-kwok cache tests ``localmodel_cluster`` (KServe's LocalModel controller on a plane of their own).
-The session's control plane has the real node (``testenv.node``) unless TESTENV_NODE=0, and with it
-KServe's LocalModel (a node group of the real node's own); tests whose pods must really run use
-``node_cluster`` and ``node_namespace`` (a namespace pinned to that node).
-Module-scoped control planes leave the node out: there is one real node per machine.
+With ``E2E_KUBECONFIG`` set, tests run against that cluster (a kind cluster or a real one with KServe's CRDs
+installed); otherwise one local control plane is started for the whole session and stopped at its end, with
+the add-ons the environment asks for (``testenv.addons``: KServe's manager and the real node unless
+TESTENV_KSERVE=0 or TESTENV_NODE=0, and with the node KServe's LocalModel, whose node group the real-node
+suite caches a model in). A test that needs an add-on the session's plane may lack asks for a fixture made by
+``cluster_with``: the session's cluster where it runs them, else a control plane with them for its module
+alone. Module-scoped control planes leave the real node out (one per machine) unless they are for it.
+
+A test's level is its folder (the Makefile's ``make unit`` and ``make integration`` select by path);
+``--level`` holds a run to its level: ``offline`` refuses a test that asks for a cluster, ``cluster`` one that
+does not.
 """
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ import os
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from . import build, controlplane, keda, kserve_manager, localmodel
-from . import keda as keda_setup  # `keda` is also a parameter name below
-from . import node as node_setup
+from . import addons, builds
+from .addons.keda import HostsFile, hosts_file
+from .node import namespace_for_real_node
+from .plane.controlplane import ControlPlane
+from .plane.kubectl import run_kubectl
 
 
 @dataclass
@@ -39,7 +41,7 @@ class Cluster:
     local: bool
     # Where KEDA's operator resolves in-cluster names (keda.HostsFile): a local control plane
     # with KEDA; None elsewhere (a real cluster has its DNS).
-    hosts: keda_setup.HostsFile | None = None
+    hosts: HostsFile | None = None
     # The local control plane's folder (node disks of KServe's LocalModel agents); None elsewhere.
     directory: Path | None = None
 
@@ -47,7 +49,7 @@ class Cluster:
         """Run the pinned kubectl against this cluster."""
         kubectl = self.bin_dir / "kubectl" if (self.bin_dir / "kubectl").exists() else Path("kubectl")
         try:
-            return controlplane.run_kubectl(kubectl, self.kubeconfig, args, input=input, check=check)
+            return run_kubectl(kubectl, self.kubeconfig, args, input=input, check=check)
         except RuntimeError as error:
             raise AssertionError(str(error)) from None
 
@@ -56,20 +58,25 @@ class Cluster:
         return dict(os.environ, KUBECONFIG=self.kubeconfig, PATH=f"{self.bin_dir}{os.pathsep}{os.environ['PATH']}")
 
 
+def session_asks() -> dict[str, bool]:
+    """What the session's control plane asks beyond the environment: KServe's LocalModel wherever the real node
+    runs (the real-node suite caches a model on it)."""
+    with_node = any(add_on.name == "node" for add_on in addons.choose())
+    return {"localmodel": True} if with_node else {}
+
+
 @contextmanager
-def _local_cluster(
-    kserve: bool | None = None, keda: bool | None = None, localmodel: bool | None = None, node: bool | None = False
-) -> Iterator[Cluster]:
+def _local_cluster(**asked: bool | None) -> Iterator[Cluster]:
     with tempfile.TemporaryDirectory(prefix="reward-operator-testenv-") as scratch:
-        plane = controlplane.ControlPlane(Path(scratch) / "plane")
-        state = plane.up(kserve=kserve, keda=keda, localmodel=localmodel, node=node)
-        hosts = keda_setup.hosts_file(plane.directory)
+        plane = ControlPlane(Path(scratch) / "plane")
+        state = plane.up(**asked)
+        hosts = hosts_file(plane.directory)
         try:
             yield Cluster(
                 kubeconfig=state.kubeconfig,
                 bin_dir=plane.bin,
                 local=True,
-                hosts=keda_setup.HostsFile(hosts) if hosts.exists() else None,
+                hosts=HostsFile(hosts) if hosts.exists() else None,
                 directory=plane.directory,
             )
         finally:
@@ -80,103 +87,62 @@ def _local_cluster(
 def cluster() -> Iterator[Cluster]:
     external = os.environ.get("E2E_KUBECONFIG")
     if external:
-        yield Cluster(kubeconfig=external, bin_dir=build.bin_dir(), local=False)
+        yield Cluster(kubeconfig=external, bin_dir=builds.bin_dir(), local=False)
         return
-    # KServe's LocalModel comes with the real node: the real-node suite caches a model on it
-    with_node = node_setup.enabled_by_env()
-    with _local_cluster(node=with_node, localmodel=with_node or localmodel.enabled_by_env()) as local:
+    with _local_cluster(**session_asks()) as local:
         yield local
 
 
-@pytest.fixture(scope="module")
-def node_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A cluster with the real node: the session's (the default), or, with TESTENV_NODE=0, a control
-    plane with the node for this module alone. An E2E_KUBECONFIG cluster needs a Node named
-    ``real-node`` with the images built here."""
-    yield from _shared_or_own(
-        request,
-        node_setup.enabled_by_env(),
-        f"node/{node_setup.NAME}",
-        f"no real node ({node_setup.NAME})",
-        node=True,
-    )
+# The fixtures that bring a cluster: a test that asks for one is no offline test.
+CLUSTER_FIXTURES = {"cluster"}
 
 
-@pytest.fixture(scope="module")
-def kserve_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A cluster on which KServe's own manager (controller and webhooks) runs.
+def cluster_with(*names: str, doc: str, shared: bool = True) -> Callable[..., Iterator[Cluster]]:
+    """A module-scoped fixture, ``<names>_cluster``: a cluster on which the add-ons ``names`` run (``doc`` says
+    what for).
 
-    The session's ``cluster`` when it has KServe (the default, or an
-    E2E_KUBECONFIG cluster with KServe installed); with TESTENV_KSERVE=0, a
-    control plane with KServe for this module alone, stopped after it.
-    """
-    if os.environ.get("E2E_KUBECONFIG") or kserve_manager.enabled_by_env():
-        shared: Cluster = request.getfixturevalue("cluster")
-        webhook = "mutatingwebhookconfiguration/inferenceservice.serving.kserve.io"
-        if shared.kubectl("get", webhook, check=False).returncode != 0:
-            pytest.skip(f"KServe's webhooks are not installed on {shared.kubeconfig}")
-        yield shared
-        return
-    with _local_cluster(kserve=True) as local:
-        yield local
+    The session's ``cluster`` where its control plane runs them (an E2E_KUBECONFIG cluster too; skipped where
+    an add-on's probe object is absent); otherwise a control plane with them for the module alone, stopped
+    after it, without the real node unless it is asked for. ``shared=False``: always one of the module's own
+    (on a local control plane)."""
+    kinds = [addons.BY_NAME[name] for name in names]
+    fixture_name = f"{'_'.join(name.replace('-', '_') for name in names)}_cluster"
 
+    def fixture(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+        in_session = {add_on.name for add_on in addons.choose(session_asks())}
+        if os.environ.get("E2E_KUBECONFIG") or (shared and in_session >= set(names)):
+            shared_cluster: Cluster = request.getfixturevalue("cluster")
+            for kind in kinds:
+                probe, missing = kind.probe
+                if probe and shared_cluster.kubectl("get", probe, check=False).returncode != 0:
+                    pytest.skip(f"{missing} on {shared_cluster.kubeconfig}")
+            yield shared_cluster
+            return
+        with _local_cluster(**{"node": False, **dict.fromkeys(names, True)}) as local:
+            yield local
 
-@pytest.fixture(scope="module")
-def keda_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A cluster on which KEDA's operator and external metrics API server run.
-
-    The session's ``cluster`` when it has KEDA (TESTENV_KEDA=1, or an E2E_KUBECONFIG
-    cluster with KEDA installed); otherwise a control plane with KEDA (and KServe's
-    manager unless TESTENV_KSERVE=0) for this module alone, stopped after it.
-    """
-    yield from _shared_or_own(
-        request,
-        keda.enabled_by_env(),
-        f"apiservice/{keda.API_SERVICE}",
-        "KEDA's external metrics API is not registered",
-        keda=True,
-    )
+    fixture.__doc__ = doc
+    CLUSTER_FIXTURES.add(fixture_name)
+    return pytest.fixture(scope="module", name=fixture_name)(fixture)
 
 
-@pytest.fixture(scope="module")
-def localmodel_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A cluster on which KServe's LocalModel controller runs, with localModel enabled and a
-    LocalModelNodeGroup ``gpu`` (see ``testenv.localmodel``).
-
-    An E2E_KUBECONFIG cluster with KServe's LocalModel install; otherwise a control plane with them
-    (and KServe's manager) for this module alone, stopped after it, even where the session's has them:
-    the cache tests stop and start an operator of their own, which must not run beside the session's."""
-    yield from _shared_or_own(
-        request,
-        False,
-        f"localmodelnodegroup/{localmodel.NODE_GROUP}",
-        f"no LocalModelNodeGroup {localmodel.NODE_GROUP} (KServe's LocalModel)",
-        kserve=True,
-        localmodel=True,
-    )
-
-
-def _shared_or_own(
-    request: pytest.FixtureRequest, in_session: bool, probe: str, missing: str, **components: bool
-) -> Iterator[Cluster]:
-    """The session's ``cluster`` when it runs the components (``in_session``, or any E2E_KUBECONFIG
-    cluster; skipped when ``probe``, an object they make, is absent); otherwise a control plane
-    with them for the module alone, stopped after it."""
-    if os.environ.get("E2E_KUBECONFIG") or in_session:
-        shared: Cluster = request.getfixturevalue("cluster")
-        if shared.kubectl("get", probe, check=False).returncode != 0:
-            pytest.skip(f"{missing} on {shared.kubeconfig}")
-        yield shared
-        return
-    with _local_cluster(**components) as local:
-        yield local
+kserve_cluster = cluster_with("kserve", doc="A cluster on which KServe's own manager (controller and webhooks) runs.")
+keda_cluster = cluster_with("keda", doc="A cluster on which KEDA's operator and external metrics API server run.")
+# always a control plane of the module's own, even where the session's has it: the cache tests stop and start
+# an operator of their own, which must not run beside the session's
+localmodel_cluster = cluster_with(
+    "localmodel",
+    doc="A cluster on which KServe's LocalModel controller runs, localModel enabled, with a node group gpu.",
+    shared=False,
+)
+node_cluster = cluster_with("node", doc="A cluster with the real node (E2E_KUBECONFIG: a Node real-node, our images).")
 
 
 @contextmanager
 def _fresh_namespace(cluster: Cluster, on_real_node: bool = False) -> Iterator[str]:
     name = f"{'n' if on_real_node else 't'}-{uuid.uuid4().hex[:8]}"
     if on_real_node:
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(node_setup.namespace_for_real_node(name)))
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(namespace_for_real_node(name)))
     else:
         cluster.kubectl("create", "namespace", name)
     # pods are refused until the namespace's default ServiceAccount exists
@@ -215,14 +181,34 @@ def node_namespace(node_cluster: Cluster) -> Iterator[str]:
         yield name
 
 
-CLUSTER_FIXTURES = {"cluster", "kserve_cluster", "keda_cluster", "localmodel_cluster", "node_cluster"}
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--level",
+        choices=("offline", "cluster"),
+        help="hold the run to one level: offline refuses a test that asks for a cluster, cluster one that does not",
+    )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Anything that needs a cluster is an integration test, so `-m "not integration"`
-    # gives the fast unit run without marking each test by hand.
-    for item in items:
-        if {"cluster", "kserve_cluster", "keda_cluster", "localmodel_cluster", "node_cluster"} & set(
-            getattr(item, "fixturenames", ())
-        ):
-            item.add_marker(pytest.mark.integration)
+def needs_a_cluster(item: pytest.Item) -> bool:
+    """Whether the test asks for one of the clusters above (a folder's own fixture of the same name, such as the
+    operator's tests' fake ``cluster``, is no cluster)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs if info is not None else {}
+    return any(
+        name in definitions and definitions[name][-1].func.__module__ == __name__
+        for name in CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    level = config.getoption("--level")
+    if level is None:
+        return
+    wrong = [item.nodeid for item in items if needs_a_cluster(item) != (level == "cluster")]
+    if wrong:
+        where = "e2e/tests/cluster or e2e/tests/node" if level == "offline" else "e2e/tests/offline"
+        listed = "\n  ".join(wrong[:20])
+        raise pytest.UsageError(
+            f"{len(wrong)} test(s) of a --level={level} run {'ask' if level == 'offline' else 'do not ask'} for a "
+            f"cluster ({', '.join(sorted(CLUSTER_FIXTURES))}): they belong in {where}\n  {listed}"
+        )

@@ -4,29 +4,19 @@ catch an upward import: the layers are enforced, not just described."""
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from reward_testing.import_contracts import lint_imports as check_imports
 from reward_testing.paths import REPO
-
-LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{root / 'operator'}{os.pathsep}{root / 'runtimes' / 'gateway'}"}
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    # the test bed's layers are linted too: its package from this checkout
+    return check_imports(root, [root / "operator", root / "runtimes" / "gateway", REPO / "e2e", REPO / "testing"])
 
 
 @pytest.fixture
@@ -61,13 +51,14 @@ def test_an_upward_import_breaks_the_lint(copy_of_the_packages, module, upward_i
     assert f"{broken}" in result.stdout and "BROKEN" in result.stdout, result.stdout
 
 
-# Folders of tests and benchmarks: each may import the packages, testenv and
-# reward_testing, never another of these folders (shared helpers go to testing/).
-TEST_FOLDERS = ("operator/tests", "runtimes/gateway/tests", "e2e/tests", "e2e/bench")
+# Folders of tests and benchmarks (with their sub-folders: e2e/tests/{offline,cluster,node}, each suite of
+# e2e/suites): each may import the packages, testenv and reward_testing, never another of these folders
+# (shared helpers go to testing/ or the test bed).
+TEST_FOLDERS = ("operator/tests", "runtimes/gateway/tests", "e2e/tests", "e2e/suites", "e2e/testenv/tests", "e2e/bench")
 
 
 def _modules_of(folder: str) -> set[str]:
-    return {path.stem for path in (REPO / folder).glob("*.py")} - {"conftest", "__init__"}
+    return {path.stem for path in (REPO / folder).rglob("*.py")} - {"conftest", "__init__"}
 
 
 def _strings(tree: ast.Module) -> set[str]:
@@ -101,7 +92,7 @@ def _imported_names(tree: ast.Module) -> set[str]:
 def test_no_test_folder_imports_or_reads_another(folder):
     others = [other for other in TEST_FOLDERS if other != folder]
     foreign_modules = set().union(*(_modules_of(other) for other in others)) - _modules_of(folder)
-    for path in sorted((REPO / folder).glob("*.py")):
+    for path in sorted((REPO / folder).rglob("*.py")):
         tree = ast.parse(path.read_text())
         imported = _imported_names(tree) & foreign_modules
         assert not imported, f"{path.relative_to(REPO)} imports {imported} from another test folder"

@@ -10,6 +10,7 @@ import yaml
 
 from reward_operator.render import render_reward_model
 from reward_operator.render.vllm_args import vllm_args
+from reward_testing.gateway_process import pod_env
 from reward_testing.paths import GOLDEN, assert_matches_golden, golden_cases, golden_input
 
 CASES = {case: golden_input(case) for case in golden_cases()}
@@ -87,17 +88,7 @@ def test_gateway_is_on_by_default_and_can_be_turned_off():
 
 def gateway_env(isvc: dict) -> dict[str, str]:
     """The transformer's environment as the kubelet fills it in (the downward API's memory limit in bytes)."""
-    from kubernetes.utils import parse_quantity
-
-    container = isvc["spec"]["transformer"]["containers"][0]
-    env = {}
-    for variable in container["env"]:
-        if "value" in variable:
-            env[variable["name"]] = variable["value"]
-        else:
-            assert variable["valueFrom"] == {"resourceFieldRef": {"resource": "limits.memory"}}
-            env[variable["name"]] = str(int(parse_quantity(container["resources"]["limits"]["memory"])))
-    return env
+    return pod_env(isvc["spec"]["transformer"]["containers"][0])
 
 
 def test_the_gateways_memory_budget_follows_its_container_limit():

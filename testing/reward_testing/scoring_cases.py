@@ -1,6 +1,6 @@
 """What the real-vLLM tests send and what transformers is asked for the same items: one source for
-the local processes (e2e/tests/test_real_vllm_parity.py) and the real node
-(e2e/tests/test_real_node_rewards.py), so both check the same texts."""
+the local processes (e2e/tests/offline/test_real_vllm_parity.py) and the real node
+(e2e/tests/node/test_real_node_rewards.py), so both check the same texts."""
 
 from __future__ import annotations
 

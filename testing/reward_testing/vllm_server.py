@@ -6,7 +6,7 @@ cache (unset, vLLM sizes it from most of the machine's memory), every temporary 
 test's own folder, and loopback only.
 One vLLM takes about 3 GB: start few, and share them (module-scoped fixtures).
 
-On a GPU (``device="cuda"``, e2e/gpu/gpu_check.py) nothing is added to the rendered command line: the
+On a GPU (``device="cuda"``, e2e/suites/gpu) nothing is added to the rendered command line: the
 engine runs as a GPU predictor would (CUDA graphs, torch.compile, the KV cache from vLLM's
 ``--gpu-memory-utilization``), only its files and its address are kept local.
 """

@@ -1,6 +1,6 @@
 """Keep the chart's generated parts in step with their sources.
 
-    python charts/reward-operator/hack/sync.py [--check] [--helm PATH]
+    python charts/reward-operator/hack/sync.py --kube-version X.Y.Z [--check] [--helm PATH]
 
 - files/crds/        <- crds/ (generated from the operator's API types)
 - files/runtimes/    <- runtimes/*.yaml (the ClusterServingRuntimes)
@@ -37,8 +37,6 @@ MONITORS = ("templates/servicemonitor.yaml", "templates/podmonitor.yaml")
 # what the kustomize base installs: cluster-wide mode, no monitoring objects (the
 # monitoring overlay adds them from manifests/prometheus and manifests/grafana)
 BASE_NAMESPACE = "reward-operator"
-# Capabilities.KubeVersion for offline rendering (helm built without version stamps says 1.20)
-KUBE_VERSION = "1.37.0"
 
 COPIES = {
     "files/crds": (REPO / "crds", "*.yaml"),
@@ -118,20 +116,20 @@ def render_readme() -> str:
 # ---- the kustomize base, rendered from the chart --------------------------------
 
 
-def render_base(helm: str) -> bytes:
+def render_base(helm: str, kube_version: str) -> bytes:
     # peering off: kopf's peering CRDs are the chart's crds/, and a ClusterKopfPeering applied in the same
     # `kubectl apply` as its CRD fails the first time; so one --standalone pod (several replicas: the chart)
-    return _render(helm, ["--set", "peering.enabled=false"], "the chart's default values (peering off)")
+    return _render(helm, kube_version, ["--set", "peering.enabled=false"], "the chart's default values (peering off)")
 
 
-def render_monitors(helm: str) -> bytes:
+def render_monitors(helm: str, kube_version: str) -> bytes:
     monitors = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true"]
     for template in MONITORS:
         monitors += ["--show-only", template]
-    return _render(helm, monitors, "its ServiceMonitor and PodMonitor")
+    return _render(helm, kube_version, monitors, "its ServiceMonitor and PodMonitor")
 
 
-def _render(helm: str, extra: list[str], what: str) -> bytes:
+def _render(helm: str, kube_version: str, extra: list[str], what: str) -> bytes:
     result = subprocess.run(
         [
             helm,
@@ -141,7 +139,7 @@ def _render(helm: str, extra: list[str], what: str) -> bytes:
             "--namespace",
             BASE_NAMESPACE,
             "--kube-version",
-            KUBE_VERSION,
+            kube_version,
             *extra,
         ],
         capture_output=True,
@@ -177,6 +175,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="only report what differs; exit 1 if anything does")
     parser.add_argument("--helm", default=shutil.which("helm") or "helm", help="helm binary")
+    # helm built without version stamps would say 1.20: make passes KUBERNETES_VERSION of versions.env
+    parser.add_argument("--kube-version", required=True, help="Capabilities.KubeVersion for the offline rendering")
     args = parser.parse_args()
 
     wanted = wanted_copies()
@@ -184,8 +184,8 @@ def main() -> int:
     if not args.check:
         # the base is rendered from the chart, so the chart's copies come first
         _write(wanted, stale_files(wanted))
-    wanted[BASE_MANIFEST] = render_base(args.helm)
-    wanted[MONITORS_MANIFEST] = render_monitors(args.helm)
+    wanted[BASE_MANIFEST] = render_base(args.helm, args.kube_version)
+    wanted[MONITORS_MANIFEST] = render_monitors(args.helm, args.kube_version)
     stale = stale_files(wanted)
     differing = [path for path, data in wanted.items() if not path.is_file() or path.read_bytes() != data]
     if args.check:
@@ -194,7 +194,7 @@ def main() -> int:
         for path in stale:
             print(f"stale: {path.relative_to(REPO)}", file=sys.stderr)
         if differing or stale:
-            print("run: python charts/reward-operator/hack/sync.py", file=sys.stderr)
+            print("run: make chart-sync", file=sys.stderr)
             return 1
         return 0
     _write(wanted, stale)

@@ -4,7 +4,7 @@ and the reward is the value there. Without the setting nothing changes: texts go
 
 vLLM stands in as a recording stub: /tokenize answers a word's id per word (the template's markers
 included), /pooling a value per token equal to the token's id, so a reward says which token was last.
-The real vLLM's answers: e2e/tests/test_real_vllm_reward_token.py.
+The real vLLM's answers: e2e/tests/offline/test_real_vllm_reward_token.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 GetMetricSpec and GetMetrics answer, over real gRPC, alone and across replicas.
 
 The calls are the ones KEDA's external-push scaler makes (a ScaledObjectRef with
-the trigger's metadata); e2e/tests/test_keda.py has KEDA itself make them.
+the trigger's metadata); e2e/suites/keda/test_keda.py has KEDA itself make them.
 """
 
 from __future__ import annotations
