@@ -51,13 +51,31 @@ def image_tar(name: str, force: bool = False) -> Path:
         else:
             with buildah.using_buildah():
                 buildah.build_dockerfile(image, out, log_file)
-        # older tars of this image: a changed input made them stale
-        for stale in images_dir().glob(f"{name}-*.tar"):
-            if stale != out and re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{12}}\.tar", stale.name):
-                stale.unlink()
+        _drop_older_tars(name, out)
         size = out.stat().st_size / 2**20
         note(f"  {name}: {out.name}, {size:.0f} MiB, in {time.monotonic() - started:.0f}s")
     return out
+
+
+# Older tars of an image kept besides the newest: a changed input made them stale, but the checkout one
+# branch back (or a second worktree on this machine) still builds that key, and vLLM's image takes 6-10
+# minutes to build again; one more 5.6 GB tar at most.
+KEPT_OLDER_TARS = 1
+
+
+def _drop_older_tars(name: str, newest: Path) -> None:
+    """Delete the tars of image ``name`` other than ``newest`` and the KEPT_OLDER_TARS last written before it."""
+    older = sorted(
+        (
+            tar
+            for tar in images_dir().glob(f"{name}-*.tar")
+            if tar != newest and re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{12}}\.tar", tar.name)
+        ),
+        key=lambda tar: tar.stat().st_mtime,
+        reverse=True,
+    )
+    for stale in older[KEPT_OLDER_TARS:]:
+        stale.unlink()
 
 
 def node_images(only: Iterable[str] | None = None) -> dict[str, Path]:

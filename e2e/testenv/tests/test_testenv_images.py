@@ -19,6 +19,7 @@ import pytest
 from reward_testing import versions
 from testenv import builds, images
 from testenv.images import archive, buildah, catalogue, keys, rootfs
+from testenv.images import build as image_build
 
 
 def _git_repo(root: Path, files: dict[str, str]) -> Path:
@@ -312,3 +313,26 @@ def test_the_storage_initializer_unpacks_an_http_archive(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(p.name for p in destination.iterdir()) == ["config.json", "tokenizer.json"]
     assert json.loads((destination / "config.json").read_text())["architectures"] == ["LlamaForSequenceClassification"]
+
+
+def test_a_new_tar_keeps_the_last_older_key_of_its_image_and_drops_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setenv("REWARD_OPERATOR_CACHE", str(tmp_path))
+    folder = tmp_path / "testenv" / "images"
+    folder.mkdir(parents=True)
+    written = {}
+    for age, key in enumerate(["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"]):
+        tar = folder / f"vllm-cpu-{key}.tar"
+        tar.write_text(key)
+        os.utime(tar, (1000 + age, 1000 + age))
+        written[key] = tar
+    other = folder / "operator-dddddddddddd.tar"
+    other.write_text("another image")
+    newest = written["cccccccccccc"]
+
+    image_build._drop_older_tars("vllm-cpu", newest)
+
+    assert sorted(path.name for path in folder.iterdir()) == [
+        "operator-dddddddddddd.tar",
+        "vllm-cpu-bbbbbbbbbbbb.tar",
+        "vllm-cpu-cccccccccccc.tar",
+    ]
