@@ -96,13 +96,15 @@ SUFFIXES = {
 
 def pod_env(container: dict) -> dict[str, str]:
     """A gateway container's environment as the kubelet fills it in: its values, and the downward API's
-    ``limits.memory`` (the only reference the operator renders) in bytes."""
+    ``limits.memory`` (the only reference the operator renders) in bytes; as rendered, or as the API server
+    stores it (with its default divisor, 0: bytes)."""
     env = {}
     for variable in container.get("env") or []:
         if "value" in variable:
             env[variable["name"]] = variable["value"]
         else:
-            assert variable["valueFrom"] == {"resourceFieldRef": {"resource": "limits.memory"}}, variable
+            field = variable["valueFrom"].get("resourceFieldRef", {})
+            assert field.get("resource") == "limits.memory" and field.get("divisor", "0") in ("0", "1"), variable
             number, suffix = QUANTITY.fullmatch(container["resources"]["limits"]["memory"]).groups()
             env[variable["name"]] = str(int(number) * SUFFIXES.get(suffix, 1))
     return env
