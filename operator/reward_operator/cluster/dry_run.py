@@ -3,7 +3,7 @@ strict field validation, kubectl's default; an object that exists already is dry
 
 The answer is in the offline validator's terms (``api.validation.Problem``: field path and message),
 so ``reward-operator render --validate=server`` prints both alike and the differential test
-(``e2e/tests/test_validation_differential.py``) compares them field by field.
+(``e2e/suites/fuzz/test_validation_differential.py``) compares them field by field.
 """
 
 from __future__ import annotations
