@@ -28,7 +28,7 @@ from .facts import (
     in_pod_subnet,
     namespace_for_real_node,
 )
-from .host import clean_host, host_differences, owned_by
+from .host import clean_host, clear_interrupted_run, host_differences, owned_by
 from .storage import PROCESS as STORAGE
 from .storage import failing_url, storage_command, storage_dir, storage_url
 
@@ -42,6 +42,7 @@ __all__ = [
     "TAINT",
     "RealNode",
     "clean_host",
+    "clear_interrupted_run",
     "failing_url",
     "host_address",
     "host_differences",

@@ -94,18 +94,9 @@ class HostRecord:
             return None
 
 
-def prepare_host(state_dir: Path, node_dir: Path, leftovers: Leftovers) -> None:
-    """Record what is about to change, then make the changes the node needs before it starts; ``leftovers``: what
-    every add-on leaves behind, which a cleanup removes."""
-    if missing := missing_host_tools():
-        raise RuntimeError(
-            f"the real node needs Debian's {', '.join(missing)}: run `make host-packages` "
-            "(or `apt-get install -y " + " ".join(missing) + "`), or TESTENV_NODE=0 to leave the node out"
-        )
-    if os.geteuid() != 0:
-        raise RuntimeError(
-            "the real node changes the host (iptables, a bridge, mounts): run as root, or TESTENV_NODE=0"
-        )
+def clear_interrupted_run(leftovers: Leftovers) -> None:
+    """Undo what a real node of an interrupted run left on the host (its record, or its state without one);
+    refuse while a live control plane still owns the machine's one node."""
     record = HostRecord.load()
     if record is not None:
         owner = Path(record.state_dir)
@@ -119,6 +110,21 @@ def prepare_host(state_dir: Path, node_dir: Path, leftovers: Leftovers) -> None:
     elif _left_behind(leftovers):
         log("host state of an earlier real node found without its record: cleaning it first")
         clean_host(leftovers)
+
+
+def prepare_host(state_dir: Path, node_dir: Path, leftovers: Leftovers) -> None:
+    """Record what is about to change, then make the changes the node needs before it starts; ``leftovers``: what
+    every add-on leaves behind, which a cleanup removes."""
+    if missing := missing_host_tools():
+        raise RuntimeError(
+            f"the real node needs Debian's {', '.join(missing)}: run `make host-packages` "
+            "(or `apt-get install -y " + " ".join(missing) + "`), or TESTENV_NODE=0 to leave the node out"
+        )
+    if os.geteuid() != 0:
+        raise RuntimeError(
+            "the real node changes the host (iptables, a bridge, mounts): run as root, or TESTENV_NODE=0"
+        )
+    clear_interrupted_run(leftovers)
     HostRecord(
         state_dir=str(state_dir),
         node_dir=str(node_dir),
