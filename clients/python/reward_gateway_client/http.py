@@ -6,6 +6,9 @@ owns the URL, the bearer token, timeouts, and what each answer means:
 - 200: ``{"rewards": [...], "identity": {...}}``, one reward per item, in the items' order; the
   identity of the model that scored them (served name, revision, digest, the RewardModel's
   generation, stable or candidate) is kept as the client's ``last_identity``, for the trainer's logs.
+  An item the gateway could not score is null there, with its reason in ``failures``: it comes
+  back as an `ItemFailure` (``outcomes``) or None (``score``), never as a number, and is not sent
+  again (the rest of the step is scored; a trainer decides what a missing reward means).
 - 503 (a predictor waking up from zero, vLLM's queue full, the gateway's memory
   budget full), 502 (vLLM failed or cut its answer short; the gateway never sends
   such a call again itself) and 504 (vLLM timed out): retried here, a bounded
@@ -48,6 +51,32 @@ class GatewayError(Exception):
         self.attempts = attempts
         where = f"HTTP {status}" if status is not None else "no answer"
         super().__init__(f"reward gateway: {where} after {attempts} attempt(s): {message}")
+
+
+@dataclass(frozen=True)
+class ItemFailure:
+    """One item the gateway answered without a reward: why (``reason``, one of the gateway's
+    reward_gateway.outcomes.REASONS), in words, and whether sending it again can help."""
+
+    index: int
+    reason: str
+    message: str
+    retry: bool
+
+    def error(self) -> ItemFailed:
+        return ItemFailed(self)
+
+
+class ItemFailed(GatewayError):
+    """An item's failure raised where a trainer has no missing reward to give it (verl)."""
+
+    def __init__(self, failure: ItemFailure):
+        self.failure = failure
+        retry = "a retry may help" if failure.retry else "a retry will not help"
+        super().__init__(200, f"an item not scored ({failure.reason}, {retry}): {failure.message}")
+
+
+Outcome = float | ItemFailure
 
 
 @dataclass(frozen=True)
@@ -129,11 +158,32 @@ def _retry_after(response: httpx.Response | None) -> float | None:
         return None  # an HTTP date: fall back to the doubling back-off
 
 
-def _rewards(response: httpx.Response, count: int) -> list[float]:
-    rewards = response.json().get("rewards")
+def _outcomes(response: httpx.Response, count: int) -> list[Outcome]:
+    """Each item's reward, or its failure; an answer that holds anything else is refused whole."""
+    answer = response.json()
+    rewards, listed = answer.get("rewards"), answer.get("failures") or []
     if not isinstance(rewards, list) or len(rewards) != count:
         raise GatewayError(response.status_code, f"expected {count} rewards, got {rewards!r:.200}")
-    return [float(reward) for reward in rewards]
+    failures: dict[int, ItemFailure] = {}
+    for entry in listed if isinstance(listed, list) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("index"), int) and 0 <= entry["index"] < count:
+            failures[entry["index"]] = ItemFailure(
+                entry["index"], str(entry.get("reason")), str(entry.get("message")), entry.get("retry") is True
+            )
+    outcomes: list[Outcome] = []
+    for index, reward in enumerate(rewards):
+        if isinstance(reward, int | float) and not isinstance(reward, bool) and index not in failures:
+            outcomes.append(float(reward))
+        elif reward is None:  # no reward: never read as a number, whether or not the gateway said why
+            outcomes.append(failures.get(index) or ItemFailure(index, "unknown", "null reward without a reason", False))
+        else:
+            raise GatewayError(response.status_code, f"item {index}: {reward!r:.100} is not a reward")
+    return outcomes
+
+
+def rewards_of(outcomes: Sequence[Outcome]) -> list[float | None]:
+    """The rewards, None where an item failed."""
+    return [None if isinstance(outcome, ItemFailure) else outcome for outcome in outcomes]
 
 
 class _Attempts:
@@ -144,11 +194,11 @@ class _Attempts:
         self.done = 0
         self.identity: dict[str, Any] | None = None  # the answering model's, from a 200
 
-    def after(self, response: httpx.Response | None, failure: Exception | None, count: int) -> float | list[float]:
-        """The rewards, or how long to wait before the next try; raises when it is over."""
+    def after(self, response: httpx.Response | None, failure: Exception | None, count: int) -> float | list[Outcome]:
+        """The outcomes, or how long to wait before the next try; raises when it is over."""
         self.done += 1
         if response is not None and response.status_code == 200:
-            rewards = _rewards(response, count)
+            rewards = _outcomes(response, count)
             identity = response.json().get("identity")
             self.identity = identity if isinstance(identity, dict) else None
             return rewards
@@ -172,7 +222,12 @@ class RewardClient:
         self.sleep = sleep  # tests replace it to wait on a signal instead of the clock
         self.last_identity: dict[str, Any] | None = None  # which model scored the last answer
 
-    def score(self, items: Sequence[dict[str, Any]]) -> list[float]:
+    def score(self, items: Sequence[dict[str, Any]]) -> list[float | None]:
+        """Each item's reward, None where the gateway could not score it (``outcomes`` says why)."""
+        return rewards_of(self.outcomes(items))
+
+    def outcomes(self, items: Sequence[dict[str, Any]]) -> list[Outcome]:
+        """Each item's reward, or its `ItemFailure`; a request that fails as a whole raises `GatewayError`."""
         if not items:
             return []
         settings, attempts = self.settings, _Attempts(self.settings)
@@ -199,7 +254,12 @@ class AsyncRewardClient:
         self.sleep = sleep
         self.last_identity: dict[str, Any] | None = None  # which model scored the last answer
 
-    async def score(self, items: Sequence[dict[str, Any]]) -> list[float]:
+    async def score(self, items: Sequence[dict[str, Any]]) -> list[float | None]:
+        """Each item's reward, None where the gateway could not score it (``outcomes`` says why)."""
+        return rewards_of(await self.outcomes(items))
+
+    async def outcomes(self, items: Sequence[dict[str, Any]]) -> list[Outcome]:
+        """Each item's reward, or its `ItemFailure`; a request that fails as a whole raises `GatewayError`."""
         if not items:
             return []
         settings, attempts = self.settings, _Attempts(self.settings)

@@ -25,29 +25,40 @@ So:
 
 One request per step: every completion of the step in one POST /v1/rewards, in order,
 each prompt's completions kept together as one group (TRL's RepeatSampler repeats each
-prompt num_generations times in a row). ``on_error="raise"`` (default): a failed request
-raises and stops the step. ``on_error="none"``: failed items get None (TRL turns it into
-NaN and trains on the rest) and the failure is logged; where the gateway refused the
-request for what it holds (400, 413) it is sent again per group, then per item within a
-failing group, so one bad completion costs only its own reward.
+prompt num_generations times in a row).
+
+A completion the gateway could not score (over the model's context, say) gets None, TRL's
+own "no reward": TRL turns it into NaN, leaves it out of its group's baseline and gives it
+advantage 0 (grpo_trainer.py, 1.16.0 L2756-2806), so the step trains on the others. No
+second request is sent; the failures are logged (one warning per step, by reason) and
+counted in TRL's metrics as ``<name>/failed_items`` (its ``log_metric``). A request that
+fails as a whole (the gateway unreachable, vLLM away past the gateway's hold, after the
+client's retries): ``on_error="raise"`` (default) raises and stops the step;
+``on_error="none"`` gives every completion None.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from reward_gateway_client.http import AsyncRewardClient, GatewayError, GatewaySettings, RewardClient
+from reward_gateway_client.http import (
+    AsyncRewardClient,
+    GatewayError,
+    GatewaySettings,
+    ItemFailure,
+    Outcome,
+    RewardClient,
+    rewards_of,
+)
 from reward_gateway_client.items import reward_items
 
 logger = logging.getLogger("reward_gateway_client")
 
 ON_ERROR = ("raise", "none")
-# Refusals caused by what a request holds, which sending it in parts can narrow down to items.
-SPLIT_ON = frozenset({400, 413})
 
 
 class GatewayReward:
@@ -85,49 +96,44 @@ class GatewayReward:
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None, **columns: Any
     ) -> list[float | None]:
-        return self._score(reward_items(prompts, completions))
+        items = reward_items(prompts, completions)
+        try:
+            outcomes = self.client.outcomes(items)
+        except GatewayError as error:
+            return self._failed(error, len(items))
+        return self._rewards(outcomes, columns.get("log_metric"))
 
     async def ascore(
         self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None, **columns: Any
     ) -> list[float | None]:
-        return await self._ascore(reward_items(prompts, completions))
+        items = reward_items(prompts, completions)
+        try:
+            outcomes = await self.async_client.outcomes(items)
+        except GatewayError as error:
+            return self._failed(error, len(items))
+        return self._rewards(outcomes, columns.get("log_metric"))
 
     def as_async(self) -> functools.partial:
         """This reward as a coroutine function for TRL (see the module docstring)."""
         return functools.partial(reward_gateway, self)
 
-    def _score(self, items: list[dict[str, Any]]) -> list[float | None]:
-        try:
-            return list(self.client.score(items))
-        except GatewayError as error:
-            parts = self._parts(error, items)
-            if not parts:
-                return self._failed(error, len(items))
-        return [reward for part in parts for reward in self._score(part)]
-
-    async def _ascore(self, items: list[dict[str, Any]]) -> list[float | None]:
-        try:
-            return list(await self.async_client.score(items))
-        except GatewayError as error:
-            parts = self._parts(error, items)
-            if not parts:
-                return self._failed(error, len(items))
-        scored = await asyncio.gather(*(self._ascore(part) for part in parts))
-        return [reward for part in scored for reward in part]
-
-    def _parts(self, error: GatewayError, items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-        """With on_error="none", a request refused for what is in it (400: e.g. one completion over the
-        model's context length; 413: too large) is sent again in parts, so only the items that fail
-        get None: first one request per group, then, in a group that fails, one per item. Nothing
-        else is split: a 401, 404 or an unreachable gateway would fail every part alike."""
-        if self.on_error == "raise" or error.status not in SPLIT_ON or len(items) < 2:
-            return []
-        groups: dict[Any, list[dict[str, Any]]] = {}
-        for item in items:
-            groups.setdefault(item.get("group"), []).append(item)
-        if len(groups) > 1:
-            return list(groups.values())
-        return [[item] for item in items]
+    def _rewards(self, outcomes: list[Outcome], log_metric: Callable[[str, float], None] | None) -> list[float | None]:
+        """TRL's rewards: None for each completion the gateway could not score, logged and counted."""
+        failed = [outcome for outcome in outcomes if isinstance(outcome, ItemFailure)]
+        if log_metric is not None:
+            log_metric(f"{self.__name__}/failed_items", float(len(failed)))
+        if failed:
+            reasons = ", ".join(f"{count} {reason}" for reason, count in Counter(f.reason for f in failed).items())
+            logger.warning(
+                "%s: %d of %d completions not scored (%s), given None: first, completion %d: %s",
+                self.__name__,
+                len(failed),
+                len(outcomes),
+                reasons,
+                failed[0].index,
+                failed[0].message,
+            )
+        return rewards_of(outcomes)
 
     def _failed(self, error: GatewayError, count: int) -> list[float | None]:
         if self.on_error == "raise":

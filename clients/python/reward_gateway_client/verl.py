@@ -30,7 +30,12 @@ preprocessing must fill with the chat messages (or the prompt text). Messages be
 ``{"messages": prompt + [assistant response]}`` item; text a ``{"prompt", "response"}`` item.
 URL and token: reward_kwargs ``url``/``token``/``token_file``, else $REWARD_GATEWAY_URL,
 $REWARD_GATEWAY_TOKEN, $REWARD_GATEWAY_TOKEN_FILE in the reward workers' environment.
-A failed request raises, as verl's own reward-model client does once its retries are spent.
+A failed request raises in every sample's call, as verl's own reward-model client does once its
+retries are spent. A sample the gateway could not score (over the model's context, say) raises
+`ItemFailed` in its own call alone, naming the reason; the other samples get their rewards. verl
+has no missing reward to give it: its reward loop builds a tensor of every sample's score
+(reward_loop.py compute_rm_score -> assemble_rm_scores, 0.9.1), where None cannot go and NaN
+would train, so the step stops with the reason rather than train on a made-up number.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import json
 import weakref
 from typing import Any
 
-from reward_gateway_client.http import AsyncRewardClient, GatewaySettings
+from reward_gateway_client.http import AsyncRewardClient, GatewaySettings, ItemFailure
 
 
 async def compute_score(
@@ -139,15 +144,19 @@ class _Batcher:
         groups: dict[str, int] = {}
         items = [{**item, "group": groups.setdefault(key, len(groups))} for key, item, _ in batch]
         try:
-            rewards = await self.client.score(items)
+            outcomes = await self.client.outcomes(items)
         except Exception as error:
             for _, _, future in batch:
                 if not future.done():
                     future.set_exception(error)
             return
-        for (_, _, future), reward in zip(batch, rewards, strict=True):
-            if not future.done():
-                future.set_result(reward)
+        for (_, _, future), outcome in zip(batch, outcomes, strict=True):
+            if future.done():
+                continue
+            if isinstance(outcome, ItemFailure):
+                future.set_exception(outcome.error())
+            else:
+                future.set_result(outcome)
 
 
 # One batcher per event loop and gateway: futures and timers belong to their loop.

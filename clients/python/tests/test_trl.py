@@ -142,32 +142,36 @@ def test_tool_calls_reasoning_and_content_parts_pass_through(gateway, backend):
     assert sent[3]["reasoning"] == "easy"
 
 
-def test_a_4xx_raises_with_the_gateways_message_and_is_not_retried(gateway, backend):
-    running = gateway()
-    prompts, completions = ["p", "p"], ["fine", "x" * (MAX_CHARS + 1)]  # vLLM: over its context length
+def test_a_whole_4xx_raises_with_the_gateways_message_and_is_not_retried(gateway, backend, tmp_path):
+    accepted = tmp_path / "token"
+    accepted.write_text("s3cret\n")
+    running = gateway(auth_token_file=str(accepted))
     with pytest.raises(GatewayError) as raised:
-        GatewayReward(running.url)(prompts=prompts, completions=completions)
-    assert raised.value.status == 400 and raised.value.attempts == 1
-    assert "maximum context length" in raised.value.message
-    assert running.requests("rewards", 400) == 1
+        GatewayReward(running.url)(prompts=["p", "q"], completions=["a", "b"])  # no token: 401
+    assert raised.value.status == 401 and raised.value.attempts == 1
+    assert running.requests("rewards", 401) == 1
 
 
 @pytest.mark.parametrize("form", ["sync", "async"])
-def test_on_error_none_gives_none_only_to_the_items_a_4xx_is_about(gateway, backend, form):
-    """One completion over the model's context length: the step is sent again per group, then per item
-    in the failing group; every other completion keeps its reward."""
+def test_an_over_long_completion_gets_none_and_the_others_their_rewards_in_one_request(gateway, backend, form, caplog):
+    """TRL's own "no reward", with the client's defaults: one request, no second, the failure logged and counted."""
     running = gateway()
-    reward = GatewayReward(running.url, on_error="none")
+    reward = GatewayReward(running.url)
     prompts = ["p", "p", "q", "q"]
     completions = [" fine", " also fine", " ok", "x" * (MAX_CHARS + 1)]
-    rewards = call_as_trl(reward if form == "sync" else reward.as_async(), prompts, completions)
+    logged: list[tuple[str, float]] = []
+    kwargs = {**trl_kwargs(4), "log_metric": lambda name, value: logged.append((name, value))}
+    reward_func = reward if form == "sync" else reward.as_async()
+    call = reward_func(prompts=prompts, completions=completions, completion_ids=[[1]] * 4, **kwargs)
+    rewards = asyncio.run(call) if form == "async" else call
     assert rewards[:3] == pytest.approx([logit("p fine"), logit("p also fine"), logit("q ok")])
     assert rewards[3] is None
-    # the step (400), its two groups (200, 400), the failing group's two items (200, 400)
-    assert (running.requests("rewards", 400), running.requests("rewards", 200)) == (3, 2)
+    assert running.requests("rewards", 200) == 1 and running.requests("rewards", 400) == 0
+    assert logged == [("reward_gateway/failed_items", 1.0)]
+    assert "1 of 4 completions not scored (1 too_long)" in caplog.text
 
 
-def test_on_error_none_does_not_split_what_every_part_would_fail(gateway, backend, tmp_path):
+def test_on_error_none_gives_none_to_every_completion_of_a_request_that_fails_whole(gateway, backend, tmp_path):
     accepted = tmp_path / "token"
     accepted.write_text("s3cret\n")
     running = gateway(auth_token_file=str(accepted))

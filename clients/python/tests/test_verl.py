@@ -17,7 +17,7 @@ import asyncio
 import inspect
 
 import pytest
-from reward_gateway_client.http import GatewayError
+from reward_gateway_client.http import GatewayError, ItemFailed
 from reward_gateway_client.verl import compute_score
 
 from reward_testing.fake_vllm import MAX_CHARS, conversation_text, logit
@@ -53,18 +53,19 @@ def samples(prompts: int = 2, rollouts: int = 4) -> list[dict]:
     return out
 
 
+async def run_single(reward_fn, sample: dict) -> float:
+    """run_single (naive.py L66-73): one call per sample."""
+    return await reward_fn(
+        data_source=sample["data_source"],
+        solution_str=sample["solution_str"],
+        ground_truth=sample["ground_truth"],
+        extra_info=sample["extra_info"],
+    )
+
+
 async def worker_batch(reward_fn, batch: list[dict]) -> list[float]:
-    """compute_score_batch (reward_loop.py L138-143) calling run_single (naive.py L66-73) per sample."""
-
-    async def run_single(sample: dict) -> float:
-        return await reward_fn(
-            data_source=sample["data_source"],
-            solution_str=sample["solution_str"],
-            ground_truth=sample["ground_truth"],
-            extra_info=sample["extra_info"],
-        )
-
-    return await asyncio.gather(*(asyncio.create_task(run_single(sample)) for sample in batch))
+    """compute_score_batch (reward_loop.py L138-143) gathering run_single per sample."""
+    return await asyncio.gather(*(asyncio.create_task(run_single(reward_fn, sample)) for sample in batch))
 
 
 def messages_of(sample: dict) -> list[dict]:
@@ -100,14 +101,32 @@ def test_text_prompts_become_prompt_and_response_items(gateway, backend):
     assert reward == pytest.approx(logit("<|user|>question 0<|assistant|>answer 0.0"))
 
 
-def test_a_4xx_raises_in_every_caller_and_is_not_retried(gateway, backend):
+def test_an_over_long_sample_raises_in_its_own_call_alone(gateway, backend):
+    """verl has no missing reward (its reward loop makes a tensor of every score): the sample the gateway could
+    not score raises with the reason, never a number; the others of the same request get their rewards."""
     running = gateway()
-    batch = samples(prompts=1, rollouts=2)
+    batch = samples(prompts=1, rollouts=3)
     batch[1]["solution_str"] = "x" * (MAX_CHARS + 1)
-    with pytest.raises(GatewayError) as raised:
-        asyncio.run(worker_batch(verl_reward_fn(compute_score, {"url": running.url}), batch))
-    assert raised.value.status == 400 and "maximum context length" in raised.value.message
-    assert running.requests("rewards", 400) == 1
+    reward_fn = verl_reward_fn(compute_score, {"url": running.url})
+
+    async def each() -> list:
+        return await asyncio.gather(*(run_single(reward_fn, sample) for sample in batch), return_exceptions=True)
+
+    first, failed, third = asyncio.run(each())
+    assert (first, third) == pytest.approx([logit(conversation_text(messages_of(batch[i]))) for i in (0, 2)])
+    assert isinstance(failed, ItemFailed) and failed.failure.reason == "too_long" and not failed.failure.retry
+    assert "maximum context length" in str(failed)
+    assert running.requests("rewards", 200) == 1
+
+
+def test_a_whole_4xx_raises_in_every_caller_and_is_not_retried(gateway, backend, tmp_path):
+    accepted = tmp_path / "token"
+    accepted.write_text("s3cret\n")
+    running = gateway(auth_token_file=str(accepted))
+    with pytest.raises(GatewayError) as raised:  # no token: 401
+        asyncio.run(worker_batch(verl_reward_fn(compute_score, {"url": running.url}), samples(prompts=1, rollouts=2)))
+    assert raised.value.status == 401
+    assert running.requests("rewards", 401) == 1
 
 
 def test_a_token_from_reward_kwargs_is_sent(gateway, backend, tmp_path):

@@ -78,6 +78,7 @@ from reward_gateway.config import CanaryConfig, GatewayConfig
 from reward_gateway.errors import GatewayError, UpstreamError, forget
 from reward_gateway.identity import ClientLabels, model_identity
 from reward_gateway.metrics import GatewayMetrics, ScoreRecorder
+from reward_gateway.outcomes import failed_positions
 from reward_gateway.scorer import Scorer
 from reward_gateway.share import Share, followed
 from reward_gateway.upstream import VllmClient
@@ -229,8 +230,9 @@ class Canary:
         """Scores one request as the mode says, and returns the answer.
 
         `call` scores the request with one model; `rewards` takes its rewards from
-        the result, for the comparison; `groups` are the items' group keys;
-        `answered_by` is told the model whose result, or failure, the trainer gets."""
+        the result (None for an item that failed), for the comparison; `groups` are the
+        items' group keys; `answered_by` is told the model whose result, or failure, the
+        trainer gets."""
         role = self.answering(caller, groups)
         primary = self.backends[role]
         answered_by(primary)
@@ -241,31 +243,56 @@ class Canary:
         shadow = asyncio.create_task(_attempt(other, call))
         try:
             first = await _attempt(primary, call)
-            if first.error is not None:
-                if role == "candidate":
-                    # The stable model's answer replaces the failed candidate's, for the whole request.
+            if role == "candidate" and (first.error is not None or _failed(first, rewards)):
+                # The candidate failed the request, or items of it: the stable model's answer replaces
+                # its own, whole, where the stable model scored what the candidate could not; waited for
+                # within the stable model's own timeouts.
+                second = await shadow
+                self._count(first, second, rewards, groups)
+                scored_by_stable = second.error is None and _failed(first, rewards) - _failed(second, rewards)
+                if first.error is not None or scored_by_stable:
                     answered_by(other)
-                    second = self._record(await shadow)
-                    _drop(self._record(first, own_fault=second.error is None))
+                    _drop(first)
                     return self._answer(second)
+                _drop(second)  # the items it failed, the stable model failed too: the input's, not the model's
+                return self._answer(first)
+            if first.error is not None:
                 self._record(first)
                 if shadow.done():  # it has finished: its outcome is known and counts
                     _drop(self._record(shadow.result()))
                 raise first.error
-            self._record(first)
             done, _ = await asyncio.wait({shadow}, timeout=self.config.shadow_wait_s)
             if done:
-                # Whatever stopped it, the answering model scored the same request: its own fault.
-                second = self._record(shadow.result(), own_fault=True)
-                if second.error is None:
-                    self._compare(first, second, rewards, groups)
+                second = shadow.result()
+                self._count(first, second, rewards, groups)
                 _drop(second)
             else:  # given up on: the trainer's answer does not wait for it
+                self._record(first)
                 await _cancel(shadow)
                 self.tracker.record_request(other.role, False, time.perf_counter() - started)
             return self._answer(first)
         finally:
             await _cancel(shadow)  # the trainer's answer is decided: nothing may outlive the request
+
+    def _count(
+        self,
+        first: _Outcome[T],
+        second: _Outcome[T],
+        rewards: Callable[[T], Sequence[object]],
+        groups: Sequence[str | None] | None,
+    ) -> None:
+        """Both models' outcomes for one request, and their scores compared where both answered. A model that
+        failed items the other scored failed the request; items both failed are the input's fault, and no
+        failed item is ever compared."""
+        for this, that in ((first, second), (second, first)):
+            if this.error is not None:
+                # Whatever stopped it, where the other scored the same request it is its own fault.
+                self._record(this, own_fault=that.error is None)
+            else:
+                own = _failed(this, rewards) - _failed(that, rewards) if that.error is None else set()
+                self.tracker.record_request(this.backend.role, not own, this.seconds)
+        if first.error is None and second.error is None:
+            self._compare(first, second, rewards, groups)
 
     def _record(self, outcome: _Outcome[T], own_fault: bool = False) -> _Outcome[T]:
         """Counts a model's outcome: scores, or its failure. Its vLLM's failure is always its
@@ -289,8 +316,15 @@ class Canary:
         rewards: Callable[[T], Sequence[object]],
         groups: Sequence[str | None] | None,
     ) -> None:
+        """The two models' scores compared, the items either failed left out (a failure is no score to order)."""
         stable, candidate = (first, second) if first.backend.role == "stable" else (second, first)
-        self.tracker.observe(rewards(stable.result), rewards(candidate.result), groups)  # type: ignore[arg-type]
+        ours, theirs = rewards(stable.result), rewards(candidate.result)  # type: ignore[arg-type]
+        failed = _failed(stable, rewards) | _failed(candidate, rewards)
+        if failed:
+            kept = [index for index in range(len(ours)) if index not in failed]
+            ours, theirs = [ours[i] for i in kept], [theirs[i] for i in kept]
+            groups = None if groups is None else [groups[i] for i in kept]
+        self.tracker.observe(ours, theirs, groups)
 
     def summary(self) -> dict[str, Any]:
         """GET /canary: the rollout's settings and its decayed window's figures (None: undefined).
@@ -330,6 +364,11 @@ class Canary:
             "score_difference_mean": now.difference_mean,
             "score_difference_stddev": now.difference_stddev,
         }
+
+
+def _failed(outcome: _Outcome[T], rewards: Callable[[T], Sequence[object]]) -> set[int]:
+    """The items a model answered with a failure (no reward) in its result."""
+    return set() if outcome.error is not None else failed_positions(rewards(outcome.result))  # type: ignore[arg-type]
 
 
 async def _attempt(backend: Backend, call: Callable[[Backend], Awaitable[T]]) -> _Outcome[T]:

@@ -36,8 +36,9 @@ back to each part in its own order.
 
 Failures stay with their owners: each part is validated before it is queued (Scorer.plan), a
 batch that vLLM refuses as a whole with a 400 (an over-long text, most often) is halved and each
-half sent again, down to the part at fault, so that only it gets the 400; any other failure (5xx,
-a timeout, a broken answer) fails exactly the parts of that batch.
+half sent again, down to the text at fault, so that only its item fails (reward_gateway.per_item);
+any other failure (5xx, a timeout, a broken answer) fails exactly the items of that batch. A part
+is answered with an entry or a `Failure` per text.
 """
 
 from __future__ import annotations
@@ -50,13 +51,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reward_gateway.config import CoalesceConfig
-from reward_gateway.errors import UpstreamError, upstream_unavailable
+from reward_gateway.errors import upstream_unavailable
 from reward_gateway.extract import ordered_data
 from reward_gateway.fair_queue import FairQueue
 from reward_gateway.identity import ClientLabels
 from reward_gateway.kinds import CallBody
 from reward_gateway.load import CURRENT, Held
 from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.outcomes import Failure
+from reward_gateway.per_item import answer_each
 from reward_gateway.upstream import RETRY_AFTER_S, VllmClient
 
 logger = logging.getLogger("reward_gateway")
@@ -73,11 +76,15 @@ SHARED_WINDOW_S = 10.0
 Prompt = str | list[int]
 
 
+# vLLM's answer entry for a text, or the failure of its item.
+Answered = dict[str, Any] | Failure
+
+
 @dataclass(eq=False)
 class _Part:
     texts: list[Prompt]
     client: str
-    future: asyncio.Future[list[dict[str, Any]]]
+    future: asyncio.Future[list[Answered]]
     enqueued: float
     dispatched: bool = False
     expiry: asyncio.TimerHandle | None = field(default=None, repr=False)
@@ -85,8 +92,21 @@ class _Part:
     # take and answer, so counted once.
     cost: int = field(init=False)
 
+    # Each text's answer as it comes (halves of a refused batch are answered on the way down).
+    answered: list[Answered | None] = field(init=False, repr=False)
+    unanswered: int = field(init=False)
+
     def __post_init__(self) -> None:
         self.cost = sum(len(text) for text in self.texts)
+        self.answered = [None] * len(self.texts)
+        self.unanswered = len(self.texts)
+
+    def settle_one(self, index: int, answer: Answered) -> None:
+        """One text's answer (its entry, with the index it has within this part); the part's own once all are in."""
+        self.answered[index] = {**answer, "index": index} if isinstance(answer, dict) else answer
+        self.unanswered -= 1
+        if self.unanswered == 0:
+            _settle(self, result=self.answered)  # type: ignore[arg-type]
 
     @property
     def items(self) -> int:
@@ -121,8 +141,8 @@ class Coalescer:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def call(self, texts: list[Prompt], client: str) -> list[dict[str, Any]]:
-        """vLLM's answer entries for ``texts``, in their order (``index`` 0..n-1)."""
+    async def call(self, texts: list[Prompt], client: str) -> list[Answered]:
+        """vLLM's answer entries for ``texts`` (``index`` 0..n-1), or their items' failures, in their order."""
         loop = asyncio.get_running_loop()
         part = _Part(texts, client, loop.create_future(), loop.time())
         self._last_call[client] = part.enqueued
@@ -211,30 +231,19 @@ class Coalescer:
 
     async def _answer(self, batch: list[_Part]) -> bool:
         """Settles each part of ``batch``; True where vLLM answered it in one call."""
+        owners = [(part, index) for part in batch for index in range(part.items)]
+
+        def settle(position: int, answer: Answered) -> None:
+            part, index = owners[position]
+            part.settle_one(index, answer)
+
         try:
-            entries = await self._post([text for part in batch for text in part.texts])
-        except UpstreamError as error:
-            if error.status == 400 and len(batch) > 1:
-                # vLLM refused the call's input without saying whose it was. Halving the call finds the
-                # part at fault in about 2 * log2(parts) calls, where one call per part would cost as
-                # many calls as merging saved; the halves without it are answered on the way down.
-                half = len(batch) // 2
-                await asyncio.gather(self._answer(batch[:half]), self._answer(batch[half:]))
-                return False
-            for part in batch:
-                _settle(part, exception=_copy(error))
-            return False
+            return await answer_each(self._post, [text for part in batch for text in part.texts], settle)
         except Exception as error:  # a bug: each request answers 500 with its own error, never waits
             for part in batch:
                 _settle(part, exception=RuntimeError(f"coalesced call failed: {error!r}"))
             logger.exception("a coalesced call to vLLM failed in the gateway itself")
             return False
-        start = 0
-        for part in batch:
-            own = entries[start : start + part.items]
-            start += part.items
-            _settle(part, result=[{**entry, "index": index} for index, entry in enumerate(own)])
-        return True
 
     async def _post(self, texts: list[Prompt]) -> list[dict[str, Any]]:
         """One vLLM call for ``texts``: sent in sorted order, answered in theirs."""
@@ -289,18 +298,13 @@ class QueueObserver:
         """A call of ``items`` texts was answered."""
 
 
-def _settle(part: _Part, result: list[dict[str, Any]] | None = None, exception: BaseException | None = None) -> None:
+def _settle(part: _Part, result: list[Answered] | None = None, exception: BaseException | None = None) -> None:
     if part.future.done():  # its request gave up meanwhile
         return
     if exception is not None:
         part.future.set_exception(exception)
     else:
         part.future.set_result(result)  # type: ignore[arg-type]
-
-
-def _copy(error: UpstreamError) -> UpstreamError:
-    """One error per request: each raises and clears its own (reward_gateway.errors.forget)."""
-    return UpstreamError(error.reason, error.status, error.message, dict(error.headers))
 
 
 class MetricsObserver(QueueObserver):

@@ -20,6 +20,10 @@ class GatewayError(Exception):
         self.message = message
         self.headers = headers or {}
 
+    def body(self) -> dict[str, Any]:
+        """The answer's JSON."""
+        return {"error": self.message}
+
 
 class BadRequest(GatewayError):
     """The client sent something the gateway will not score."""

@@ -6,7 +6,6 @@ upstream `bad_response`, never a guessed number.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,12 +38,9 @@ def ordered_data(response: Any, expected: int, field: str = "data") -> list[dict
     return ordered
 
 
-# Every extractor takes the step aggregate, so reward_gateway.kinds can hold any
-# of them; only process models have steps to aggregate.
-
-
-def _each_entry(response: Any, expected: int, score_of: Callable[[dict[str, Any]], Score]) -> list[Score]:
-    return [score_of(entry) for entry in ordered_data(response, expected)]
+# Every kind's scorer of one entry takes the step aggregate, so reward_gateway.kinds can hold any
+# of them; only process models have steps to aggregate. An entry that is not the expected shape
+# fails its own item (reward_gateway.outcomes), never the others'.
 
 
 def _pooled(entry: dict[str, Any], when_missing: str) -> list[Any]:
@@ -55,25 +51,17 @@ def _pooled(entry: dict[str, Any], when_missing: str) -> list[Any]:
     return values
 
 
-def sequence_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
+def sequence_score(entry: dict[str, Any], aggregate: str) -> Score:
     """/classify with use_activation false: probs holds the raw logits; the last is the reward (verl's rule)."""
-
-    def score_of(entry: dict[str, Any]) -> Score:
-        probs = entry.get("probs")
-        if not isinstance(probs, list) or not probs or not _is_number(probs[-1]):
-            raise bad_response("classify entry without probs")
-        return Score(float(probs[-1]))
-
-    return _each_entry(response, expected, score_of)
+    probs = entry.get("probs")
+    if not isinstance(probs, list) or not probs or not _is_number(probs[-1]):
+        raise bad_response("classify entry without probs")
+    return Score(float(probs[-1]))
 
 
-def token_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
+def token_score(entry: dict[str, Any], aggregate: str) -> Score:
     """/pooling with ALL pooling: one value (or one row of labels) per token; the reward is the last token's."""
-
-    def score_of(entry: dict[str, Any]) -> Score:
-        return Score(token_value(_pooled(entry, "pooling entry without per-token values")[-1]))
-
-    return _each_entry(response, expected, score_of)
+    return Score(token_value(_pooled(entry, "pooling entry without per-token values")[-1]))
 
 
 def token_values(response: Any, expected: int) -> list[list[float]]:
@@ -93,15 +81,11 @@ def token_value(row: Any) -> float:
     return float(row)
 
 
-def process_scores(response: Any, expected: int, aggregate: str) -> list[Score]:
+def process_score(entry: dict[str, Any], aggregate: str) -> Score:
     """/pooling with STEP pooling: [p_negative, p_positive] per step tag; the step score is p_positive."""
-
-    def score_of(entry: dict[str, Any]) -> Score:
-        steps = _pooled(entry, "no step scores: the input holds no step tag the model knows")
-        step_scores = [positive_probability(step) for step in steps]
-        return Score(aggregate_steps(step_scores, aggregate), step_scores)
-
-    return _each_entry(response, expected, score_of)
+    steps = _pooled(entry, "no step scores: the input holds no step tag the model knows")
+    step_scores = [positive_probability(step) for step in steps]
+    return Score(aggregate_steps(step_scores, aggregate), step_scores)
 
 
 # How far from 1 a pair of float32 softmax probabilities may add up (JSON keeps them to the last digit).

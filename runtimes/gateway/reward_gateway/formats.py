@@ -6,6 +6,12 @@ reward_gateway.gateway serves every row the same way (auth, load, metrics, the r
 trainer's format is adding a row here (ARCHITECTURE.md, "Adding a wire format"). verl's /classify is
 vLLM's own format, passed through rather than scored item by item (Gateway.classify); a pipeline role's
 routes are its role's (reward_gateway.pipeline).
+
+A failed item (reward_gateway.outcomes) is answered as each format's trainer can take it, read from the
+trainers' own code (docs/trainers.md): null in place of its reward beside a `failures` list, where the
+client reads null as "no reward" (this gateway's client for TRL and verl; KServe's graph and the
+pipeline's combine); for OpenRLHF, whose code has no missing reward but a failed request (its executor
+retries, then leaves the sample without one), the request fails with the item's own status.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pydantic import BaseModel
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, NotFound
 from reward_gateway.extract import Score
+from reward_gateway.outcomes import Failure, ItemsFailed, Outcome, failures, reward
 from reward_gateway.wire import (
     OpenRLHFRequest,
     PipelineItems,
@@ -43,14 +50,25 @@ class Items:
 
 @dataclass(frozen=True)
 class Scored:
-    """What an answer is made of: the items' scores, in their order, and who scored them."""
+    """What an answer is made of: each item's score or failure, in their order, and who scored them."""
 
-    scores: list[Score]
+    outcomes: list[Outcome]
     config: GatewayConfig
     identity: dict[str, Any]  # the answering model's (reward_gateway.identity)
 
-    def rewards(self) -> list[float]:
-        return [score.reward for score in self.scores]
+    def rewards(self) -> list[float | None]:
+        """Each item's reward; None (null) for a failed one, never a number."""
+        return [reward(outcome) for outcome in self.outcomes]
+
+    def step_scores(self) -> list[list[float] | None]:
+        return [outcome.step_scores if isinstance(outcome, Score) else None for outcome in self.outcomes]
+
+    def with_failures(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """The answer, with its failures listed where there are any (an answer without any is as it always was)."""
+        failed = failures(self.outcomes)
+        if failed:
+            answer["failures"] = failed
+        return answer
 
 
 @dataclass(frozen=True)
@@ -71,17 +89,21 @@ def _rewards_items(request: RewardsRequest, config: GatewayConfig) -> Items:
 def _rewards_answer(request: RewardsRequest, scored: Scored) -> dict[str, Any]:
     answer: dict[str, Any] = {"model": scored.config.model_name, "rewards": scored.rewards()}
     if scored.config.kind.steps:
-        answer["step_scores"] = [score.step_scores for score in scored.scores]
+        answer["step_scores"] = scored.step_scores()
+    scored.with_failures(answer)
     answer["identity"] = scored.identity
     return answer
 
 
 def _predict_answer(request: PredictRequest, scored: Scored) -> dict[str, Any]:
     if scored.config.kind.steps:
-        predictions: list[Any] = [{"reward": s.reward, "step_scores": s.step_scores} for s in scored.scores]
+        predictions: list[Any] = [
+            {"reward": outcome.reward, "step_scores": outcome.step_scores} if isinstance(outcome, Score) else None
+            for outcome in scored.outcomes
+        ]
     else:
         predictions = scored.rewards()
-    return {"predictions": predictions, "identity": scored.identity}
+    return scored.with_failures({"predictions": predictions, "identity": scored.identity})
 
 
 def _openrlhf_items(request: OpenRLHFRequest, config: GatewayConfig) -> Items:
@@ -93,6 +115,13 @@ def _openrlhf_items(request: OpenRLHFRequest, config: GatewayConfig) -> Items:
 
 
 def _openrlhf_answer(request: OpenRLHFRequest, scored: Scored) -> dict[str, Any]:
+    """OpenRLHF reads ``rewards`` into a tensor (a null would break it: samples_generator.py, 0.11.2), and its
+    missing reward is a failed request: an item's failure fails the request, with the item's own status (one
+    item per request since 0.9.1, so no other item's reward is lost); a failure a retry cannot mend first."""
+    failed = [outcome for outcome in scored.outcomes if isinstance(outcome, Failure)]
+    if failed:
+        first = next((failure for failure in failed if not failure.retry), failed[0])
+        raise ItemsFailed(first, failures(scored.outcomes))
     rewards = scored.rewards()
     return {"rewards": rewards, "scores": rewards, "extra_logs": {}, "identity": scored.identity}
 
@@ -127,6 +156,6 @@ FORMATS: tuple[WireFormat[Any], ...] = (
         lambda config: ("/v1/pipeline/reward",),
         PipelineItems,
         _pipeline_items,
-        lambda request, scored: {"rewards": scored.rewards()},
+        lambda request, scored: scored.with_failures({"rewards": scored.rewards()}),
     ),
 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ from reward_gateway.identity import DEFAULT_CLIENT, ClientLabels, client_identit
 from reward_gateway.kinds import CLASSIFY_KINDS, CLASSIFY_PATH
 from reward_gateway.load import CURRENT, Held, Load
 from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.outcomes import REASONS, Outcome, failure_of, reward, whole_failure
 from reward_gateway.pipeline import PipelineRole, Route
 from reward_gateway.scorer import Scorer
 from reward_gateway.upstream import VllmClient
@@ -59,6 +61,7 @@ class _Tally:
     client: str = DEFAULT_CLIENT  # who asks, for the fair share (reward_gateway.identity)
     items: int = 0
     backend: Backend | None = None  # the model whose scores (or failure) the answer carries
+    failed: str | None = None  # where the whole request failed after its items were admitted: their reason
 
 
 Handler = Callable[[bytes, _Tally], Awaitable[dict[str, Any]]]
@@ -108,7 +111,16 @@ class Gateway:
         # looks its labels up under a lock on every call, several times a request.
         self._inflight = self.metrics.inflight.labels(model)
         self._durations = {route: self.metrics.duration.labels(model, route) for route in self.routes}
-        self._outcomes: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._requests: dict[tuple[str, int], Any] = {}
+        self._scored = {route: self.metrics.items.labels(model, route, "ok") for route in self.routes}
+        self._unscored = {route: self.metrics.items.labels(model, route, "error") for route in self.routes}
+        # Every reason's series exists from the start at 0, so rate() and the failure-ratio alert see the
+        # first failure as an increase, not a new series.
+        self._failures = {
+            (route, reason): self.metrics.item_failures.labels(model, route, reason)
+            for route in self.routes
+            for reason in REASONS
+        }
 
     @property
     def models_per_request(self) -> int:
@@ -161,11 +173,13 @@ class Gateway:
             counted = True
             answer = Answer(200, await self.routes[route](body, tally))
         except GatewayError as error:
-            answer = Answer(error.status, {"error": error.message}, error.headers)
+            answer = Answer(error.status, error.body(), error.headers)
+            tally.failed = failure_of(error).reason
             forget(error)
         except Exception as error:  # a bug: the client gets a message, never a stack trace
             logger.exception("unexpected error on route %s", route)
             answer = Answer(500, {"error": "internal error in the reward gateway"})
+            tally.failed = "internal"
             forget(error)
         finally:
             CURRENT.reset(request)
@@ -177,27 +191,31 @@ class Gateway:
             if self.canary is not None:
                 answer.headers[MODEL_HEADER] = tally.backend.role
         self._durations[route].observe(time.perf_counter() - started)
-        requests, items = self._outcome(route, answer.status)
-        requests.inc()
+        self.count(route, answer.status)
         if tally.items:
-            items.inc(tally.items)
+            self._count_items(route, answer, tally)
         return answer
 
     def count(self, route: str, status: int) -> None:
-        """Count an answer given without running the route (the ASGI front's refusals)."""
-        self._outcome(route, status)[0].inc()
-
-    def _outcome(self, route: str, status: int) -> tuple[Any, Any]:
-        """The requests and items counters for a route's answer with this status."""
+        """Count an answer (also one given without running the route: the ASGI front's refusals)."""
         key = (route, status)
-        children = self._outcomes.get(key)
-        if children is None:
-            model, result = self.config.model_name, "ok" if status == 200 else "error"
-            children = self._outcomes[key] = (
-                self.metrics.requests.labels(model, route, str(status)),
-                self.metrics.items.labels(model, route, result),
-            )
-        return children
+        requests = self._requests.get(key)
+        if requests is None:
+            requests = self._requests[key] = self.metrics.requests.labels(self.config.model_name, route, str(status))
+        requests.inc()
+
+    def _count_items(self, route: str, answer: Answer, tally: _Tally) -> None:
+        """The request's items, scored or failed, and each failure's reason."""
+        if answer.status != 200:
+            reasons = [tally.failed or "internal"] * tally.items
+        else:
+            reasons = [failure["reason"] for failure in answer.body.get("failures", ())]
+        if len(reasons) < tally.items:
+            self._scored[route].inc(tally.items - len(reasons))
+        if reasons:
+            self._unscored[route].inc(len(reasons))
+            for reason, count in Counter(reasons).items():
+                self._failures[route, reason].inc(count)
 
     def _format_route(self, wire: WireFormat[Any]) -> Handler:
         """A wire format's route: its request parsed, its items scored, its answer shaped (reward_gateway.formats)."""
@@ -205,8 +223,8 @@ class Gateway:
         async def handler(body: bytes, tally: _Tally) -> dict[str, Any]:
             request = parse(wire.request, body, self.config.max_items)
             asked = wire.items(request, self.config)
-            scores = await self._score(asked.items, tally, asked.groups)
-            return wire.answer(request, Scored(scores, self.config, _identity(tally)))
+            outcomes = await self._score(asked.items, tally, asked.groups)
+            return wire.answer(request, Scored(outcomes, self.config, _identity(tally)))
 
         return handler
 
@@ -245,25 +263,30 @@ class Gateway:
 
     async def _score(
         self, items: list[ScoringItem], tally: _Tally, groups: Sequence[str | None] | None = None
-    ) -> list[Score]:
-        """Scores items with one model; `groups` (default: the items' own) key the comparison of two."""
+    ) -> list[Outcome]:
+        """Each item's score or failure, from one model; `groups` (default: the items' own) key the
+        comparison of two. Where no item was scored, for vLLM's reasons alone, the request fails whole."""
         self._admit(len(items), tally)
         if not items:
             tally.backend = self.stable  # nobody scored: the answer still names the model asked
             return []
+
+        async def score(backend: Backend) -> list[Outcome]:
+            outcomes = await backend.scorer.score(items, tally.client)
+            whole = whole_failure(outcomes)
+            if whole is not None:
+                raise whole
+            return outcomes
+
         if self.canary is None:  # the common case, kept as lean as before rollouts existed
             tally.backend = self.stable
-            scores = await self.scorer.score(items, tally.client)
+            outcomes = await score(self.stable)
         else:
-
-            async def score(backend: Backend) -> list[Score]:
-                return await backend.scorer.score(items, tally.client)
-
             if groups is None:
                 groups = [item.group for item in items]
-            scores = await self._run(score, _rewards, groups, tally)
-        self._observe(scores, tally)
-        return scores
+            outcomes = await self._run(score, _rewards, groups, tally)
+        self._observe(outcomes, tally)
+        return outcomes
 
     async def _run(
         self,
@@ -288,11 +311,12 @@ class Gateway:
         tally.items = count
         self.load.admit(count)
 
-    def _observe(self, scores: list[Score], tally: _Tally) -> None:
+    def _observe(self, outcomes: Sequence[Outcome], tally: _Tally) -> None:
         # Each model's scores under its own name: a split must not blur the drift alert's histogram and sums.
         recorder = tally.backend.scores if tally.backend is not None else self.stable.scores
-        for score in scores:
-            recorder.observe(score.reward)
+        for outcome in outcomes:
+            if isinstance(outcome, Score):
+                recorder.observe(outcome.reward)
 
 
 def _identity(tally: _Tally) -> dict[str, Any]:
@@ -300,5 +324,5 @@ def _identity(tally: _Tally) -> dict[str, Any]:
     return tally.backend.identity if tally.backend is not None else {}
 
 
-def _rewards(scores: list[Score]) -> list[float]:
-    return [score.reward for score in scores]
+def _rewards(outcomes: Sequence[Outcome]) -> list[float | None]:
+    return [reward(outcome) for outcome in outcomes]

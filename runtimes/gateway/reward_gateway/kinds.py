@@ -3,7 +3,7 @@
 The one table every scoring route reads (the scorer and /classify alike), so a
 kind cannot be asked one way on one route and another way on the next: the
 vLLM route, the pooling task, whether vLLM applies its activation, which
-extractor in reward_gateway.extract turns vLLM's answer into rewards, and what
+scorer in reward_gateway.extract reads an entry of vLLM's answer, and what
 else sets the kind apart (steps, a reward token). Code asks a kind's fields,
 never its name. `CallBody` builds every scoring call's body from a kind.
 """
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from reward_gateway.extract import Score, process_scores, sequence_scores, token_scores
+from reward_gateway.extract import Score, ordered_data, process_score, sequence_score, token_score
 
-# (vLLM's answer, how many texts were sent, REWARD_GATEWAY_STEP_AGGREGATE) -> one Score per text
-Extractor = Callable[[Any, int, str], list[Score]]
+# (one entry of vLLM's answer, REWARD_GATEWAY_STEP_AGGREGATE) -> the Score of its text
+EntryScore = Callable[[dict[str, Any], str], Score]
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class ModelKind:
     path: str  # vLLM route
     task: str | None  # pooling task sent with the request; None: not sent
     use_activation: bool | None  # None: not sent, vLLM's default applies
-    extract: Extractor
+    score: EntryScore
     # Memory vLLM's answer takes per byte of text sent (reward_gateway.asgi's
     # charge): 0 where it answers a few numbers per text (covered by the charge
     # per string); a value per token otherwise.
@@ -37,6 +37,10 @@ class ModelKind:
     # Its own scorer may read the score at a reward token appended to the text, which the gateway
     # then appends (REWARD_GATEWAY_REWARD_TOKEN_ID, reward_gateway.reward_token).
     reward_token: bool = False
+
+    def extract(self, response: Any, expected: int, aggregate: str) -> list[Score]:
+        """One Score per text sent, from vLLM's whole answer (a malformed one fails all of them)."""
+        return [self.score(entry, aggregate) for entry in ordered_data(response, expected)]
 
     def request_fields(self) -> dict[str, Any]:
         """What every request for this kind carries besides the model and its input."""
@@ -53,19 +57,19 @@ KINDS: dict[str, ModelKind] = {
     # most of RewardBench). /classify is what verl calls; with its default
     # activation vLLM answers sigmoid(logit) for one label, and the trainers'
     # reward is the raw logit, so the activation is switched off.
-    "sequence": ModelKind("sequence", "/classify", None, False, sequence_scores),
+    "sequence": ModelKind("sequence", "/classify", None, False, sequence_score),
     # One value per token (ALL pooling): only /pooling's token_classify task
     # returns every token's value. The reward is the last token's raw value,
     # so no activation either.
     # Measured: 21 bytes of JSON per token, and 348 at the peak of parsing it
     # (orjson, tracemalloc); a hostile text can be a token per byte.
     "token": ModelKind(
-        "token", "/pooling", "token_classify", False, token_scores, answer_cost_per_byte=370, reward_token=True
+        "token", "/pooling", "token_classify", False, token_score, answer_cost_per_byte=370, reward_token=True
     ),
     # Process reward models (Qwen2.5-Math-PRM style, STEP pooling) answer a
     # [p_negative, p_positive] pair per step tag: probabilities, which is what
     # vLLM's default activation (softmax) gives, so use_activation is not sent.
-    "process": ModelKind("process", "/pooling", "token_classify", None, process_scores, steps=True),
+    "process": ModelKind("process", "/pooling", "token_classify", None, process_score, steps=True),
 }
 
 # verl's /classify is passed through to vLLM's own /classify, so it serves the

@@ -37,7 +37,14 @@ class GatewayMetrics:
             ["model", "route", "code"],
         )
         self.items = counter(
-            "reward_gateway_items_total", "Items scored (ok) or failed (error), by route.", ["model", "route", "result"]
+            "reward_gateway_items_total",
+            "Items answered with a reward (ok) or a failure (error), by route.",
+            ["model", "route", "result"],
+        )
+        self.item_failures = counter(
+            "reward_gateway_item_failures_total",
+            "Items answered with a failure instead of a reward, by route and reason (reward_gateway.outcomes).",
+            ["model", "route", "reason"],
         )
         self.duration = histogram(
             "reward_gateway_request_duration_seconds",

@@ -149,6 +149,8 @@ class PipelineRole:
         result: dict[str, Any] = {**items.answer(), "rewards": combined.rewards, "parts": combined.parts}
         if combined.normalised:
             result["normalised"] = combined.normalised
+        if combined.failures:
+            result["failures"] = combined.failure_list()
         if values is not None:
             result["values"] = values
         result["logprobs"] = logprobs
@@ -161,7 +163,10 @@ class PipelineRole:
             raise step_error(INPUT_STEP, "no groups: the best-of-n flow's input carries each candidate's prompt")
         unexpected_steps(answer, self.combiner.steps | {INPUT_STEP})
         combined = self.combiner.combine(reward_parts(answer, self.combiner, len(items.prompts)), len(items.prompts))
-        return {"results": best_by_group(items.prompts, items.responses, items.groups, combined)}
+        result: dict[str, Any] = {"results": best_by_group(items.prompts, items.responses, items.groups, combined)}
+        if combined.failures:
+            result["failures"] = combined.failure_list()
+        return result
 
     # reference
 

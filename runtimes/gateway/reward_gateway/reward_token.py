@@ -10,14 +10,22 @@ the reward token unless the ids already end with it, and sends ids. Ids and not 
 an added token's text is split out before the rest is tokenized, but one whose ``lstrip`` is set
 eats the whitespace before it (a template's closing newline), and the ids would then differ from
 the model's scorer's.
+
+With the ids in hand the gateway knows each item's length: one longer than the model's context
+(/tokenize's ``max_model_len``) fails alone before vLLM is asked to score it, and so does one that
+/tokenize refuses (reward_gateway.outcomes).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from reward_gateway.errors import UpstreamError, all_or_first_failure
+from reward_gateway.errors import UpstreamError, all_or_first_failure, forget
+from reward_gateway.outcomes import TOO_LONG_MARK, Failure, failure_of
 from reward_gateway.upstream import VllmClient
+
+# An item's ids, or its failure.
+Tokenized = list[int] | Failure
 
 TOKENIZE_PATH = "/tokenize"
 
@@ -37,29 +45,40 @@ class RewardTokenizer:
         self.model_name = model_name
         self.reward_token_id = reward_token_id
 
-    async def texts(self, texts: list[str]) -> list[list[int]]:
+    async def texts(self, texts: list[str]) -> list[Tokenized]:
         """Each finished text's ids (no special tokens added: a rendered template writes its own BOS)."""
-        results: list[list[int]] = [[] for _ in texts]
+        results: list[Tokenized] = [[] for _ in texts]
 
         async def one(position: int, text: str) -> None:
-            body = {"model": self.model_name, "prompt": text, "add_special_tokens": False}
-            results[position] = self._ending(await self.client.post(TOKENIZE_PATH, body))
+            results[position] = await self._tokenized({"prompt": text, "add_special_tokens": False})
 
         await all_or_first_failure([one(position, text) for position, text in enumerate(texts)])
         return results
 
-    async def conversation(self, messages: list[dict[str, Any]]) -> list[int]:
+    async def conversation(self, messages: list[dict[str, Any]]) -> Tokenized:
         """The conversation templated by vLLM as /pooling would (no generation prompt, the template's BOS only)."""
-        body = {
-            "model": self.model_name,
-            "messages": messages,
-            "add_generation_prompt": False,
-            "add_special_tokens": False,
-        }
-        return self._ending(await self.client.post(TOKENIZE_PATH, body))
+        return await self._tokenized(
+            {"messages": messages, "add_generation_prompt": False, "add_special_tokens": False}
+        )
 
-    def _ending(self, answer: Any) -> list[int]:
+    async def _tokenized(self, body: dict[str, Any]) -> Tokenized:
+        try:
+            return self._ending(await self.client.post(TOKENIZE_PATH, {"model": self.model_name, **body}))
+        except UpstreamError as error:
+            failure = failure_of(error)
+            forget(error)
+            return failure
+
+    def _ending(self, answer: Any) -> Tokenized:
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(token, int) for token in tokens):
             raise UpstreamError("bad_response", 502, "vLLM's /tokenize answer holds no token ids")
-        return with_reward_token(tokens, self.reward_token_id)
+        ids = with_reward_token(tokens, self.reward_token_id)
+        limit = answer.get("max_model_len")
+        if isinstance(limit, int) and not isinstance(limit, bool) and len(ids) > limit:
+            message = (
+                f"This model's {TOO_LONG_MARK} is {limit} tokens; the item is {len(ids)} with its reward token "
+                "(not sent to vLLM to score)"
+            )
+            return Failure("too_long", message, retry=False)
+        return ids

@@ -2,25 +2,30 @@
 
 Items of one group go to vLLM in one call, so completions that share a prompt
 are scheduled together and vLLM's prefix cache can hit; other items go one per
-call. Calls run concurrently (the upstream client bounds how many), and the
-scores come back in the order of the items. Calls of texts go through the model's
-coalescer where it is on (reward_gateway.coalesce): merged with other requests'
-calls into fewer vLLM calls, queued fairly by client.
+call. Calls run concurrently (the upstream client bounds how many), and each
+item's score, or its failure, comes back in the order of the items: one bad item
+fails alone (reward_gateway.outcomes, reward_gateway.per_item). Calls of texts go
+through the model's coalescer where it is on (reward_gateway.coalesce): merged with
+other requests' calls into fewer vLLM calls, queued fairly by client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from reward_gateway.chat_template import ChatTemplateRenderer
 from reward_gateway.coalesce import Coalescer, QueueObserver
 from reward_gateway.config import GatewayConfig
-from reward_gateway.errors import BadRequest, UpstreamError, all_or_first_failure
-from reward_gateway.extract import Score
+from reward_gateway.errors import BadRequest, UpstreamError, all_or_first_failure, forget
+from reward_gateway.extract import Score, ordered_data
 from reward_gateway.kinds import CallBody
+from reward_gateway.outcomes import Failure, Outcome, failure_of
+from reward_gateway.per_item import answer_each
 from reward_gateway.reward_token import TOKENIZE_PATH, RewardTokenizer
 from reward_gateway.upstream import VllmClient
 from reward_gateway.wire import ScoringItem
@@ -55,36 +60,42 @@ class Scorer:
         if config.coalesce.enabled:
             self.coalescer = Coalescer(client, self.body, config.coalesce, config.request_timeout_s, observer)
 
-    async def score(self, items: list[ScoringItem], client: str = "default") -> list[Score]:
-        """Scores in the items' order; ``client``: who asks, for the fair share of the coalescer's queue."""
+    async def score(self, items: list[ScoringItem], client: str = "default") -> list[Outcome]:
+        """Each item's score or failure, in the items' order; ``client``: who asks, for the fair share of the
+        coalescer's queue. One item's failure is its own (reward_gateway.outcomes); only what fails every
+        item before anything is sent (the BOS not learnt from vLLM) raises."""
         if self.renderer is not None and self.renderer.needs_bos:
             await self._learn_bos()
-        calls = self.plan(items)
-        results: list[Score | None] = [None] * len(items)
+        outcomes: list[Outcome | None] = [None] * len(items)
+        calls = self.plan(items, outcomes)
 
         async def run(call: _Call) -> None:
-            scores = await self._send(call, client)
-            for position, score in zip(call.positions, scores, strict=True):
-                results[position] = score
+            for position, outcome in zip(call.positions, await self._send(call, client), strict=True):
+                outcomes[position] = outcome
 
         if len(calls) == 1:  # most requests: no task to create, nothing to cancel
             await run(calls[0])
-            return results  # type: ignore[return-value]
-        await all_or_first_failure([run(call) for call in calls])
-        return results  # type: ignore[return-value]
+        elif calls:  # only a bug raises here: it cancels the other calls
+            await all_or_first_failure([run(call) for call in calls])
+        return outcomes  # type: ignore[return-value]
 
-    def plan(self, items: list[ScoringItem]) -> list[_Call]:
-        """Turn items into calls; raises BadRequest before anything is sent."""
+    def plan(self, items: list[ScoringItem], outcomes: list[Outcome | None]) -> list[_Call]:
+        """Turn items into calls; an item the gateway refuses (no step tag, a template that rejects it) gets
+        its failure in ``outcomes`` and no call."""
         calls: list[_Call] = []
         by_group: dict[str, _Call] = {}
         for position, item in enumerate(items):
-            if item.conversation is not None and self.renderer is None:
-                # vLLM templates one conversation per request with the model's own template.
-                self._check_step_tags(item.conversation[-1]["content"])
-                calls.append(_Call([position], messages=item.conversation))
+            try:
+                if item.conversation is not None and self.renderer is None:
+                    # vLLM templates one conversation per request with the model's own template.
+                    self._check_step_tags(item.conversation[-1]["content"])
+                    calls.append(_Call([position], messages=item.conversation))
+                    continue
+                text = item.text if item.conversation is None else self.renderer.render(item.conversation)  # type: ignore[union-attr]
+                self._check_step_tags(text or "")
+            except BadRequest as error:
+                outcomes[position] = failure_of(error)
                 continue
-            text = item.text if item.conversation is None else self.renderer.render(item.conversation)  # type: ignore[union-attr]
-            self._check_step_tags(text or "")
             if item.group is None:
                 calls.append(_Call([position], [text or ""]))
                 continue
@@ -119,43 +130,84 @@ class Scorer:
                 "this item has none (send steps, or put the tag after each step)"
             )
 
-    async def _send(self, call: _Call, client: str) -> list[Score]:
+    async def _send(self, call: _Call, client: str) -> list[Outcome]:
+        """The call's outcomes, one per item: its texts (or ids) answered one by one where vLLM refuses some."""
+        answered: list[Any] = [None] * len(call.positions)
+
+        def settle(position: int, answer: Any) -> None:
+            answered[position] = answer
+
         inputs: list[Any] | None = call.texts
         if self.reward_tokenizer is not None:
             # vLLM appends nothing and cannot append after its own template: the ids go instead.
             if call.messages is not None:
-                inputs = [await self.reward_tokenizer.conversation(call.messages)]
+                tokenized = [await self.reward_tokenizer.conversation(call.messages)]
             else:
-                inputs = await self.reward_tokenizer.texts(call.texts or [])
-        if inputs is not None and self.coalescer is not None:
-            response: Any = {"data": await self.coalescer.call(inputs, client)}
-        else:
-            body = self.body.of_messages(call.messages or []) if inputs is None else self.body.of_inputs(inputs)
-            response = await self.client.post(self.body.path, body)
-        scores = self.kind.extract(response, len(call.positions), self.config.step_aggregate)
-        if self.kind.steps:
-            self._check_step_count(call, scores)
-        return scores
+                tokenized = await self.reward_tokenizer.texts(call.texts or [])
+            inputs = []
+            for position, ids in enumerate(tokenized):
+                if isinstance(ids, Failure):
+                    settle(position, ids)  # over the model's context, or refused: vLLM is not asked to score it
+                else:
+                    inputs.append(ids)
+        sent = [position for position, answer in enumerate(answered) if answer is None]
+        if inputs is None:  # a conversation for vLLM to template: one item, one call
+            await answer_each(self._post_messages, [call.messages], settle)
+        elif inputs:
+            post = self._post_inputs if self.coalescer is None else functools.partial(self._coalesced, client)
 
-    def _check_step_count(self, call: _Call, scores: list[Score]) -> None:
+            def settle_sent(index: int, answer: Any) -> None:
+                settle(sent[index], answer)
+
+            await answer_each(post, inputs, settle_sent)
+        return [self._outcome(call, position, answer) for position, answer in enumerate(answered)]
+
+    async def _post_inputs(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        response = await self.client.post(self.body.path, self.body.of_inputs(inputs))
+        return ordered_data(response, len(inputs))
+
+    async def _post_messages(self, conversations: list[Any]) -> list[dict[str, Any]]:
+        response = await self.client.post(self.body.path, self.body.of_messages(conversations[0]))
+        return ordered_data(response, 1)
+
+    async def _coalesced(self, client: str, inputs: list[Any]) -> list[Any]:
+        """The coalescer answers each input itself (an entry, or its item's failure): never a refusal to halve."""
+        return await self.coalescer.call(inputs, client)  # type: ignore[union-attr]
+
+    def _outcome(self, call: _Call, position: int, answer: Any) -> Outcome:
+        """An item's Score from its entry of vLLM's answer (a malformed entry is its failure), or its failure."""
+        if isinstance(answer, Failure):
+            return answer
+        try:
+            score = self.kind.score(answer, self.config.step_aggregate)
+            if not math.isfinite(score.reward):  # JSON would carry it as null, or not at all: never a reward
+                raise UpstreamError("bad_response", 502, f"vLLM answered a reward that is not finite ({score.reward})")
+            if self.kind.steps:
+                self._check_step_count(call, position, score)
+        except UpstreamError as error:
+            failure = failure_of(error)
+            forget(error)
+            return failure
+        return score
+
+    def _check_step_count(self, call: _Call, position: int, score: Score) -> None:
         """vLLM scores the tokens whose id is its step_tag_id (model.stepTagId): as many steps as the input
         holds step tags, or that id is not the tag's and the numbers are some other tokens'. Fewer only
         where vLLM truncated the input (truncatePromptTokens)."""
         tag = self.config.step_tag
         if call.messages is not None:
-            tags = [sum(str(message.get("content") or "").count(tag) for message in call.messages)]
+            count = sum(str(message.get("content") or "").count(tag) for message in call.messages)
         else:
-            tags = [text.count(tag) for text in call.texts or []]
-        for score, count in zip(scores, tags, strict=True):
-            steps = len(score.step_scores or [])
-            truncated = self.config.truncate_prompt_tokens is not None and steps < count
-            if steps != count and not truncated:
-                raise UpstreamError(
-                    "bad_response",
-                    502,
-                    f"vLLM scored {steps} steps where the input holds {count} step tags {tag!r}: its step_tag_id "
-                    "(model.stepTagId) is not the token id of the step tag (gateway.stepTag)",
-                )
+            count = (call.texts or [])[position].count(tag)
+        steps = len(score.step_scores or [])
+        truncated = self.config.truncate_prompt_tokens is not None and steps < count
+        if steps != count and not truncated:
+            raise UpstreamError(
+                "bad_response",
+                502,
+                f"vLLM scored {steps} steps where the input holds {count} step tags {tag!r}: its step_tag_id "
+                "(model.stepTagId) is not the token id of the step tag (gateway.stepTag)",
+            )
 
 
 def special_prefix(marked: Any, plain: Any) -> str:

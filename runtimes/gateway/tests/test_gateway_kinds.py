@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reward_gateway.config import MODEL_KINDS
-from reward_gateway.extract import process_scores, sequence_scores, token_scores
+from reward_gateway.extract import process_score, sequence_score, token_score
 from reward_gateway.kinds import CLASSIFY_KINDS, KINDS
 
 
@@ -15,24 +15,24 @@ def test_every_configurable_kind_has_exactly_one_entry():
 def test_sequence_models_are_asked_on_classify_for_raw_logits():
     sequence = KINDS["sequence"]
     assert (sequence.path, sequence.task, sequence.use_activation) == ("/classify", None, False)
-    assert sequence.extract is sequence_scores
+    assert sequence.score is sequence_score
     assert sequence.request_fields() == {"use_activation": False}
     assert CLASSIFY_KINDS == ("sequence",)
 
 
 def test_token_and_process_models_are_asked_on_pooling_for_token_classify():
     token, process = KINDS["token"], KINDS["process"]
-    assert (token.path, token.task, token.use_activation, token.extract) == (
+    assert (token.path, token.task, token.use_activation, token.score) == (
         "/pooling",
         "token_classify",
         False,
-        token_scores,
+        token_score,
     )
     # A process model's step scores are probabilities: vLLM's default activation stays on.
-    assert (process.path, process.task, process.use_activation, process.extract) == (
+    assert (process.path, process.task, process.use_activation, process.score) == (
         "/pooling",
         "token_classify",
         None,
-        process_scores,
+        process_score,
     )
     assert process.request_fields() == {"task": "token_classify"}

@@ -48,8 +48,8 @@ def leftovers(backend, monkeypatch, route: str, body: dict, planned: bool = True
     watched: list[tuple[str, weakref.ref]] = []
     plan = Scorer.plan
 
-    def watching_plan(self, items):
-        calls = plan(self, items)
+    def watching_plan(self, items, outcomes):
+        calls = plan(self, items, outcomes)
         watched.extend((f"item {i}", weakref.ref(item)) for i, item in enumerate(items))
         watched.extend((f"call {i}", weakref.ref(call)) for i, call in enumerate(calls))
         return calls
@@ -99,7 +99,7 @@ def test_a_failing_group_request_leaves_nothing_alive(backend, monkeypatch):
     items = [{"prompt": "p", "response": "r", "group": g} for g in ("a", "b", "a", "b")]
     items.append({"prompt": "p", "response": OVER_LONG})
     status, alive = leftovers(backend, monkeypatch, "rewards", {"items": items})
-    assert status == 400
+    assert status == 200  # the over-long item fails alone, in the answer
     assert alive == []
 
 
@@ -110,7 +110,7 @@ def test_a_failing_group_request_leaves_nothing_alive(backend, monkeypatch):
         ("candidate down", 200),
         ("candidate too slow", 200),
         ("split to a failing candidate", 200),
-        ("both refuse the input", 400),
+        ("both refuse an item", 200),
     ],
 )
 def test_a_rollouts_request_leaves_nothing_alive(backend, candidate_backend, monkeypatch, case, status):
@@ -125,7 +125,7 @@ def test_a_rollouts_request_leaves_nothing_alive(backend, candidate_backend, mon
         candidate_backend.healthy = False
         env |= {"canary_mode": "split", "canary_percent": "100"}
     else:
-        items[1]["response"] = OVER_LONG if case == "both refuse the input" else "r1"
+        items[1]["response"] = OVER_LONG if case == "both refuse an item" else "r1"
     answer_status, alive = leftovers(backend, monkeypatch, "rewards", {"items": items}, **env)
     assert answer_status == status
     assert alive == []

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from reward_gateway.combine import Combiner, RunningStats
+from reward_gateway.combine import Combiner, Part, RunningStats
 from reward_gateway.config import ConfigError, PipelineReward, load_config, parse_kserve_args
 from reward_testing.paths import golden_children
 
@@ -130,7 +130,7 @@ def test_no_deviation_yet_centres_without_dividing():
 
 def test_a_weight_of_zero_keeps_the_part_out_of_the_sum_but_in_the_answer():
     combiner = Combiner([PipelineReward("reward-a", 0.0), PipelineReward("reward-b", 2.0)])
-    combined = combiner.combine({"reward-a": [100.0], "reward-b": [1.5]}, 1)
+    combined = combiner.combine({"reward-a": Part([100.0]), "reward-b": Part([1.5])}, 1)
     assert combined.rewards == [3.0]
     assert combined.parts == {"a": [100.0], "b": [1.5]}
     assert combined.normalised == {}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from reward_gateway.config import ChatTemplate, CoalesceConfig, GatewayConfig
-from reward_gateway.errors import UpstreamError
+from reward_gateway.outcomes import Failure
 from reward_gateway.reward_token import with_reward_token
 from reward_gateway.scorer import Scorer
 from reward_gateway.wire import ScoringItem
@@ -141,7 +141,7 @@ def test_without_a_reward_token_texts_and_messages_go_as_before():
 @pytest.mark.parametrize("tokens", [None, ["<s>", "hi"], "1 2"])
 def test_a_tokenize_answer_without_ids_is_a_bad_upstream_answer(tokens):
     stub = StubVllm(tokens=tokens if tokens is not None else {"no": "ids"})
-    with pytest.raises(UpstreamError, match="no token ids") as raised:
-        asyncio.run(scorer(stub).score([ScoringItem(text="<s> user: hi")]))
-    assert raised.value.status == 502
+    [outcome] = asyncio.run(scorer(stub).score([ScoringItem(text="<s> user: hi")]))
+    assert isinstance(outcome, Failure) and "no token ids" in outcome.message
+    assert (outcome.reason, outcome.status) == ("bad_response", 502)
     assert stub.sent("/pooling") == []

@@ -96,8 +96,10 @@ def test_process_model_refuses_step_rows_that_would_give_a_wrong_number(start_ga
 def test_process_model_rejects_items_without_step_tags(start_gateway, backend):
     gateway = start_gateway(model_kind="process")
     answer = gateway.post("/v1/rewards", json={"items": [{"prompt": "p", "response": "no tags here"}]})
-    assert answer.status_code == 400
-    assert STEP_TAG in answer.json()["error"]
+    assert answer.status_code == 200  # the item fails, in the answer; vLLM is not asked
+    [failure] = answer.json()["failures"]
+    assert (answer.json()["rewards"], failure["reason"], failure["retry"]) == ([None], "invalid", False)
+    assert STEP_TAG in failure["message"]
     assert backend.calls == []
 
 
