@@ -29,6 +29,7 @@ REQUIRED_ALERTS = {
     "RewardModelNotReady",
     "RewardModelGenerationLag",
     "RewardGateway5xxRatioHigh",
+    "RewardGatewayItemFailureRatioHigh",
     "RewardScoreDrift",
     "RewardGatewayHoldRefused",
     "RewardCanaryAgreementLow",
@@ -67,6 +68,8 @@ def test_promtool_unit_tests(promtool, rules_dir):
 MUTATIONS = [
     ("RewardGateway5xxRatioHigh", "> 0.05", "> 0.5"),
     ("RewardGatewayHoldRefused", ") > 0", ") > 5"),
+    ("RewardGatewayItemFailureRatioHigh", ") > 0.05", ") > 0.5"),
+    ("RewardGatewayItemFailureRatioHigh", "[10m])) > 0.1", "[10m])) > 0.001"),  # too little traffic pages no one
     ("RewardCanaryAgreementLow", ") < 0.8", ") < 0.7"),  # the threshold
     ("RewardCanaryAgreementLow", ">= 200", ">= 100"),  # the least pairs a rollout must have compared
     ("RewardCanaryAgreementLow", "+ 0.5 * sum", "+ 1 * sum"),  # a candidate tie is half an agreement

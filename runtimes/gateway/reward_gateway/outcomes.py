@@ -1,26 +1,15 @@
 """What each item of a request came to: its score, or its failure.
 
 One bad item fails alone. A request's answer carries, per item, its reward (or step scores), or a
-`Failure`: a reason from a fixed set (the `reason` label of reward_gateway_item_failures_total), a
-message a person can read, and whether sending the item again can help. A failure never becomes a
-number: the wire formats answer it as null beside a `failures` list (reward_gateway.formats).
-
-| reason | what happened | retry helps |
-|---|---|---|
-| `too_long` | vLLM refused the item for its length (over the model's context) | no |
-| `refused` | vLLM refused the item for something else it holds | no |
-| `invalid` | the gateway refused the item (no step tag; the chat template rejected it) | no |
-| `overloaded` | vLLM's queue was full, or no call slot or queue room came free in time | yes |
-| `unavailable` | vLLM was away (scaled to zero, starting) past the hold | yes |
-| `timeout` | vLLM did not answer in time | yes |
-| `upstream_error` | vLLM failed (5xx) | yes |
-| `bad_response` | vLLM's answer was broken or not the expected shape | yes |
-| `part_failed` | a pipeline's combined reward: one of its parts failed | as that part |
-| `internal` | a bug in the gateway (its request answered 500) | no |
+`Failure`: a reason from REASONS (the `reason` label of reward_gateway_item_failures_total; what each
+means: the README's "Items that fail"), a message a person can read, and whether sending the item
+again can help. A failure never becomes a number: the wire formats answer it as null beside a
+`failures` list, or fail the request where the trainer has no other way to take it
+(reward_gateway.formats).
 
 A request still fails as a whole where nothing in it could be scored for a reason that is not its
-items' own (vLLM away past the hold, overloaded, failing): the status and headers as before per-item
-answers, so trainers' retry loops see what they always saw (`whole_failure`).
+items' own (vLLM away past the hold, overloaded, failing): with the status and headers it always
+had, so trainers' retry loops see what they always saw (`whole_failure`).
 """
 
 from __future__ import annotations
