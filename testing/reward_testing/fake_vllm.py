@@ -133,6 +133,8 @@ class FakeVllm:
         # (a stepTagId that is not the tag's id but a frequent token's).
         self.step_rows: str | None = None
         self.abandoned = 0
+        # This fake's context length, in characters: a text longer than it is refused as vLLM refuses one.
+        self.max_chars = MAX_CHARS
         # This fake's raw score of a text: scale * logit(text) + offset, or fixed[text].
         self.scale = 1.0
         self.offset = 0.0
@@ -189,8 +191,10 @@ class FakeVllm:
             return 429, {"error": {"message": "the engine's queue is full", "code": 429}}
         if body.get("truncate_prompt_tokens") is None:
             for text in texts:
-                if len(text) > MAX_CHARS:
-                    message = f"This model's maximum context length is {MAX_CHARS} tokens; the input has {len(text)}"
+                if len(text) > self.max_chars:
+                    message = (
+                        f"This model's maximum context length is {self.max_chars} tokens; the input has {len(text)}"
+                    )
                     return 400, {"error": {"message": message, "code": 400}}
         return None
 
@@ -282,7 +286,7 @@ class FakeVllm:
         if body.get("add_special_tokens", True) and self.bos_token is not None:
             strings.insert(0, self.bos_token)
         tokens = [zlib.crc32(string.encode()) % 32000 for string in strings]
-        answer = {"count": len(tokens), "max_model_len": MAX_CHARS, "tokens": tokens}
+        answer = {"count": len(tokens), "max_model_len": self.max_chars, "tokens": tokens}
         return answer | ({"token_strs": strings} if body.get("return_token_strs") else {})
 
     @staticmethod
