@@ -52,6 +52,10 @@ class GatewayError(Exception):
         where = f"HTTP {status}" if status is not None else "no answer"
         super().__init__(f"reward gateway: {where} after {attempts} attempt(s): {message}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as made, not from its text: verl's Ray workers carry a reward function's error to the driver.
+        return (GatewayError, (self.status, self.message, self.attempts))
+
 
 @dataclass(frozen=True)
 class ItemFailure:
@@ -74,6 +78,9 @@ class ItemFailed(GatewayError):
         self.failure = failure
         retry = "a retry may help" if failure.retry else "a retry will not help"
         super().__init__(200, f"an item not scored ({failure.reason}, {retry}): {failure.message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ItemFailed, (self.failure,))
 
 
 Outcome = float | ItemFailure

@@ -93,3 +93,16 @@ def test_a_failure_is_an_error_with_a_message_never_a_number(gateway, backend):
     with pytest.raises(GatewayError) as failure:
         client.score([{"prompt": "p"}])  # neither response nor steps
     assert failure.value.status == 400 and str(failure.value)
+
+
+def test_the_clients_errors_cross_processes_as_they_were_raised():
+    """verl's Ray workers pickle a reward function's exception to the driver: it must arrive whole."""
+    import pickle
+
+    from reward_gateway_client.http import ItemFailed, ItemFailure
+
+    whole = pickle.loads(pickle.dumps(GatewayError(503, "vLLM is away", 8)))
+    assert (whole.status, whole.message, whole.attempts) == (503, "vLLM is away", 8)
+    failure = ItemFailure(3, "too_long", "over the context", retry=False)
+    item = pickle.loads(pickle.dumps(ItemFailed(failure)))
+    assert item.failure == failure and "too_long" in str(item)

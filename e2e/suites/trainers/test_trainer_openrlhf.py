@@ -40,3 +40,25 @@ def test_openrlhf_remote_reward_client_reads_the_models_rewards(served, transfor
     report(f"OpenRLHF {ran['version']} SingleTurnAgentExecutor on {served.where}: {calls}, "
            f"max |diff| vs transformers {max(per_sample, batch):.2e}")  # fmt: skip
     assert per_sample <= TOLERANCE and batch <= TOLERANCE
+
+
+def test_a_sample_over_the_models_context_gets_openrlhfs_own_none_and_the_others_their_rewards(
+    served, transformers_scores
+):
+    """OpenRLHF reads rewards into a tensor and has no missing reward but a failed request: the gateway fails the
+    over-long sample's request with its reason (400, too_long), OpenRLHF's executor retries it as it retries
+    anything (5 tries) and leaves its reward None, never a number; the other samples, sent at the same time,
+    get the model's rewards. (A max_len of 4096, longer than the reward model's 1024 positions.)"""
+    over_long = {"messages": [{"role": "user", "content": "say reward many times"}], "response": "reward " * 1200}
+    samples = [*SAMPLES, over_long]
+    ran = run_driver("openrlhf", "openrlhf_remote_rm", {"remote_url": remote_url(served.url), "batched": False,
+                                                        "tokenizer": str(served.model.path), "samples": samples,
+                                                        "max_length": 4096}, served.wrap)  # fmt: skip
+    *good, bad = ran["samples"]
+    assert bad["reward"] is None and bad["scores"] is None, bad  # OpenRLHF's own "no reward"
+    want = transformers_scores([{"text": sample["query"], "add_special_tokens": False} for sample in good])
+    diff = max_diff([sample["reward"][0] for sample in good], want)
+    report(f"OpenRLHF {ran['version']} SingleTurnAgentExecutor on {served.where} with one sample over the model's "
+           f"context: its reward None after OpenRLHF's own retries (the gateway: 400 too_long), the other "
+           f"{len(good)} scored, max |diff| vs transformers {diff:.2e}")  # fmt: skip
+    assert diff <= TOLERANCE

@@ -48,3 +48,23 @@ def test_verl_reward_loop_puts_the_models_score_at_each_last_token(served, trans
     report(f"verl {ran['version']} RewardLoopManager ({ran['workers']} Ray workers) on {served.where}: "
            f"{len(SAMPLES)} samples scored, max |diff| vs transformers {diff:.2e}")  # fmt: skip
     assert diff <= TOLERANCE
+
+
+def test_a_sample_over_the_models_context_stops_verls_step_with_the_reason_never_a_number(served):
+    """verl's reward loop makes one tensor of every sample's score (assemble_rm_scores) and has no missing reward:
+    the gateway answers the over-long sample as a failure in the worker's one request, compute_score raises
+    ItemFailed for that sample alone, and verl's own code stops the step with that reason; no rm_scores come
+    back with a number in its place."""
+    over_long = {"messages": [{"role": "user", "content": "say reward many times"}], "response": "reward " * 1200}
+    settings = [*overrides(served.url), f"actor_rollout_ref.model.path={served.model.path}"]
+    ray_dir = tempfile.mkdtemp(prefix="ray-")
+    try:
+        ran = run_driver("verl", "verl_reward_loop", {"overrides": settings, "tokenizer": str(served.model.path),
+                                                      "ray_dir": ray_dir, "samples": [*SAMPLES, over_long]},
+                         served.wrap)  # fmt: skip
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert "rm_scores" not in ran, ran
+    assert "ItemFailed" in ran["error"] and "too_long" in ran["error"], ran["error"]
+    report(f"verl {ran['version']} RewardLoopManager on {served.where} with one sample over the model's context: "
+           f"the step stopped with the reason ({ran['error'][:80]}...), no score made up")  # fmt: skip

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
 import httpx
@@ -27,6 +28,7 @@ import pytest
 from reward_operator.render import chat_template as rendered_template
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_process import local_gateway, post_ok, rendered_gateway
+from reward_testing.prometheus_text import sample_sum
 from reward_testing.scoring_cases import (
     CONVERSATION,
     OWN_QUERY,
@@ -36,7 +38,7 @@ from reward_testing.scoring_cases import (
     assert_close,
     prompt_response,
 )
-from reward_testing.tiny_model_maker import CHAT_TEMPLATE, REWARD_TOKEN
+from reward_testing.tiny_model_maker import CHAT_TEMPLATE, REWARD_TOKEN, WORD_LIST
 from reward_testing.tiny_models import TinyModel, make_tiny_models, reference_scores
 from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
 
@@ -116,6 +118,10 @@ def served(tmp_path_factory) -> Iterator[Served]:
             assert env["REWARD_GATEWAY_REWARD_TOKEN_ID"] == str(model.reward_token_id)
             env = {name: value.replace(rendered_template.PATH, str(template_file)) for name, value in env.items()}
             gateways[mode] = stack.enter_context(local_gateway(env, args, vllm.url, workdir / f"gateway-{mode}.log"))
+        # the upstream mode's gateway again, coalescing concurrent requests' calls (spec.gateway.scheduling)
+        env, args = rendered_gateway(isvcs["upstream"])
+        env |= {"REWARD_GATEWAY_COALESCE": "true", "REWARD_GATEWAY_COALESCE_MAX_ITEMS": "16"}
+        gateways["coalesce"] = stack.enter_context(local_gateway(env, args, vllm.url, workdir / "gateway-coalesce.log"))
         yield Served(model, vllm, gateways, dict(zip(REFERENCE_ITEMS, answers, strict=True)))
 
 
@@ -164,3 +170,70 @@ def test_without_the_reward_token_the_last_value_is_another_number(served):
     without = served.pooled_last(reference["ids"][:-1])
     assert abs(without - reference["reward"]) > TOLERANCE
     assert abs(without - reference["values"][-2][0]) <= TOLERANCE  # causal: the earlier values are the same
+
+
+# Past the model's 1024 positions (vLLM's max_model_len for it): the gateway knows it from the ids it already
+# has (vLLM's /tokenize, with its max_model_len), so vLLM is never asked to score it.
+OVER_LONG = " ".join(["reward"] * 3000)
+
+
+def assert_one_failure(answer: dict, index: int) -> None:
+    assert answer["rewards"][index] is None
+    [failure] = answer["failures"]
+    assert (failure["index"], failure["reason"], failure["retry"]) == (index, "too_long", False), failure
+    assert "maximum context length" in failure["message"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_four_items_one_over_max_model_len_answer_three_at_the_scorers_numbers_and_one_failure(served, mode):
+    served.scored_ids()
+    items = [
+        {"messages": CONVERSATION},
+        {"prompt": PROMPT, "response": RESPONSE},
+        {"prompt": PROMPT, "response": OVER_LONG},
+        {"text": OWN_QUERY},
+    ]
+    answer = post_ok(served.gateways[mode], "/v1/rewards", {"items": [{**item, "group": "g"} for item in items]})
+    assert_one_failure(answer, 2)
+    references = [served.references[name] for name in ("conversation", "prompt_response", "query")]
+    good = answer["rewards"][:2] + answer["rewards"][3:]
+    assert_close(good, [reference["reward"] for reference in references])
+    assert sorted(served.scored_ids()) == sorted(reference["ids"] for reference in references)  # the bad one unsent
+    diff = max(abs(g - r["reward"]) for g, r in zip(good, references, strict=True))
+    print(f"\n[per-item] token at a reward token ({mode}): 3 of 4 scored, max |diff| vs the model's scorer "
+          f"{diff:.2e}; item 2: too_long, not sent to /pooling")  # fmt: skip
+
+
+def test_through_coalescing_64_requests_one_with_a_bad_item_answer_every_good_item_at_the_scorers_numbers(served):
+    words = WORD_LIST.split()
+
+    def text(request: int, item: int) -> str:
+        return " ".join(words[(request * 7 + item * 13 + i * 5) % len(words)] for i in range(4 + (request + item) % 9))
+
+    queries = [[text(i, j) for j in range(1 + i % 4)] for i in range(64)]
+    poisoned = 17
+    queries[poisoned] = [text(1, 0), OVER_LONG, text(1, 2)]
+
+    def ask(query: list[str]) -> httpx.Response:
+        body = {"items": [{"text": t} for t in query]}
+        return httpx.post(f"{served.gateways['coalesce']}/v1/rewards", json=body, timeout=600)
+
+    with ThreadPoolExecutor(64) as pool:
+        answers = list(pool.map(ask, queries))
+    good = sorted({t for query in queries for t in query if t != OVER_LONG})
+    reference = dict(zip(good, reference_scores(served.model, [{"text": t} for t in good]), strict=True))
+    diffs = []
+    for index, (query, answer) in enumerate(zip(queries, answers, strict=True)):
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        if index == poisoned:
+            assert_one_failure(body, 1)
+        else:
+            assert "failures" not in body
+        scored = zip(query, body["rewards"], strict=True)
+        diffs += [abs(reward - reference[t]["reward"]) for t, reward in scored if t in reference]
+    assert max(diffs) <= TOLERANCE, max(diffs)
+    metrics = httpx.get(f"{served.gateways['coalesce']}/metrics").text
+    calls = sample_sum(metrics, "reward_gateway_upstream_batch_items_count")
+    print(f"\n[per-item] token at a reward token, coalesced: 64 requests in {calls:.0f} vLLM calls, {len(diffs)} "
+          f"scored (max |diff| vs the model's scorer {max(diffs):.2e}), 1 failed alone (too_long)")  # fmt: skip

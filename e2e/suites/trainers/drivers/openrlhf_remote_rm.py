@@ -1,7 +1,8 @@
 """OpenRLHF's own remote reward client (``openrlhf.utils.agent.SingleTurnAgentExecutor``, what its
 trainer builds from ``--reward.remote_url``), run under the OpenRLHF venv.
 
-Request: ``{"remote_url": the flag's value, "tokenizer": folder, "samples": [{"messages", "response"}]}``.
+Request: ``{"remote_url": the flag's value, "tokenizer": folder, "samples": [{"messages", "response"}],
+"max_length"?: OpenRLHF's --max_len (default 256), "batched"?: false to leave the batched call out}``.
 Per sample, as OpenRLHF's rollout runs it: the prompt rendered by ``PromptDataset``'s
 ``preprocess_data`` with the tokenizer's chat template, then ``execute()``, all samples at once on one
 event loop. Its generation engine is vLLM, which this venv has not (and OpenRLHF's trainer needs a
@@ -40,7 +41,7 @@ class ScriptedEngine:
         return SimpleNamespace(outputs=[SimpleNamespace(token_ids=token_ids, finish_reason="stop", logprobs=None)])
 
 
-async def per_sample(executor, tokenizer, samples) -> list[dict]:
+async def per_sample(executor, tokenizer, samples, max_length: int) -> list[dict]:
     prompts, engine_script = [], {}
     for sample in samples:
         prompt, label = preprocess_data({"input": sample["messages"]}, input_key="input",
@@ -50,9 +51,9 @@ async def per_sample(executor, tokenizer, samples) -> list[dict]:
         engine_script[tuple(prompt_ids)] = [*response_ids, tokenizer.eos_token_id]
         prompts.append((prompt, label))
     engine = ScriptedEngine(engine_script)
-    params = SimpleNamespace(max_tokens=MAX_LENGTH // 2, logprobs=None)
+    params = SimpleNamespace(max_tokens=max_length // 2, logprobs=None)
     outputs = await asyncio.gather(
-        *(executor.execute(prompt, label, params, MAX_LENGTH, tokenizer, engine) for prompt, label in prompts)
+        *(executor.execute(prompt, label, params, max_length, tokenizer, engine) for prompt, label in prompts)
     )
     return [
         {"query": tokenizer.decode(out["observation_tokens"], skip_special_tokens=False), "prompt": out["prompt"],
@@ -66,11 +67,13 @@ def main() -> None:
     tokenizer = transformers.AutoTokenizer.from_pretrained(asked["tokenizer"])
     # train_ppo_ray.py: args.reward.remote_url.split(","), handed to the executor as is
     executor = SingleTurnAgentExecutor(asked["remote_url"].split(","))
-    samples = asyncio.run(per_sample(executor, tokenizer, asked["samples"]))
+    samples = asyncio.run(per_sample(executor, tokenizer, asked["samples"], asked.get("max_length", MAX_LENGTH)))
     queries = [sample["query"] for sample in samples]
-    batched = asyncio.run(
-        executor._fetch_rewards_via_http(queries, [s["prompt"] for s in samples], [""] * len(queries))
-    )
+    batched = None
+    if asked.get("batched", True):
+        batched = asyncio.run(
+            executor._fetch_rewards_via_http(queries, [s["prompt"] for s in samples], [""] * len(queries))
+        )
     answer({"trainer": "openrlhf", "version": importlib.metadata.version("openrlhf"), "samples": samples,
             "batched": batched})  # fmt: skip
 

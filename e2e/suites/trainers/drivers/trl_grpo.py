@@ -7,7 +7,9 @@ The policy is a random 2-layer LlamaForCausalLM over the reward model's own toke
 family, as a policy and its reward model are). The trainer is built by the docs' snippet
 ``trl`` (docs/trainers.md), then trained. Answer: TRL's version, the optimizer steps it made, and
 per step what TRL logged: each prompt, completion and reward (its ``_logs``, the rows of its
-completions table) and the step's ``rewards/<name>/mean`` metric.
+completions table; NaN where the reward function gave None) and the step's ``rewards/<name>/mean``
+and ``<name>/failed_items`` metrics (the latter logged by the reward function, through TRL's
+``log_metric``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class StepCapture(transformers.TrainerCallback):
                 "completions": list(logged["completion"]),
                 "rewards": [float(r) for r in logged["rewards"][self.reward_name]],
                 "mean": logs[f"rewards/{self.reward_name}/mean"],
+                "failed_items": logs.get(f"{self.reward_name}/failed_items"),
             }
         )
         print(f"STEP {state.global_step}", flush=True)

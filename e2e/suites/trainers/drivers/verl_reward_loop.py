@@ -12,7 +12,8 @@ What runs is verl's own: its ``ppo_trainer`` config composed by Hydra with those
 ``load_reward_manager`` (which loads our ``compute_score`` from ``reward.custom_reward_function``)
 and the naive reward manager's ``run_single`` per sample. Answer: the version, the
 ``rm_scores`` tensor, and per sample the response verl decoded and its last valid token's index;
-and whether the same settings under the top-level key of older docs load our function at all.
+and whether the same settings under the top-level key of older docs load our function at all. Where
+verl's reward loop raised instead (a sample the gateway could not score), ``error``: what it raised.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ def main() -> None:
              runtime_env={"env_vars": {k: os.environ[k] for k in ("PYTHONPATH", "HF_HUB_OFFLINE")}})  # fmt: skip
     try:
         scored = RewardLoopManager(config).compute_rm_score(batch)
+    except Exception as error:  # what verl's own code raised: the step stops here
+        answer({"trainer": "verl", "version": importlib.metadata.version("verl"), "error": f"{error!r}"})
+        return
     finally:
         ray.shutdown()
     answer({
