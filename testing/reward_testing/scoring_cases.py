@@ -4,7 +4,14 @@ the local processes (e2e/tests/offline/test_real_vllm_parity.py) and the real no
 
 from __future__ import annotations
 
-from reward_testing.tiny_model_maker import BOS, STEP_TAG
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from reward_testing.prometheus_text import sample_sum
+from reward_testing.tiny_model_maker import BOS, STEP_TAG, WORD_LIST
 
 TOLERANCE = 1e-4
 
@@ -60,3 +67,57 @@ REFERENCE_ITEMS = {
         "query": {"text": STEPPED_QUERY},
     },
 }
+
+
+# Past the tiny models' 1024 positions: vLLM's max_model_len for them (model.maxModelLen unset).
+OVER_LONG = " ".join(["reward"] * 3000)
+
+
+def assert_one_failure(answer: dict, index: int) -> None:
+    """The item at ``index`` answered as a failure with vLLM's reason (over the context), no number in its place."""
+    assert answer["rewards"][index] is None
+    [failure] = answer["failures"]
+    assert (failure["index"], failure["reason"], failure["retry"]) == (index, "too_long", False), failure
+    assert "maximum context length" in failure["message"]
+
+
+def finished_text(request: int, item: int, steps: bool = False) -> str:
+    """A finished text for item ``item`` of request ``request`` (a process model's: two steps, each tagged)."""
+    words = WORD_LIST.split()
+    text = " ".join(words[(request * 7 + item * 13 + i * 5) % len(words)] for i in range(4 + (request + item) % 9))
+    return f"{text}{STEP_TAG}{text} again{STEP_TAG}" if steps else text
+
+
+def coalesced_with_a_bad_item(
+    gateway: str, references: Callable[[list[str]], list[dict[str, Any]]], steps: bool = False
+) -> dict[str, float]:
+    """64 concurrent /v1/rewards requests of 1-4 finished texts to a coalescing gateway, request 17 carrying an
+    item over the model's context between two good ones: that item alone fails, in its own request's answer,
+    and every other item is scored at ``references``' numbers (transformers'). The figures: the largest
+    |diff|, the items scored, and the vLLM calls they took."""
+    queries = [[finished_text(i, j, steps) for j in range(1 + i % 4)] for i in range(64)]
+    bad = OVER_LONG + (STEP_TAG if steps else "")
+    queries[17] = [finished_text(1, 0, steps), bad, finished_text(1, 2, steps)]
+
+    def ask(query: list[str]) -> httpx.Response:
+        return httpx.post(f"{gateway}/v1/rewards", json={"items": [{"text": t} for t in query]}, timeout=600)
+
+    with ThreadPoolExecutor(len(queries)) as pool:
+        answers = list(pool.map(ask, queries))
+    good = sorted({text for query in queries for text in query if text != bad})
+    reference = dict(zip(good, references(good), strict=True))
+    diffs = []
+    for index, (query, answer) in enumerate(zip(queries, answers, strict=True)):
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        if index == 17:
+            assert_one_failure(body, 1)
+        else:
+            assert "failures" not in body, body
+        scored = zip(query, body["rewards"], strict=True)
+        diffs += [abs(reward - reference[text]["reward"]) for text, reward in scored if text != bad]
+    metrics = httpx.get(f"{gateway}/metrics").text
+    assert sample_sum(metrics, "reward_gateway_item_failures_total") == 1
+    calls = sample_sum(metrics, "reward_gateway_upstream_batch_items_count")
+    assert max(diffs) <= TOLERANCE, max(diffs)
+    return {"max_diff": max(diffs), "scored": len(diffs), "calls": calls}

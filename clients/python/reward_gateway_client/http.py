@@ -77,7 +77,9 @@ class ItemFailed(GatewayError):
     def __init__(self, failure: ItemFailure):
         self.failure = failure
         retry = "a retry may help" if failure.retry else "a retry will not help"
-        super().__init__(200, f"an item not scored ({failure.reason}, {retry}): {failure.message}")
+        self.status, self.attempts = 200, 1  # the request was answered; this item was not scored
+        self.message = f"an item not scored ({failure.reason}, {retry}): {failure.message}"
+        Exception.__init__(self, f"reward gateway: {self.message}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ItemFailed, (self.failure,))

@@ -19,7 +19,6 @@ import ast
 import re
 import tarfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,9 @@ import pytest
 from reward_operator.render import chat_template as rendered_template
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_process import local_gateway, post_ok, rendered_gateway
-from reward_testing.prometheus_text import sample_sum
 from reward_testing.scoring_cases import (
     CONVERSATION,
+    OVER_LONG,
     OWN_QUERY,
     PROMPT,
     REFERENCE_ITEMS,
@@ -42,10 +41,10 @@ from reward_testing.scoring_cases import (
     STEPPED_QUERY,
     STEPS,
     TAGGED,
-    TOLERANCE,
     assert_close,
+    assert_one_failure,
+    coalesced_with_a_bad_item,
 )
-from reward_testing.tiny_model_maker import STEP_TAG, WORD_LIST
 from reward_testing.tiny_models import TinyModel, reference_scores, reference_scores_of, tar_model
 from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
 
@@ -229,9 +228,6 @@ def test_process_step_scores_equal_transformers(process):
     assert_scored(process, references)
 
 
-# Past the tiny models' 1024 positions, vLLM's max_model_len for them (model.maxModelLen unset).
-OVER_LONG = " ".join(["reward"] * 3000)
-# Per kind: four items, the third over max_model_len, and the names of transformers' answers for the others.
 TOO_LONG = {"prompt": PROMPT, "response": OVER_LONG}
 FOUR_ITEMS = {
     "sequence": (
@@ -248,14 +244,6 @@ FOUR_ITEMS = {
         ("steps", "tagged", "query"),
     ),
 }  # fmt: skip
-
-
-def assert_one_failure(answer: dict, index: int) -> None:
-    """The item at ``index`` answered as a failure with vLLM's reason, no number in its place."""
-    assert answer["rewards"][index] is None
-    [failure] = answer["failures"]
-    assert (failure["index"], failure["reason"], failure["retry"]) == (index, "too_long", False), failure
-    assert "maximum context length" in failure["message"]
 
 
 @pytest.mark.parametrize(
@@ -282,13 +270,6 @@ def test_four_items_one_over_max_model_len_answer_three_at_transformers_numbers_
     print(f"\n[per-item] {kind} ({mode}): 3 of 4 scored, max |diff| vs transformers {diff:.2e}; item 2: too_long")
 
 
-def text_of(kind: str, request: int, item: int) -> str:
-    """A finished text (a process model's with step tags) for item ``item`` of request ``request``."""
-    words = WORD_LIST.split()
-    text = " ".join(words[(request * 7 + item * 13 + i * 5) % len(words)] for i in range(4 + (request + item) % 9))
-    return f"{text}{STEP_TAG}{text} again{STEP_TAG}" if kind == "process" else text
-
-
 @pytest.mark.parametrize("kind", ["sequence", "token", "process"])
 def test_through_coalescing_64_requests_one_with_a_bad_item_answer_every_good_item_at_transformers_numbers(
     served, kind
@@ -297,36 +278,13 @@ def test_through_coalescing_64_requests_one_with_a_bad_item_answer_every_good_it
     max_model_len among good ones. vLLM refuses a merged call whole: it is halved down to that text, which alone
     fails, in its own request's answer; every other item of every request is scored."""
     model = served[kind]
-    queries = [[text_of(kind, i, j) for j in range(1 + i % 4)] for i in range(64)]
-    poisoned = 17
-    queries[poisoned] = [text_of(kind, 1, 0), OVER_LONG + (STEP_TAG if kind == "process" else ""), text_of(kind, 1, 2)]
 
-    def ask(query: list[str]) -> httpx.Response:
-        body = {"items": [{"text": text} for text in query]}
-        return httpx.post(f"{model.gateways['coalesce']}/v1/rewards", json=body, timeout=600)
+    def references(texts: list[str]) -> list[dict]:
+        return reference_scores(model.model, [{"text": text} for text in texts])
 
-    with ThreadPoolExecutor(64) as pool:
-        answers = list(pool.map(ask, queries))
-    good = sorted({text for query in queries for text in query if not text.startswith(OVER_LONG)})
-    reference = dict(zip(good, reference_scores(model.model, [{"text": text} for text in good]), strict=True))
-    diffs = []
-    for index, (query, answer) in enumerate(zip(queries, answers, strict=True)):
-        assert answer.status_code == 200, answer.text
-        body = answer.json()
-        if index == poisoned:
-            assert_one_failure(body, 1)
-        else:
-            assert "failures" not in body
-        for text, reward in zip(query, body["rewards"], strict=True):
-            if text in reference:
-                diffs.append(abs(reward - reference[text]["reward"]))
-    assert max(diffs) <= TOLERANCE, max(diffs)
-    metrics = httpx.get(f"{model.gateways['coalesce']}/metrics").text
-    calls = sample_sum(metrics, "reward_gateway_upstream_batch_items_count")
-    items = sum(len(query) for query in queries)
-    assert sample_sum(metrics, "reward_gateway_item_failures_total") == 1
-    print(f"\n[per-item] {kind} coalesced: 64 requests, {items} items in {calls:.0f} vLLM calls, {len(diffs)} scored "
-          f"(max |diff| vs transformers {max(diffs):.2e}), 1 failed alone (too_long)")  # fmt: skip
+    figures = coalesced_with_a_bad_item(model.gateways["coalesce"], references, steps=kind == "process")
+    print(f"\n[per-item] {kind} coalesced: 64 requests in {figures['calls']:.0f} vLLM calls, {figures['scored']} "
+          f"items scored (max |diff| {figures['max_diff']:.2e} vs transformers), 1 failed alone")  # fmt: skip
 
 
 def test_a_model_folder_tars_to_the_same_bytes_with_its_files_at_the_top(tmp_path):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
 import httpx
@@ -28,17 +27,19 @@ import pytest
 from reward_operator.render import chat_template as rendered_template
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_process import local_gateway, post_ok, rendered_gateway
-from reward_testing.prometheus_text import sample_sum
 from reward_testing.scoring_cases import (
     CONVERSATION,
+    OVER_LONG,
     OWN_QUERY,
     PROMPT,
     RESPONSE,
     TOLERANCE,
     assert_close,
+    assert_one_failure,
+    coalesced_with_a_bad_item,
     prompt_response,
 )
-from reward_testing.tiny_model_maker import CHAT_TEMPLATE, REWARD_TOKEN, WORD_LIST
+from reward_testing.tiny_model_maker import CHAT_TEMPLATE, REWARD_TOKEN
 from reward_testing.tiny_models import TinyModel, make_tiny_models, reference_scores
 from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
 
@@ -172,18 +173,6 @@ def test_without_the_reward_token_the_last_value_is_another_number(served):
     assert abs(without - reference["values"][-2][0]) <= TOLERANCE  # causal: the earlier values are the same
 
 
-# Past the model's 1024 positions (vLLM's max_model_len for it): the gateway knows it from the ids it already
-# has (vLLM's /tokenize, with its max_model_len), so vLLM is never asked to score it.
-OVER_LONG = " ".join(["reward"] * 3000)
-
-
-def assert_one_failure(answer: dict, index: int) -> None:
-    assert answer["rewards"][index] is None
-    [failure] = answer["failures"]
-    assert (failure["index"], failure["reason"], failure["retry"]) == (index, "too_long", False), failure
-    assert "maximum context length" in failure["message"]
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_four_items_one_over_max_model_len_answer_three_at_the_scorers_numbers_and_one_failure(served, mode):
     served.scored_ids()
@@ -205,35 +194,10 @@ def test_four_items_one_over_max_model_len_answer_three_at_the_scorers_numbers_a
 
 
 def test_through_coalescing_64_requests_one_with_a_bad_item_answer_every_good_item_at_the_scorers_numbers(served):
-    words = WORD_LIST.split()
+    def references(texts: list[str]) -> list[dict]:
+        return reference_scores(served.model, [{"text": text} for text in texts])
 
-    def text(request: int, item: int) -> str:
-        return " ".join(words[(request * 7 + item * 13 + i * 5) % len(words)] for i in range(4 + (request + item) % 9))
-
-    queries = [[text(i, j) for j in range(1 + i % 4)] for i in range(64)]
-    poisoned = 17
-    queries[poisoned] = [text(1, 0), OVER_LONG, text(1, 2)]
-
-    def ask(query: list[str]) -> httpx.Response:
-        body = {"items": [{"text": t} for t in query]}
-        return httpx.post(f"{served.gateways['coalesce']}/v1/rewards", json=body, timeout=600)
-
-    with ThreadPoolExecutor(64) as pool:
-        answers = list(pool.map(ask, queries))
-    good = sorted({t for query in queries for t in query if t != OVER_LONG})
-    reference = dict(zip(good, reference_scores(served.model, [{"text": t} for t in good]), strict=True))
-    diffs = []
-    for index, (query, answer) in enumerate(zip(queries, answers, strict=True)):
-        assert answer.status_code == 200, answer.text
-        body = answer.json()
-        if index == poisoned:
-            assert_one_failure(body, 1)
-        else:
-            assert "failures" not in body
-        scored = zip(query, body["rewards"], strict=True)
-        diffs += [abs(reward - reference[t]["reward"]) for t, reward in scored if t in reference]
-    assert max(diffs) <= TOLERANCE, max(diffs)
-    metrics = httpx.get(f"{served.gateways['coalesce']}/metrics").text
-    calls = sample_sum(metrics, "reward_gateway_upstream_batch_items_count")
-    print(f"\n[per-item] token at a reward token, coalesced: 64 requests in {calls:.0f} vLLM calls, {len(diffs)} "
-          f"scored (max |diff| vs the model's scorer {max(diffs):.2e}), 1 failed alone (too_long)")  # fmt: skip
+    figures = coalesced_with_a_bad_item(served.gateways["coalesce"], references)
+    print(f"\n[per-item] token at a reward token, coalesced: 64 requests in {figures['calls']:.0f} vLLM calls, "
+          f"{figures['scored']} items scored (max |diff| vs the model's scorer {figures['max_diff']:.2e}), 1 failed "
+          "alone (too_long)")  # fmt: skip

@@ -291,8 +291,17 @@ class Canary:
             else:
                 own = _failed(this, rewards) - _failed(that, rewards) if that.error is None else set()
                 self.tracker.record_request(this.backend.role, not own, this.seconds)
-        if first.error is None and second.error is None:
-            self._compare(first, second, rewards, groups)
+        if first.error is not None or second.error is not None:
+            return
+        # The two models' scores compared, the items either failed left out (a failure is no score to order).
+        stable, candidate = (first, second) if first.backend.role == "stable" else (second, first)
+        ours, theirs = rewards(stable.result), rewards(candidate.result)  # type: ignore[arg-type]
+        failed = _failed(stable, rewards) | _failed(candidate, rewards)
+        if failed:
+            kept = [index for index in range(len(ours)) if index not in failed]
+            ours, theirs = [ours[i] for i in kept], [theirs[i] for i in kept]
+            groups = None if groups is None else [groups[i] for i in kept]
+        self.tracker.observe(ours, theirs, groups)
 
     def _record(self, outcome: _Outcome[T], own_fault: bool = False) -> _Outcome[T]:
         """Counts a model's outcome: scores, or its failure. Its vLLM's failure is always its
@@ -308,23 +317,6 @@ class Canary:
             raise outcome.error
         self.tracker.record_answer(outcome.backend.role)
         return outcome.result  # type: ignore[return-value]
-
-    def _compare(
-        self,
-        first: _Outcome[T],
-        second: _Outcome[T],
-        rewards: Callable[[T], Sequence[object]],
-        groups: Sequence[str | None] | None,
-    ) -> None:
-        """The two models' scores compared, the items either failed left out (a failure is no score to order)."""
-        stable, candidate = (first, second) if first.backend.role == "stable" else (second, first)
-        ours, theirs = rewards(stable.result), rewards(candidate.result)  # type: ignore[arg-type]
-        failed = _failed(stable, rewards) | _failed(candidate, rewards)
-        if failed:
-            kept = [index for index in range(len(ours)) if index not in failed]
-            ours, theirs = [ours[i] for i in kept], [theirs[i] for i in kept]
-            groups = None if groups is None else [groups[i] for i in kept]
-        self.tracker.observe(ours, theirs, groups)
 
     def summary(self) -> dict[str, Any]:
         """GET /canary: the rollout's settings and its decayed window's figures (None: undefined).
