@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -115,6 +116,13 @@ def rendered_gateway(isvc: dict) -> tuple[dict[str, str], list[str]]:
     transformer, to start that gateway as a local process (values only: the downward API's are a pod's)."""
     container = isvc["spec"]["transformer"]["containers"][0]
     return {item["name"]: item["value"] for item in container["env"] if "value" in item}, container.get("args", [])
+
+
+def retry_later_error(answer: Any) -> str:
+    """A gateway's answer asking to retry later (503 with a Retry-After a trainer waits on): its error message."""
+    assert answer.status_code == 503, answer.text
+    assert int(answer.headers["retry-after"]) > 0
+    return answer.json()["error"]
 
 
 def post_ok(url: str, path: str, body: dict) -> dict:
