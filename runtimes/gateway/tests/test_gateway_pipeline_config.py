@@ -8,8 +8,9 @@ import statistics
 
 import pytest
 
-from reward_gateway.combine import Combiner, Part, RunningStats
+from reward_gateway.combine import Combiner, Part, RunningStats, best_by_group
 from reward_gateway.config import ConfigError, PipelineReward, load_config, parse_kserve_args
+from reward_gateway.outcomes import Failure
 from reward_testing.paths import golden_children
 
 BASE = {"REWARD_GATEWAY_UPSTREAM_URL": "policy-predictor.ns", "REWARD_GATEWAY_MODEL_NAME": "policy"}
@@ -134,3 +135,21 @@ def test_a_weight_of_zero_keeps_the_part_out_of_the_sum_but_in_the_answer():
     assert combined.rewards == [3.0]
     assert combined.parts == {"a": [100.0], "b": [1.5]}
     assert combined.normalised == {}
+
+
+def test_an_item_with_a_failed_part_is_a_failure_not_a_partial_sum():
+    """A reward model's null for an item (its reason in its part's failures): no combined reward for that item,
+    the reason carried on, the running statistics fed only what was scored, and never chosen as best."""
+    combiner = Combiner([PipelineReward("reward-a", 1.0, "running"), PipelineReward("reward-b", 2.0)])
+    failed = {1: Failure("too_long", "over the context", retry=False)}
+    combined = combiner.combine({"reward-a": Part([1.0, 5.0, 3.0]), "reward-b": Part([0.5, None, 1.5], failed)}, 3)
+    assert combined.rewards[1] is None and None not in (combined.rewards[0], combined.rewards[2])
+    [failure] = combined.failure_list()
+    assert (failure["index"], failure["reason"], failure["retry"]) == (1, "part_failed", False)
+    assert "'b': too_long: over the context" in failure["message"]
+    assert combiner.stats["reward-a"].count == 3  # a's own rewards were all scored
+    results = best_by_group(["p"] * 3, ["x", "y", "z"], [0, 0, 0], combined)
+    assert results[0]["best"]["index"] == 2 and results[0]["candidates"][1]["reward"] is None
+    none = combiner.combine({"reward-a": Part([None]), "reward-b": Part([None])}, 1)
+    assert best_by_group(["p"], ["x"], [0], none)[0]["best"] is None
+    assert none.failures[0].message == "reward model 'a' answered no reward for this item"
