@@ -215,7 +215,8 @@ class Gateway:
         if reasons:
             self._unscored[route].inc(len(reasons))
             for reason, count in Counter(reasons).items():
-                self._failures[route, reason].inc(count)
+                # a reason not of REASONS would be a bug of ours: counted as one, the labels stay bounded
+                self._failures.get((route, reason), self._failures[route, "internal"]).inc(count)
 
     def _format_route(self, wire: WireFormat[Any]) -> Handler:
         """A wire format's route: its request parsed, its items scored, its answer shaped (reward_gateway.formats)."""
