@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "trainers.md"
+DOCS = Path(__file__).resolve().parents[4] / "docs" / "trainers.md"
 # docs/trainers.md marks each snippet a test runs with this comment on the line before its fence
 SNIPPET = re.compile(r"<!-- e2e/suites/trainers: (?P<name>[\w-]+) -->\n```\w*\n(?P<body>.*?)\n```", re.S)
 
