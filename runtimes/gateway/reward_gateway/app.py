@@ -15,13 +15,26 @@ the front instead of the scoring routes (reward_gateway.pipeline).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import exposition
 
 from reward_gateway.asgi import ScoringFront
+from reward_gateway.errors import GatewayError
 from reward_gateway.gateway import Gateway
+from reward_gateway.scorer import ItemScorer
+
+logger = logging.getLogger("reward_gateway")
+
+
+async def _checked(scorer: ItemScorer) -> None:
+    try:
+        await scorer.check_at_start()
+    except GatewayError as error:  # refused: the scorer has said so, and ended the gateway
+        logger.debug("check at start: %s", error.message)
 
 
 def build_app(gateway: Gateway) -> ScoringFront:
@@ -37,9 +50,13 @@ def build_app(gateway: Gateway) -> ScoringFront:
             gateway.canary.start()  # follows the candidate's share where a file gives it (reward_gateway.share)
         if gateway.generation is not None:
             gateway.generation.start()  # follows the RewardModel's generation (reward_gateway.generation)
+        # a judge's labels checked against its tokenizer once vLLM answers (reward_gateway.judge)
+        checks = [asyncio.create_task(_checked(scorer)) for scorer in gateway.scorers()]
         try:
             yield
         finally:
+            for check in checks:
+                check.cancel()
             if gateway.scaler is not None:
                 await gateway.scaler.stop()
             await gateway.close()
