@@ -1,0 +1,93 @@
+"""Judges (model.kind: judge) the tests share: the sample's spec, and what the RewardModel schema refuses of a
+judge with the words a user reads, checked offline (operator/tests/test_schema_judge.py) and by the real API
+server (e2e/tests/test_rewardmodel_schema.py)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from reward_testing.paths import REPO
+
+SAMPLE = REPO / "manifests" / "samples" / "rewardmodel-judge.yaml"
+SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]}
+
+
+def judge_sample() -> dict[str, Any]:
+    return yaml.safe_load(SAMPLE.read_text())
+
+
+def _judge(**fields: Any) -> Callable[[dict], None]:
+    def change(obj: dict) -> None:
+        judge = {key: value for key, value in obj["spec"]["judge"].items() if key not in ("labels", "structured")}
+        obj["spec"]["judge"] = {**judge, **fields}
+
+    return change
+
+
+def _spec(**fields: Any) -> Callable[[dict], None]:
+    def change(obj: dict) -> None:
+        obj["spec"].update(copy.deepcopy(fields))
+
+    return change
+
+
+def _without_judge(obj: dict) -> None:
+    del obj["spec"]["judge"]
+
+
+def _score_head_with_judge(obj: dict) -> None:
+    obj["spec"]["model"]["kind"] = "sequence"
+
+
+YES_NO = [{"token": "Yes", "value": 1}, {"token": "No", "value": 0}]
+STRUCTURED = {"jsonSchema": SCHEMA, "field": "score"}
+
+# Judges the schema admits (changes to the sample).
+ADMITTED: dict[str, Callable[[dict], None]] = {
+    "labels": _judge(labels=YES_NO),
+    "scale-labels": _judge(labels=[{"token": str(i), "value": i} for i in range(1, 10)]),
+    "json-schema": _judge(structured={**STRUCTURED, "minimum": 0, "maximum": 10, "maxTokens": 16}),
+    "choices": _judge(structured={"choices": [{"text": "correct", "value": 1}, {"text": "wrong", "value": 0}]}),
+    "canary-judge": _spec(
+        canary={"model": {"uri": "hf://Qwen/Qwen3-8B"}, "judge": {"prompt": "{{ response }}", "labels": YES_NO}}
+    ),
+}
+
+# name -> (change to the sample, words the refusal carries)
+REFUSED: dict[str, tuple[Callable[[dict], None], str]] = {
+    "judge-kind-without-judge": (_without_judge, "model.kind: judge needs spec.judge"),
+    "judge-on-a-score-head": (_score_head_with_judge, "spec.judge applies only to model.kind: judge"),
+    "no-verdict": (_judge(), "judge needs one verdict: labels (label probabilities) or structured"),
+    "two-verdicts": (_judge(labels=YES_NO, structured=STRUCTURED), "judge needs one verdict"),
+    "one-label": (_judge(labels=YES_NO[:1]), "spec.judge.labels: Invalid value"),
+    "a-label-twice": (_judge(labels=[YES_NO[0], {"token": "Yes", "value": 0}]), "spec.judge.labels[1]: Duplicate"),
+    "schema-without-field": (_judge(structured={"jsonSchema": SCHEMA}), "judge.structured.field names the number"),
+    "schema-and-choices": (
+        _judge(structured={**STRUCTURED, "choices": [{"text": "a", "value": 1}, {"text": "b", "value": 0}]}),
+        "judge.structured needs jsonSchema (with field) or choices, not both",
+    ),
+    "minimum-above-maximum": (
+        _judge(structured={**STRUCTURED, "minimum": 5, "maximum": 1}),
+        "judge.structured.minimum may not be above its maximum",
+    ),
+    "gateway-off": (_spec(gateway={"enabled": False}), "model.kind: judge needs gateway.enabled: true"),
+    "gateway-template": (
+        _spec(gateway={"chatTemplateMode": "gateway"}),
+        "model.kind: judge needs gateway.chatTemplateMode: upstream",
+    ),
+    "scheduling": (_spec(gateway={"scheduling": {"coalesce": True}}), "remove it for model.kind: judge"),
+    "canary-judge-without-verdict": (
+        _spec(canary={"model": {"uri": "hf://Qwen/Qwen3-8B"}, "judge": {"prompt": "{{ response }}"}}),
+        "canary.judge needs one verdict",
+    ),
+}
+
+
+def changed(change: Callable[[dict], None]) -> dict[str, Any]:
+    document = judge_sample()
+    change(document)
+    return document
