@@ -107,7 +107,8 @@ class RewardItem(_Strict):
     steps: list[str] | None = None
     messages: list[Message] | None = None
     # Text scored as given, with no template and no special tokens added: how
-    # TRL's own reward model scores a standard (non-chat) dataset's prompt + completion.
+    # TRL's own reward model scores a standard (non-chat) dataset's prompt + completion. With a prompt
+    # (which the text starts with), a judge reads the rest as the response; a score head, the text.
     text: str | None = None
     group: str | int | None = None
     # The answer the response is judged against, read by a judge's prompt template (reward_gateway.judge);
@@ -118,8 +119,12 @@ class RewardItem(_Strict):
     def _one_shape(self) -> RewardItem:
         shaped = self.prompt is not None or self.response is not None or self.steps is not None
         if self.text is not None:
-            if shaped or self.messages is not None:
-                raise ValueError("give text alone, not with messages, prompt, response or steps")
+            if self.response is not None or self.steps is not None or self.messages is not None:
+                raise ValueError(
+                    "give text alone (or with the prompt it starts with), not with messages, response or steps"
+                )
+            if self.prompt is not None and not self.text.startswith(self.prompt):
+                raise ValueError("with text, prompt is where the text starts: the text must start with it")
         elif self.messages is not None:
             if shaped:
                 raise ValueError("give either messages or prompt with response/steps, not both")
@@ -321,7 +326,7 @@ def scoring_items(items: list[RewardItem], step_tag: str) -> list[ScoringItem]:
 def scoring_item(item: RewardItem, step_tag: str) -> ScoringItem:
     group = None if item.group is None else str(item.group)
     if item.text is not None:
-        return ScoringItem(text=item.text, group=group)
+        return ScoringItem(text=item.text, group=group, judged=judged_text(item.text, item.prompt, item.reference))
     conversation = conversation_of(item, step_tag)
     # A judge reads a response, not a process model's tagged steps.
     judged = judged_conversation(conversation, item.reference) if item.steps is None else None

@@ -18,7 +18,7 @@ from reward_gateway.gateway import Gateway
 from reward_gateway.judge_config import Label, Structured
 from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.verdict import VLLM_NO_PROBABILITY, label_verdict, structured_verdict
-from reward_testing.fake_vllm import conversation_text, judge_reward, judge_verdict, serve_in_thread, token_id
+from reward_testing.fake_vllm import conversation_text, judge_reward, judge_verdict, logit, serve_in_thread, token_id
 from reward_testing.waiting import wait_until
 
 TEMPLATE = "Question: {{ prompt }}\nAnswer: {{ response }}{% if reference %}\nReference: {{ reference }}{% endif %}"
@@ -232,3 +232,15 @@ def test_a_nested_field_is_read_along_its_path():
     structured = Structured(SCHEMA, "verdict.score", None, None, None, 8)
     answer = {"choices": [{"message": {"content": '{"verdict": {"score": 7.5}}'}, "finish_reason": "stop"}]}
     assert structured_verdict(answer, structured).reward == 7.5
+
+
+def test_finished_text_with_its_prompt_is_split_there_and_a_score_head_scores_the_text(start_gateway, backend):
+    item = {"text": "Is 2+2 4? yes it is", "prompt": "Is 2+2 4?", "reference": "4"}
+    judge = start_gateway(**judge_env(LABELS)).post("/v1/rewards", json={"items": [item]})
+    assert judge.json()["rewards"] == pytest.approx(
+        [judge_reward(judged_text("Is 2+2 4?", " yes it is", "4"), YES_NO)[0]], abs=1e-12
+    )
+    head = start_gateway().post("/v1/rewards", json={"items": [item]})
+    assert head.json()["rewards"] == pytest.approx([logit(item["text"])])
+    wrong = start_gateway().post("/v1/rewards", json={"items": [{"text": "abc", "prompt": "xyz"}]})
+    assert wrong.status_code == 400 and "the text must start with it" in wrong.json()["error"]
