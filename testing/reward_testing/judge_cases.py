@@ -91,3 +91,74 @@ def changed(change: Callable[[dict], None]) -> dict[str, Any]:
     document = judge_sample()
     change(document)
     return document
+
+
+# Judges the real-vLLM tests serve (tiny_model_maker's judge: Yes, No and 1..9 are one token each, 10 is two).
+JUDGE_PROMPT = (
+    "Question: {{ prompt }}\nAnswer: {{ response }}\n{% if reference %}Reference: {{ reference }}\n{% endif %}"
+    "Is the answer correct?"
+)
+SCORE_SCHEMA = {
+    "type": "object",
+    "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 5}},
+    "required": ["score"],
+    "additionalProperties": False,
+}
+JUDGES: dict[str, dict[str, Any]] = {
+    "yes_no": {"prompt": JUDGE_PROMPT, "labels": YES_NO},
+    "scale": {
+        "system": "You grade answers from 1 to 5.",
+        "prompt": JUDGE_PROMPT,
+        "labels": [{"token": str(i), "value": i} for i in range(1, 6)],
+    },
+    "json": {
+        "prompt": JUDGE_PROMPT,
+        "structured": {"jsonSchema": SCORE_SCHEMA, "field": "score", "minimum": 1, "maximum": 5, "maxTokens": 32},
+    },
+    "choice": {
+        "prompt": JUDGE_PROMPT,
+        "structured": {
+            "choices": [
+                {"text": "correct", "value": 1},
+                {"text": "partly", "value": 0.5},
+                {"text": "wrong", "value": 0},
+            ]
+        },
+    },
+    "cut": {"prompt": JUDGE_PROMPT, "structured": {"jsonSchema": SCORE_SCHEMA, "field": "score", "maxTokens": 2}},
+    "split_label": {"prompt": JUDGE_PROMPT, "labels": [{"token": "10", "value": 1}, {"token": "No", "value": 0}]},
+}
+# Items of each shape a judge reads: prompt and response with a reference, without one, and a conversation.
+JUDGED_ITEMS: list[dict[str, Any]] = [
+    {"prompt": "what is two plus two", "response": " four", "reference": "four"},
+    {"prompt": "name a green tree", "response": " the old stone river"},
+    {
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "is the cat quick"},
+            {"role": "assistant", "content": "maybe it is slow"},
+        ]
+    },
+]
+
+
+def judge_reward_model(judge: str, name: str = "tiny-judge", **spec: Any) -> dict[str, Any]:
+    """A RewardModel of kind judge serving a tiny judge on the CPU with JUDGES[judge]; ``spec``: more of it."""
+    return {
+        "apiVersion": "serving.rlhf.dev/v1alpha1",
+        "kind": "RewardModel",
+        "metadata": {"name": name, "namespace": "test", "uid": "00000000-0000-4000-8000-000000000041"},
+        "spec": {
+            # float32 as the weights are; the request log shows the tokens vLLM was given
+            "model": {
+                "uri": "hf://tiny/judge",
+                "kind": "judge",
+                "dtype": "float32",
+                "extraArgs": ["--enable-log-requests"],
+            },
+            "judge": copy.deepcopy(JUDGES[judge]),
+            "resources": {"gpus": 0},
+            "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}],
+            **spec,
+        },
+    }

@@ -131,7 +131,8 @@ class JudgeScorer:
         if structured.choices is not None:
             outputs: dict[str, Any] = {"choice": [label.text for label in structured.choices]}
         else:
-            outputs = {"json": structured.json_schema}
+            # compact JSON: a verdict needs no whitespace, and a judge that pads it only spends maxTokens
+            outputs = {"json": structured.json_schema, "disable_any_whitespace": True}
         return {**body, "max_tokens": structured.max_tokens, "structured_outputs": outputs}
 
     async def score(self, items: list[ScoringItem], client: str = "default") -> list[Score]:
@@ -238,13 +239,17 @@ class JudgeScorer:
         self.on_refused(message)
 
 
-def refuse_and_exit(message: str) -> None:
-    """A refused judge ends the gateway: the message kept as the container's termination message (where the
-    container has one), then SIGTERM to itself, so the server drains and exits, with a failure's exit code
-    (reward_gateway.server)."""
+def termination_message(message: str) -> None:
+    """The message kept where Kubernetes reads a container's termination message (where there is one)."""
     try:
         with open(TERMINATION_LOG, "w", encoding="utf-8") as log:
             log.write(f"reward-gateway: {message}\n")
     except OSError:
         pass  # not in a container: the log line says it
+
+
+def refuse_and_exit(message: str) -> None:
+    """A refused judge ends the process (the default where no server says how: reward_gateway.server stops its
+    own, with a failure's exit code)."""
+    termination_message(message)
     os.kill(os.getpid(), 15)

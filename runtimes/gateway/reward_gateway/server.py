@@ -34,7 +34,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from reward_gateway.app import build_app
 from reward_gateway.config import GatewayConfig
 from reward_gateway.gateway import Gateway
-from reward_gateway.judge import refuse_and_exit
+from reward_gateway.judge import termination_message
 from reward_gateway.logs import SafeAccessLine
 
 logger = logging.getLogger("reward_gateway")
@@ -196,9 +196,14 @@ def serve(config: GatewayConfig) -> int:
     draining = threading.Event()
     refused: list[str] = []
 
+    server: DrainingServer | None = None
+
     def on_refused(message: str) -> None:
+        """A refused judge (reward_gateway.judge): the message kept for Kubernetes, and the server stopped."""
         refused.append(message)
-        refuse_and_exit(message)
+        termination_message(message)
+        if server is not None:
+            server.should_exit = True
 
     gateway = Gateway(config, on_refused=on_refused)
     settings = uvicorn.Config(
@@ -222,5 +227,6 @@ def serve(config: GatewayConfig) -> int:
     logging.getLogger("uvicorn.access").addFilter(SafeAccessLine())
     settings.load()  # imports the protocol classes now, so the collector freezes them too
     _calm_garbage_collector()
-    DrainingServer(settings, config.drain_s, draining, gateway.load.stop_holding).run()
+    server = DrainingServer(settings, config.drain_s, draining, gateway.load.stop_holding)
+    server.run()
     return REFUSED_EXIT_CODE if refused else 0

@@ -1,0 +1,179 @@
+"""A judge's rewards through the gateway equal transformers' numbers for the same tokens, with a real vLLM
+(the pinned CPU build) serving a tiny random-weight judge (a causal LM whose tokenizer keeps Yes, No and
+1..9 whole).
+
+Everything as the operator renders it: RewardModels of kind judge that differ only in spec.judge (so one
+vLLM, on the vllm-generate-cpu runtime's command line, serves them all), each with its gateway run from its
+rendered environment. Label probabilities must equal transformers' softmax over the whole vocabulary at the
+verdict position, renormalised over the labels, within 1e-4, on every route; the tokens vLLM saw (its
+request log) must be transformers' ``apply_chat_template(..., add_generation_prompt=True)``: the judge's
+template once, one BOS. A structured verdict always parses under vLLM's structured output and is the same
+on a repeat; one cut short by maxTokens is no reward. A label the judge's tokenizer splits stops the
+gateway, naming it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import httpx
+import pytest
+from jinja2 import Environment
+
+from reward_operator.render import render_reward_model
+from reward_testing.gateway_process import LOCAL_MEMORY_LIMIT_BYTES, local_gateway, post_ok, rendered_gateway
+from reward_testing.judge_cases import JUDGED_ITEMS, JUDGES, judge_reward_model
+from reward_testing.ports import free_port
+from reward_testing.scoring_cases import assert_close
+from reward_testing.tiny_models import TinyModel, make_tiny_models, reference_scores
+from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
+
+RUNTIME = "vllm-generate-cpu"
+
+
+def judge_messages(judge: dict[str, Any], item: dict[str, Any]) -> list[dict[str, str]]:
+    """The judge's messages for an item, by hand (jinja2 over the item's parts), for transformers."""
+    if "messages" in item:
+        *before, last = item["messages"]
+        users = [m for m in before if m["role"] == "user"]
+        parts = {"prompt": users[-1]["content"], "messages": before, "response": last["content"]}
+    else:
+        parts = {"prompt": item["prompt"], "messages": [{"role": "user", "content": item["prompt"]}]}
+        parts["response"] = item["response"]
+    parts["reference"] = item.get("reference")
+    user = {
+        "role": "user",
+        "content": Environment(keep_trailing_newline=True).from_string(judge["prompt"]).render(parts),
+    }
+    return [{"role": "system", "content": judge["system"]}, user] if "system" in judge else [user]
+
+
+class Judged:
+    """The tiny judge behind one real vLLM, and a gateway per judge of JUDGES."""
+
+    def __init__(self, model: TinyModel, vllm: VllmServer, gateways: dict[str, str]):
+        self.model, self.vllm, self.gateways = model, vllm, gateways
+        self._read = 0
+
+    def seen_ids(self) -> list[list[int]]:
+        """The prompt token ids of the chat completions vLLM received since the last look."""
+        text = self.vllm.log_text()
+        new, self._read = text[self._read :], len(text)
+        found = re.findall(r"Request chatcmpl-\S+ details: .*?prompt_token_ids: (\[[\d, ]*\])", new)
+        return [ast.literal_eval(ids) for ids in found]
+
+    def reference(self, judge: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        spec = JUDGES[judge]
+        labels = {label["token"]: label["value"] for label in spec["labels"]}
+        asked = [
+            {"messages": judge_messages(spec, item), "add_generation_prompt": True, "labels": labels} for item in items
+        ]
+        return reference_scores(self.model, asked)
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory) -> Iterator[Judged]:
+    model = make_tiny_models(tmp_path_factory.mktemp("judge-model"), ("judge",))["judge"]
+    workdir = tmp_path_factory.mktemp("judge")
+    rendered = {name: render_reward_model(judge_reward_model(name)) for name in JUDGES}
+    isvcs = {name: next(c for c in children if c["kind"] == "InferenceService") for name, children in rendered.items()}
+    predictors = {json.dumps(isvc["spec"]["predictor"]) for isvc in isvcs.values()}
+    assert len(predictors) == 1, "the judges differ in their gateways only"
+    with ExitStack() as stack:
+        vllm = stack.enter_context(
+            started_vllm(next(iter(isvcs.values())), model.path, workdir / "vllm", runtime=RUNTIME)
+        )
+        wait_healthy(vllm)
+        gateways = {
+            name: stack.enter_context(local_gateway(*rendered_gateway(isvc), vllm.url, workdir / f"gateway-{name}.log"))
+            for name, isvc in isvcs.items()
+            if name != "split_label"
+        }
+        yield Judged(model, vllm, gateways)
+
+
+def assert_seen(judged: Judged, references: list[dict[str, Any]]) -> None:
+    """vLLM saw transformers' ids for these items (any order): the judge's template once, one BOS."""
+    seen = judged.seen_ids()
+    assert sorted(seen) == sorted(reference["ids"] for reference in references)
+    for ids in seen:
+        assert ids.count(judged.model.bos_token_id) == 1 and ids[0] == judged.model.bos_token_id, ids
+
+
+@pytest.mark.parametrize("judge", ["yes_no", "scale"])
+def test_label_probabilities_equal_transformers_on_every_route(judged, judge):
+    url = judged.gateways[judge]
+    judged.seen_ids()
+    items = JUDGED_ITEMS
+    references = judged.reference(judge, items)
+    rewards = post_ok(url, "/v1/rewards", {"items": items})["rewards"]
+    predict = post_ok(url, "/v1/models/tiny-judge:predict", {"instances": items[:1]})["predictions"]
+    # OpenRLHF: the query is prompt + response, its prompts say where the response starts, its labels are references
+    openrlhf_item = items[0]
+    query = {"query": [openrlhf_item["prompt"] + openrlhf_item["response"]], "prompts": [openrlhf_item["prompt"]]}
+    query["labels"] = [openrlhf_item["reference"]]
+    openrlhf = post_ok(url, "/get_reward", query)["rewards"]
+    want = [reference["reward"] for reference in references]
+    assert_close(rewards + predict + openrlhf, [*want, want[0], want[0]])
+    assert_seen(judged, [*references, references[0], references[0]])
+
+
+def test_the_labels_share_of_probability_is_exported(judged):
+    url = judged.gateways["yes_no"]
+    (reference,) = judged.reference("yes_no", JUDGED_ITEMS[:1])
+    before = _share_sum(url)
+    post_ok(url, "/v1/rewards", {"items": JUDGED_ITEMS[:1]})
+    assert abs(_share_sum(url) - before - reference["label_share"]) < 1e-6
+
+
+def _share_sum(url: str) -> float:
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    found = re.search(r'^reward_gateway_judge_label_share_sum\{model="tiny-judge"\} (\S+)$', metrics, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.mark.parametrize("judge", ["json", "choice"])
+def test_a_structured_verdict_parses_is_in_range_and_the_same_on_a_repeat(judged, judge):
+    url = judged.gateways[judge]
+    first = post_ok(url, "/v1/rewards", {"items": JUDGED_ITEMS})["rewards"]
+    again = post_ok(url, "/v1/rewards", {"items": list(reversed(JUDGED_ITEMS))})["rewards"]
+    assert first == list(reversed(again))
+    structured = JUDGES[judge]["structured"]
+    allowed = [choice["value"] for choice in structured.get("choices", [])]
+    for reward in first:
+        if allowed:
+            assert reward in allowed
+        else:
+            assert structured["minimum"] <= reward <= structured["maximum"] and reward == int(reward)
+
+
+def test_a_verdict_cut_short_by_max_tokens_is_no_reward(judged):
+    answer = httpx.post(f"{judged.gateways['cut']}/v1/rewards", json={"items": JUDGED_ITEMS[:1]}, timeout=120)
+    assert answer.status_code == 422, answer.text
+    assert "cut short at maxTokens (2 tokens)" in answer.json()["error"]
+
+
+def test_a_label_the_judges_tokenizer_splits_stops_the_gateway_naming_it(judged, tmp_path):
+    (isvc,) = [c for c in render_reward_model(judge_reward_model("split_label")) if c["kind"] == "InferenceService"]
+    env, args = rendered_gateway(isvc)
+    port = free_port()
+    env |= {"REWARD_GATEWAY_UPSTREAM_URL": judged.vllm.url, "REWARD_GATEWAY_PORT": str(port)}
+    env |= {"REWARD_GATEWAY_MEMORY_LIMIT_BYTES": str(LOCAL_MEMORY_LIMIT_BYTES), "REWARD_GATEWAY_DRAIN_SECONDS": "0"}
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("REWARD_GATEWAY_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "reward_gateway", *args],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 3, run.stderr[-3000:]
+    assert "judge label '10' is 2 tokens in the judge's tokenizer" in run.stderr, run.stderr[-3000:]
