@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 
 import httpx
 import pytest
@@ -244,3 +245,53 @@ def test_finished_text_with_its_prompt_is_split_there_and_a_score_head_scores_th
     assert head.json()["rewards"] == pytest.approx([logit(item["text"])])
     wrong = start_gateway().post("/v1/rewards", json={"items": [{"text": "abc", "prompt": "xyz"}]})
     assert wrong.status_code == 400 and "the text must start with it" in wrong.json()["error"]
+
+
+def test_a_new_judge_template_rolled_out_is_scored_by_its_own_template_and_compared(start_gateway, backend):
+    """A candidate whose only change is its judge (REWARD_GATEWAY_CANARY_JUDGE, on the same weights): shadowed,
+    its verdicts come from its own prompt, the trainer gets the stable judge's, and the two are compared."""
+    new = {**LABELS, "prompt": "Grade it. " + TEMPLATE}
+    gateway = start_gateway(
+        **judge_env(LABELS),
+        canary_url=backend.url,
+        canary_name="rm-new-template",
+        canary_judge=json.dumps(new),
+        canary_half_life_seconds="0",
+    )
+    items = [{"prompt": f"q{i}", "response": "r", "group": "g"} for i in range(4)]
+    answer = gateway.post("/v1/rewards", json={"items": items})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["rewards"] == pytest.approx(
+        [judge_reward(judged_text(f"q{i}", "r"), YES_NO)[0] for i in range(4)], abs=1e-12
+    )
+    contents = sorted(body["messages"][0]["content"] for path, body in backend.calls if path == "/v1/chat/completions")
+    assert sum(content.startswith("Grade it. ") for content in contents) == 4 and len(contents) == 8
+    assert (
+        gateway.get("/canary").json()["pairs"]["concordant"] + gateway.get("/canary").json()["pairs"]["discordant"] > 0
+    )
+    stable = answer.json()["identity"]["judge"]
+    candidate = gateway.gateway.canary.backends["candidate"].identity["judge"]
+    assert stable != candidate and len(candidate) == 16
+
+
+def test_a_judge_request_at_zero_is_held_and_answered_once_vllm_comes_up(start_gateway, predictor):
+    gateway = start_gateway(upstream=predictor.url, scale_from_zero_timeout_seconds="60", **judge_env(LABELS))
+    answers: list[httpx.Response] = []
+    sent = threading.Thread(
+        target=lambda: answers.append(gateway.post("/v1/rewards", json={"items": [{"prompt": "p", "response": "r"}]}))
+    )
+    sent.start()
+    wait_until("the judge's request held", lambda: gateway.gateway.load.held == 1, timeout=10, interval=0.05)
+    predictor()
+    sent.join(30)
+    assert answers[0].status_code == 200, answers[0].text
+    assert answers[0].json()["rewards"] == pytest.approx([judge_reward(judged_text("p", "r"), YES_NO)[0]], abs=1e-12)
+
+
+def test_a_judge_is_a_reward_step_of_a_pipeline(start_gateway, backend):
+    """An RLHFPipeline's graph calls every RewardModel's gateway at /v1/pipeline/reward, a judge's too."""
+    gateway = start_gateway(**judge_env(LABELS))
+    answer = gateway.post("/v1/pipeline/reward", json={"prompts": ["p", "q"], "responses": ["r", "s"]})
+    assert answer.status_code == 200, answer.text
+    want = [judge_reward(judged_text(p, r), YES_NO)[0] for p, r in (("p", "r"), ("q", "s"))]
+    assert answer.json()["rewards"] == pytest.approx(want, abs=1e-12)
