@@ -266,7 +266,8 @@ def test_a_new_judge_template_rolled_out_is_scored_by_its_own_template_and_compa
     )
     contents = sorted(body["messages"][0]["content"] for path, body in backend.calls if path == "/v1/chat/completions")
     assert sum(content.startswith("Grade it. ") for content in contents) == 4 and len(contents) == 8
-    assert sum(gateway.get("/canary").json()["pairs"].values()) == 6  # the group's pairs: both judges scored it
+    pairs = gateway.get("/canary").json()["pairs"]
+    assert sum(pairs.values()) - pairs["ordered_by_stable"] == 6  # the group's pairs: both judges scored it
     stable = answer.json()["identity"]["judge"]
     candidate = gateway.gateway.canary.backends["candidate"].identity["judge"]
     assert stable != candidate and len(candidate) == 16
