@@ -28,6 +28,8 @@ from reward_gateway.gateway import Gateway
 from reward_gateway.scorer import ItemScorer
 
 logger = logging.getLogger("reward_gateway")
+# How long the start waits for the checks to be done before it listens (vLLM answers in milliseconds where it is up).
+CHECK_BEFORE_LISTENING_S = 5.0
 
 
 async def _checked(scorer: ItemScorer) -> None:
@@ -50,8 +52,10 @@ def build_app(gateway: Gateway) -> ScoringFront:
             gateway.canary.start()  # follows the candidate's share where a file gives it (reward_gateway.share)
         if gateway.generation is not None:
             gateway.generation.start()  # follows the RewardModel's generation (reward_gateway.generation)
-        # a judge's labels checked against its tokenizer once vLLM answers (reward_gateway.judge)
+        # a judge's labels checked against its tokenizer once vLLM answers (reward_gateway.judge); where vLLM is up
+        # already (a restarted gateway), before the gateway listens, so one that refuses them is never Ready
         checks = [asyncio.create_task(_checked(scorer)) for scorer in gateway.scorers()]
+        await asyncio.wait(checks, timeout=CHECK_BEFORE_LISTENING_S)
         try:
             yield
         finally:

@@ -13,8 +13,9 @@ add_generation_prompt=True)`` gives). One call per item, at temperature 0:
   each label without special tokens: a label that is not exactly one token of the judge's tokenizer (or
   two labels that are the same token) would be silently split or merged, so the gateway refuses to run
   with it, naming the label. It checks as soon as vLLM answers after start (without waking a predictor
-  at zero), and before the first verdict in any case; a refusal ends the process with the message, which
-  Kubernetes keeps as the container's termination message (the RewardModel's Ready says it).
+  at zero; before it listens, where vLLM is up already, as for a restarted gateway), and before the first
+  verdict in any case; a refusal ends the process with the message, which Kubernetes keeps as the
+  container's termination message (the RewardModel's Ready says it: CrashLoopBackOff, the message's tail).
 - a structured verdict: up to ``maxTokens`` tokens under vLLM's structured output (the JSON schema, or
   the choices), read by reward_gateway.verdict.
 
