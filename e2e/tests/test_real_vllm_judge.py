@@ -26,34 +26,16 @@ from typing import Any
 
 import httpx
 import pytest
-from jinja2 import Environment
 
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_process import LOCAL_MEMORY_LIMIT_BYTES, local_gateway, post_ok, rendered_gateway
-from reward_testing.judge_cases import JUDGED_ITEMS, JUDGES, judge_reward_model
+from reward_testing.judge_cases import JUDGED_ITEMS, JUDGES, judge_references, judge_reward_model
 from reward_testing.ports import free_port
 from reward_testing.scoring_cases import assert_close
-from reward_testing.tiny_models import TinyModel, make_tiny_models, reference_scores
+from reward_testing.tiny_models import TinyModel, make_tiny_models
 from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
 
 RUNTIME = "vllm-generate-cpu"
-
-
-def judge_messages(judge: dict[str, Any], item: dict[str, Any]) -> list[dict[str, str]]:
-    """The judge's messages for an item, by hand (jinja2 over the item's parts), for transformers."""
-    if "messages" in item:
-        *before, last = item["messages"]
-        users = [m for m in before if m["role"] == "user"]
-        parts = {"prompt": users[-1]["content"], "messages": before, "response": last["content"]}
-    else:
-        parts = {"prompt": item["prompt"], "messages": [{"role": "user", "content": item["prompt"]}]}
-        parts["response"] = item["response"]
-    parts["reference"] = item.get("reference")
-    user = {
-        "role": "user",
-        "content": Environment(keep_trailing_newline=True).from_string(judge["prompt"]).render(parts),
-    }
-    return [{"role": "system", "content": judge["system"]}, user] if "system" in judge else [user]
 
 
 class Judged:
@@ -71,12 +53,7 @@ class Judged:
         return [ast.literal_eval(ids) for ids in found]
 
     def reference(self, judge: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        spec = JUDGES[judge]
-        labels = {label["token"]: label["value"] for label in spec["labels"]}
-        asked = [
-            {"messages": judge_messages(spec, item), "add_generation_prompt": True, "labels": labels} for item in items
-        ]
-        return reference_scores(self.model, asked)
+        return judge_references(self.model, JUDGES[judge], items)
 
 
 @pytest.fixture(scope="module")

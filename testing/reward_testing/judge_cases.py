@@ -9,8 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
+from jinja2 import Environment
 
 from reward_testing.paths import REPO
+from reward_testing.tiny_models import TinyModel, reference_scores
 
 SAMPLE = REPO / "manifests" / "samples" / "rewardmodel-judge.yaml"
 SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]}
@@ -162,3 +164,28 @@ def judge_reward_model(judge: str, name: str = "tiny-judge", **spec: Any) -> dic
             **spec,
         },
     }
+
+
+def judge_messages(judge: dict[str, Any], item: dict[str, Any]) -> list[dict[str, str]]:
+    """The judge's messages for an item, by hand (jinja2 over the item's parts, as the gateway's contract says)."""
+    if "messages" in item:
+        *before, last = item["messages"]
+        users = [m for m in before if m["role"] == "user"]
+        parts = {"prompt": users[-1]["content"], "messages": before, "response": last["content"]}
+    else:
+        parts = {"prompt": item["prompt"], "messages": [{"role": "user", "content": item["prompt"]}]}
+        parts["response"] = item["response"]
+    parts["reference"] = item.get("reference")
+    content = Environment(keep_trailing_newline=True).from_string(judge["prompt"]).render(parts)
+    user = {"role": "user", "content": content}
+    return [{"role": "system", "content": judge["system"]}, user] if "system" in judge else [user]
+
+
+def judge_references(model: TinyModel, judge: dict[str, Any], items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """transformers' label-probability verdict of ``judge`` (labels) on each item: ``reward``, ``label_share``, and
+    ``ids`` (the judge's template applied once, with its generation prompt)."""
+    labels = {label["token"]: label["value"] for label in judge["labels"]}
+    asked = [
+        {"messages": judge_messages(judge, item), "add_generation_prompt": True, "labels": labels} for item in items
+    ]
+    return reference_scores(model, asked)
