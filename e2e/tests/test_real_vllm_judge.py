@@ -31,7 +31,7 @@ from reward_operator.render import render_reward_model
 from reward_testing.gateway_process import LOCAL_MEMORY_LIMIT_BYTES, local_gateway, post_ok, rendered_gateway
 from reward_testing.judge_cases import JUDGED_ITEMS, JUDGES, judge_references, judge_reward_model
 from reward_testing.ports import free_port
-from reward_testing.scoring_cases import assert_close
+from reward_testing.scoring_cases import assert_close, assert_same_ids
 from reward_testing.tiny_models import TinyModel, make_tiny_models
 from reward_testing.vllm_server import VllmServer, started_vllm, wait_healthy
 
@@ -79,10 +79,7 @@ def judged(tmp_path_factory) -> Iterator[Judged]:
 
 def assert_seen(judged: Judged, references: list[dict[str, Any]]) -> None:
     """vLLM saw transformers' ids for these items (any order): the judge's template once, one BOS."""
-    seen = judged.seen_ids()
-    assert sorted(seen) == sorted(reference["ids"] for reference in references)
-    for ids in seen:
-        assert ids.count(judged.model.bos_token_id) == 1 and ids[0] == judged.model.bos_token_id, ids
+    assert_same_ids(judged.seen_ids(), references, judged.model.bos_token_id)
 
 
 @pytest.mark.parametrize("judge", ["yes_no", "scale"])
