@@ -14,7 +14,8 @@ pod is untouched, as its rendering does not depend on spec.judge):
    too small it is cut short, and no number comes back;
 3. a label the judge's tokenizer splits: the gateway refuses it, and the RewardModel's Ready says so, naming it.
 
-Not in ``make test``: the vLLM image's import and a cold start of vLLM on the node's 2 cores (``make judge-real``).
+Not in ``make test``: the vLLM image's import and two cold starts of vLLM on the node's 2 cores (``make judge-real``,
+its README).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from reward_testing.judge_cases import JUDGED_ITEMS, JUDGES, judge_references
 from reward_testing.scoring_cases import assert_close
 from reward_testing.tiny_models import TinyModel, make_tiny_models, tar_model
 from reward_testing.waiting import wait_until
-from testenv import keda, node, served
+from testenv import node, served
+from testenv.addons import keda
 from testenv.helpers import condition, get_json, predictor_pod
 from testenv.served import call, rewards, serve
 
