@@ -83,10 +83,9 @@ def judge_spec(uri: str, judge: str) -> dict:
 
 
 def edit_judge(cluster, namespace: str, judge: str) -> None:
-    patch = {"spec": {"judge": None}}
-    cluster.kubectl("patch", "rewardmodel", NAME, "-n", namespace, "--type=merge", "-p", json.dumps(patch))
-    patch = {"spec": {"judge": JUDGES[judge]}}
-    cluster.kubectl("patch", "rewardmodel", NAME, "-n", namespace, "--type=merge", "-p", json.dumps(patch))
+    """spec.judge replaced whole (a merge patch would keep the old verdict's keys beside the new one's)."""
+    patch = [{"op": "replace", "path": "/spec/judge", "value": JUDGES[judge]}]
+    cluster.kubectl("patch", "rewardmodel", NAME, "-n", namespace, "--type=json", "-p", json.dumps(patch))
 
 
 def gateway_judge_env(cluster, namespace: str) -> str:
