@@ -11,8 +11,10 @@ pod is untouched, as its rendering does not depend on spec.judge):
    through ``status.url``) equal transformers' softmax over the whole vocabulary at the verdict position,
    renormalised over the labels, within 1e-4;
 2. a structured verdict (a JSON schema) parses, lies in range and is the same on a repeat; with ``maxTokens``
-   too small it is cut short, and no number comes back;
-3. a label the judge's tokenizer splits: the gateway refuses it, and the RewardModel's Ready says so, naming it.
+   too small each item's verdict is cut short: each a failure with its reason (no_verdict), never a number;
+3. a request of 8 items of which one is over the judge's context: 7 rewards (transformers' numbers) and 1
+   failure with its reason (too_long);
+4. a label the judge's tokenizer splits: the gateway refuses it, and the RewardModel's Ready says so, naming it.
 
 Not in ``make test``: the vLLM image's import and two cold starts of vLLM on the node's 2 cores (``make judge-real``,
 its README).
@@ -37,7 +39,7 @@ from reward_testing.waiting import wait_until
 from testenv import node, served
 from testenv.addons import keda
 from testenv.helpers import condition, get_json, predictor_pod
-from testenv.served import call, rewards, serve
+from testenv.served import rewards, serve
 
 NAME = "judge"
 # Kubernetes' reasons a crash-looping container reaches Ready with (policy/pods.py)
@@ -188,9 +190,28 @@ def test_a_structured_verdict_parses_repeats_and_one_cut_short_is_no_number(clus
 
     edit_judge(cluster, served_namespace, "cut")
     url = served_judge(cluster, served_namespace, "cut")
-    cut = call(cluster, served_namespace, url, "/v1/rewards", {"items": JUDGED_ITEMS[:1]})
-    assert cut["status"] == 422, cut
-    assert "cut short at maxTokens (2 tokens)" in cut["body"], cut
+    cut = rewards(cluster, served_namespace, url, "/v1/rewards", {"items": JUDGED_ITEMS})
+    assert cut["rewards"] == [None] * len(JUDGED_ITEMS), cut
+    assert {(f["reason"], f["retry"]) for f in cut["failures"]} == {("no_verdict", False)}, cut
+    assert all("cut short at maxTokens (2 tokens)" in f["message"] for f in cut["failures"]), cut
+    print(f"\na verdict cut short: {cut['failures'][0]}")
+
+
+def test_eight_items_of_which_one_fails_answer_seven_rewards_and_one_failure(
+    cluster, served_namespace, judge_url, judge_model
+):
+    """Back to label probabilities: 8 items of one group, one of them over the judge's context (1024 positions).
+    vLLM refuses that one alone; the seven others are judged, at transformers' numbers, in the same answer."""
+    edit_judge(cluster, served_namespace, "yes_no")
+    url = served_judge(cluster, served_namespace, "yes_no")
+    items = [{"prompt": f"question {i} is the river green", "response": f" answer {i}", "group": "g"} for i in range(8)]
+    items[3] = {**items[3], "response": " water" * 1100}
+    references = judge_references(judge_model, JUDGES["yes_no"], [item for i, item in enumerate(items) if i != 3])
+    answer = rewards(cluster, served_namespace, url, "/v1/rewards", {"items": items})
+    assert [(f["index"], f["reason"], f["retry"]) for f in answer["failures"]] == [(3, "too_long", False)], answer
+    assert answer["rewards"][3] is None
+    assert_close([r for i, r in enumerate(answer["rewards"]) if i != 3], [r["reward"] for r in references])
+    print(f"\n8 items, 1 over the judge's context: 7 rewards, 1 failure: {answer['failures'][0]}")
 
 
 def test_a_label_the_tokenizer_splits_is_refused_naming_it(cluster, plane, served_namespace, judge_url):

@@ -8,8 +8,9 @@ rendered environment. Label probabilities must equal transformers' softmax over 
 verdict position, renormalised over the labels, within 1e-4, on every route; the tokens vLLM saw (its
 request log) must be transformers' ``apply_chat_template(..., add_generation_prompt=True)``: the judge's
 template once, one BOS. A structured verdict always parses under vLLM's structured output and is the same
-on a repeat; one cut short by maxTokens is no reward. A label the judge's tokenizer splits stops the
-gateway, naming it.
+on a repeat; one cut short by maxTokens is that item's failure (no_verdict), never a number, and one over
+the judge's context fails alone while the rest of its request is judged. A label the judge's tokenizer
+splits stops the gateway, naming it.
 """
 
 from __future__ import annotations
@@ -129,10 +130,25 @@ def test_a_structured_verdict_parses_is_in_range_and_the_same_on_a_repeat(judged
             assert structured["minimum"] <= reward <= structured["maximum"] and reward == int(reward)
 
 
-def test_a_verdict_cut_short_by_max_tokens_is_no_reward(judged):
-    answer = httpx.post(f"{judged.gateways['cut']}/v1/rewards", json={"items": JUDGED_ITEMS[:1]}, timeout=120)
-    assert answer.status_code == 422, answer.text
-    assert "cut short at maxTokens (2 tokens)" in answer.json()["error"]
+def test_a_verdict_cut_short_by_max_tokens_is_each_items_failure_never_a_number(judged):
+    answer = post_ok(judged.gateways["cut"], "/v1/rewards", {"items": JUDGED_ITEMS})
+    assert answer["rewards"] == [None] * len(JUDGED_ITEMS)
+    for index, failure in enumerate(answer["failures"]):
+        assert (failure["index"], failure["reason"], failure["retry"]) == (index, "no_verdict", False)
+        assert "cut short at maxTokens (2 tokens)" in failure["message"], failure
+
+
+def test_eight_items_of_which_one_fails_answer_seven_rewards_at_transformers_numbers_and_one_failure(judged):
+    """One item's judge prompt is over the judge's context (1024 positions): vLLM refuses it alone, and the seven
+    others are judged at transformers' numbers in the same request."""
+    items = [{"prompt": f"question {i} is the river green", "response": f" answer {i}", "group": "g"} for i in range(8)]
+    items[3] = {**items[3], "response": " water" * 1100}
+    references = judged.reference("yes_no", [item for i, item in enumerate(items) if i != 3])
+    answer = post_ok(judged.gateways["yes_no"], "/v1/rewards", {"items": items})
+    assert [(f["index"], f["reason"], f["retry"]) for f in answer["failures"]] == [(3, "too_long", False)]
+    assert "maximum context length" in answer["failures"][0]["message"]
+    assert answer["rewards"][3] is None
+    assert_close([r for i, r in enumerate(answer["rewards"]) if i != 3], [r["reward"] for r in references])
 
 
 def test_a_label_the_judges_tokenizer_splits_stops_the_gateway_naming_it(judged, tmp_path):

@@ -25,8 +25,9 @@ the items that meet in one engine step: all the items go at once (sending a grou
 rest hit no more blocks, measured by make bench-vllm, and cost a forward pass of latency).
 
 An item the judge cannot read (finished text with no prompt to split it at; a conversation that does not
-end with the assistant's turn) or whose template fails, and a verdict that gives no reward, fail that
-item; what fails a call to vLLM fails the items of that call, as on the other kinds.
+end with the assistant's turn) or whose template fails (``invalid``), one vLLM refuses (its judge prompt
+over the model's context: ``too_long``), and a verdict that gives no reward (``no_verdict``) fail that item
+alone (reward_gateway.outcomes); the others are judged.
 """
 
 from __future__ import annotations
@@ -41,12 +42,13 @@ import orjson
 from jinja2 import TemplateError
 
 from reward_gateway.config import GatewayConfig
-from reward_gateway.errors import BadRequest, GatewayError, all_or_first_failure
+from reward_gateway.errors import BadRequest, GatewayError, UpstreamError, all_or_first_failure, forget
 from reward_gateway.extract import Score
 from reward_gateway.http_pool import BrokenAnswer
 from reward_gateway.judge_config import JudgeConfig, environment
 from reward_gateway.kinds import CHAT_COMPLETIONS_PATH, ModelKind
 from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.outcomes import Failure, Outcome, failure_of
 from reward_gateway.reward_token import TOKENIZE_PATH
 from reward_gateway.upstream import VllmClient
 from reward_gateway.verdict import OUTCOMES, Verdict, label_verdict, structured_verdict
@@ -59,18 +61,14 @@ CHECK_PAUSE_S = 2.0
 CHECK_TIMEOUT_S = 10.0
 # Where Kubernetes reads a container's termination message from (its default terminationMessagePath).
 TERMINATION_LOG = "/dev/termination-log"
+# An item without a verdict: its failure's reason, and its status where it fails a request (OpenRLHF's).
+NO_VERDICT, NO_VERDICT_STATUS = "no_verdict", 422
 
 
 class JudgeRefused(GatewayError):
     """The judge's settings cannot work with the judge's tokenizer: every verdict would be wrong."""
 
     status = 500
-
-
-class NoVerdict(GatewayError):
-    """An item the judge gave no verdict on (reward_gateway.verdict): no reward, never a made-up one."""
-
-    status = 422
 
 
 def judged_item(item: ScoringItem) -> Judged:
@@ -138,19 +136,36 @@ class JudgeScorer:
             outputs = {"json": structured.json_schema, "disable_any_whitespace": True}
         return {**body, "max_tokens": structured.max_tokens, "structured_outputs": outputs}
 
-    async def score(self, items: list[ScoringItem], client: str = "default") -> list[Score]:
-        """Each item's reward, in the items' order. Until per-item failures are answered, an item without a
-        verdict fails the request (NoVerdict), as a refused item does (BadRequest)."""
-        calls = [self._messages(item) for item in items]  # refused before anything is sent
-        if self.judge.labels is not None:
+    async def score(self, items: list[ScoringItem], client: str = "default") -> list[Outcome]:
+        """Each item's reward, or its failure (reward_gateway.outcomes), in the items' order. Only what fails every
+        item raises: labels the judge's tokenizer refuses."""
+        outcomes: list[Outcome | None] = [None] * len(items)
+        calls: dict[int, list[dict[str, str]]] = {}
+        for position, item in enumerate(items):
+            try:
+                calls[position] = self._messages(item)
+            except BadRequest as error:  # the item a judge cannot read, or its template failing on it
+                outcomes[position] = failure_of(error)
+        if calls and self.judge.labels is not None:
             await self.label_ids()
-        verdicts = await all_or_first_failure([self._verdict(messages) for messages in calls])
-        scores = []
-        for index, verdict in enumerate(verdicts):
-            if verdict.reward is None:
-                raise NoVerdict(f"item {index}: the judge gave no verdict: {verdict.message}")
-            scores.append(Score(verdict.reward))
-        return scores
+
+        async def judge(position: int) -> None:
+            outcomes[position] = await self._outcome(calls[position])
+
+        await all_or_first_failure([judge(position) for position in calls])  # only a bug raises: it cancels the rest
+        return outcomes  # type: ignore[return-value]
+
+    async def _outcome(self, messages: list[dict[str, str]]) -> Outcome:
+        """One item's verdict as its outcome: vLLM's failure, or no verdict, is the item's alone."""
+        try:
+            verdict = await self._verdict(messages)
+        except UpstreamError as error:
+            failure = failure_of(error)
+            forget(error)
+            return failure
+        if verdict.reward is None:
+            return Failure(NO_VERDICT, f"the judge gave no verdict: {verdict.message}", False, NO_VERDICT_STATUS)
+        return Score(verdict.reward)
 
     def _messages(self, item: ScoringItem) -> list[dict[str, str]]:
         return self.prompt.messages(judged_item(item))

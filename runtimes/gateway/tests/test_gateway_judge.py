@@ -139,8 +139,12 @@ def test_a_verdict_that_gives_no_reward_fails_with_its_reason_never_a_number(sta
     answer = gateway.post(
         "/v1/rewards", json={"items": [{"prompt": "p", "response": "good"}, {"prompt": "p", "response": "bad"}]}
     )
-    assert answer.status_code == 422, answer.text
-    assert "item 1: the judge gave no verdict" in answer.json()["error"] and saying in answer.json()["error"]
+    assert answer.status_code == 200, answer.text
+    good = json.loads(judge_verdict(judged_text("p", "good")))["score"]
+    assert answer.json()["rewards"] == [good, None]
+    (failure,) = answer.json()["failures"]
+    assert (failure["index"], failure["reason"], failure["retry"]) == (1, "no_verdict", False)
+    assert failure["message"].startswith("the judge gave no verdict: ") and saying in failure["message"]
     exposed = generate_latest(gateway.gateway.metrics.registry).decode()
     outcome = "out_of_range" if "outside" in saying else "unparsed"
     assert _sample(exposed, f'reward_gateway_judge_verdicts_total{{model="rm",outcome="{outcome}"}}') == 1.0
@@ -150,8 +154,25 @@ def test_a_verdict_cut_short_by_max_tokens_gives_no_reward(start_gateway, backen
     judge = {**STRUCTURED, "structured": {**STRUCTURED["structured"], "maxTokens": 2}}
     gateway = start_gateway(**judge_env(judge))
     answer = gateway.post("/v1/rewards", json={"items": [{"prompt": "p", "response": "r"}]})
-    assert answer.status_code == 422
-    assert "cut short at maxTokens (2 tokens)" in answer.json()["error"]
+    assert answer.status_code == 200 and answer.json()["rewards"] == [None]
+    (failure,) = answer.json()["failures"]
+    assert failure["reason"] == "no_verdict" and "cut short at maxTokens (2 tokens)" in failure["message"]
+    # OpenRLHF has no missing reward: its request fails, with the item's status and reason
+    openrlhf = gateway.post("/get_reward", json={"query": ["p r"], "prompts": ["p "]})
+    assert openrlhf.status_code == 422 and "cut short" in openrlhf.json()["error"], openrlhf.text
+
+
+def test_eight_items_whose_verdicts_fail_for_one_answer_seven_rewards_and_one_failure(start_gateway, backend):
+    gateway = start_gateway(**judge_env(STRUCTURED))
+    items = [{"prompt": f"q{i}", "response": "r", "group": "g"} for i in range(8)]
+    backend.verdicts[judged_text("q5", "r")] = '{"score": 42}'
+    answer = gateway.post("/v1/rewards", json={"items": items})
+    assert answer.status_code == 200, answer.text
+    want = [json.loads(judge_verdict(judged_text(f"q{i}", "r")))["score"] for i in range(8)]
+    want[5] = None
+    assert answer.json()["rewards"] == want
+    assert [(f["index"], f["reason"]) for f in answer.json()["failures"]] == [(5, "no_verdict")]
+    assert "the verdict 42 is outside [0, 10]" in answer.json()["failures"][0]["message"]
 
 
 def test_a_label_that_is_not_one_token_is_refused_naming_it(start_gateway, backend):
@@ -173,8 +194,12 @@ def test_a_label_that_is_not_one_token_is_refused_naming_it(start_gateway, backe
 def test_items_a_judge_cannot_read_are_refused(start_gateway, backend):
     gateway = start_gateway(**judge_env(LABELS))
     for item in ({"text": "<s>finished text"}, {"messages": [{"role": "user", "content": "no response yet"}]}):
-        answer = gateway.post("/v1/rewards", json={"items": [item]})
-        assert answer.status_code == 400 and "prompt and the response apart" in answer.json()["error"], item
+        answer = gateway.post("/v1/rewards", json={"items": [item, {"prompt": "p", "response": "r"}]})
+        assert answer.status_code == 200, answer.text
+        (failure,) = answer.json()["failures"]
+        assert failure["index"] == 0 and failure["reason"] == "invalid"
+        assert "prompt and the response apart" in failure["message"], item
+        assert answer.json()["rewards"][1] == pytest.approx(judge_reward(judged_text("p", "r"), YES_NO)[0])
     assert gateway.post("/classify", json={"input": "x"}).status_code == 404
 
 
