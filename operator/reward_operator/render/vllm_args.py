@@ -31,8 +31,15 @@ POOLING = {
 # runs vLLM with --runner=generate. --generation-config=vllm: the checkpoint's generation_config.json
 # (repetition penalty, top_k, ...) would otherwise be every request's default, and a structured verdict
 # would hang on settings the spec never names; the gateway's requests say all (temperature 0).
+# --structured-outputs-config: compact JSON verdicts. vLLM 0.32 reads disable_any_whitespace from its server
+# config alone (a request's own is ignored), and only with a named backend (xgrammar, which "auto" picks for
+# the JSON schemas it supports); without it a judge may pad its JSON with whitespace until maxTokens cuts the
+# verdict short (the tiny test judge did on 6 of 16 items).
 JUDGE_KIND = "judge"
-JUDGE_ARGS = ("--generation-config=vllm",)
+JUDGE_ARGS = (
+    "--generation-config=vllm",
+    '--structured-outputs-config={"backend": "xgrammar", "disable_any_whitespace": true}',
+)
 
 
 def runner(kind: str) -> str:

@@ -132,8 +132,9 @@ class JudgeScorer:
         if structured.choices is not None:
             outputs: dict[str, Any] = {"choice": [label.text for label in structured.choices]}
         else:
-            # compact JSON: a verdict needs no whitespace, and a judge that pads it only spends maxTokens
-            outputs = {"json": structured.json_schema, "disable_any_whitespace": True}
+            # compact, as vLLM is started for a judge (render/vllm_args.JUDGE_ARGS): vLLM 0.32 ignores a
+            # request's own disable_any_whitespace
+            outputs = {"json": structured.json_schema}
         return {**body, "max_tokens": structured.max_tokens, "structured_outputs": outputs}
 
     async def score(self, items: list[ScoringItem], client: str = "default") -> list[Outcome]:

@@ -109,7 +109,7 @@ def test_a_structured_verdict_is_the_field_read_from_vllms_structured_output(sta
     assert answer.status_code == 200, answer.text
     assert answer.json()["rewards"] == [json.loads(judge_verdict(judged_text("p", "r", "x")))["score"]]
     (body,) = [body for path, body in backend.calls if path == "/v1/chat/completions"]
-    assert body["structured_outputs"] == {"json": SCHEMA, "disable_any_whitespace": True}
+    assert body["structured_outputs"] == {"json": SCHEMA}
     assert (body["temperature"], body["max_tokens"]) == (0, 64)
     assert "logprob_token_ids" not in body and not [path for path, _ in backend.calls if path == "/tokenize"]
 
