@@ -8,9 +8,9 @@ rendered environment. Label probabilities must equal transformers' softmax over 
 verdict position, renormalised over the labels, within 1e-4, on every route; the tokens vLLM saw (its
 request log) must be transformers' ``apply_chat_template(..., add_generation_prompt=True)``: the judge's
 template once, one BOS. A structured verdict always parses under vLLM's structured output and is the same
-on a repeat; one cut short by maxTokens is that item's failure (no_verdict), never a number, and one over
-the judge's context fails alone while the rest of its request is judged. A label the judge's tokenizer
-splits stops the gateway, naming it.
+on a repeat; one cut short by maxTokens, or outside the judge's range, is that item's failure (no_verdict),
+never a number, and one over the judge's context fails alone: the rest of its request is judged. A label
+the judge's tokenizer splits stops the gateway, naming it.
 """
 
 from __future__ import annotations
@@ -149,6 +149,31 @@ def test_eight_items_of_which_one_fails_answer_seven_rewards_at_transformers_num
     assert "maximum context length" in answer["failures"][0]["message"]
     assert answer["rewards"][3] is None
     assert_close([r for i, r in enumerate(answer["rewards"]) if i != 3], [r["reward"] for r in references])
+
+
+def test_eight_structured_verdicts_of_which_one_is_out_of_range_answer_seven_rewards_and_one_failure(judged, tmp_path):
+    """vLLM's structured output keeps each verdict inside the JSON schema (1..5), compact: sixteen items judged
+    once all parse. The judge's own range may be narrower, and a verdict outside it is that item's failure: the
+    item with the lowest verdict and seven above it, in one request to the same judge with its minimum just over
+    that verdict, answer the seven verdicts and one no_verdict failure, never a number."""
+    candidates = [{"prompt": f"question {i} is the river green", "response": f" answer {i}"} for i in range(16)]
+    first = post_ok(judged.gateways["json"], "/v1/rewards", {"items": candidates})
+    assert not first.get("failures"), first  # compact JSON: no verdict padded past maxTokens
+    verdicts = first["rewards"]
+    low = min(verdicts)
+    above = [index for index, verdict in enumerate(verdicts) if verdict > low]
+    assert len(above) >= 7, f"the tiny judge's verdicts leave fewer than 7 items above {low}: {verdicts}"
+    chosen = above[:7]
+    chosen.insert(3, verdicts.index(low))
+    narrow = judge_reward_model("json")
+    narrow["spec"]["judge"]["structured"]["minimum"] = low + 1
+    (isvc,) = [c for c in render_reward_model(narrow) if c["kind"] == "InferenceService"]
+    with local_gateway(*rendered_gateway(isvc), judged.vllm.url, tmp_path / "gateway.log") as url:
+        answer = post_ok(url, "/v1/rewards", {"items": [candidates[index] for index in chosen]})
+    assert [(f["index"], f["reason"], f["retry"]) for f in answer["failures"]] == [(3, "no_verdict", False)], answer
+    assert f"the verdict {low:g} is outside [{low + 1:g}, 5]" in answer["failures"][0]["message"], answer
+    assert answer["rewards"] == [None if position == 3 else verdicts[index] for position, index in enumerate(chosen)]
+    print(f"\n8 structured verdicts, 1 out of the judge's range: {answer['failures'][0]}")
 
 
 def test_a_label_the_judges_tokenizer_splits_stops_the_gateway_naming_it(judged, tmp_path):
