@@ -14,8 +14,13 @@ The traffic shapes and the load generator are ``reward_testing.scheduler_bench``
 runs the same on a lent GPU): OpenRLHF's 64 single-sample clients, verl's 16 prompts x 8 completions
 interleaved, TRL's groups of 8, and fair share on and off beside a flood.
 
+Then a judge (model.kind: judge, the same shape as a causal LM, on the vllm-generate-cpu runtime as rendered)
+behind its gateway: requests of 8 items, a group of 8 completions of one prompt against 8 unrelated items,
+with vLLM's prefix-cache hit ratio (``reward_testing.judge_bench``).
+
 Printed, never asserted. BENCH_SCALE (default 1) multiplies the request counts and the fair share's
-12 seconds; BENCH_GATEWAY_<SETTING>=value sets REWARD_GATEWAY_<SETTING> on every gateway.
+12 seconds; BENCH_GATEWAY_<SETTING>=value sets REWARD_GATEWAY_<SETTING> on every gateway;
+BENCH_JUDGE_ONLY=1 runs the judge's table alone.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from pathlib import Path
 
 from reward_operator.render import render_reward_model
 from reward_testing.gateway_process import local_gateway, rendered_gateway
+from reward_testing.judge_bench import judge_figures
+from reward_testing.judge_cases import judge_reward_model
 from reward_testing.scheduler_bench import GATEWAYS, Scale, Vllm, scheduler_figures
 from reward_testing.tiny_models import make_tiny_models
 from reward_testing.vllm_server import started_vllm, wait_healthy
@@ -94,6 +101,28 @@ def served_model(workdir: Path) -> Iterator[tuple[Vllm, dict[str, str]]]:
         yield Vllm(server.url, env["REWARD_GATEWAY_MODEL_NAME"]), gateways
 
 
+@contextmanager
+def served_judge(workdir: Path) -> Iterator[tuple[Vllm, str]]:
+    """A judge of BENCH_SHAPE (Yes/No label probabilities) behind its gateway, as rendered."""
+    started = time.perf_counter()
+    model = make_tiny_models(workdir / "judge-model", ("judge",), shape=BENCH_SHAPE)["judge"]
+    say(f"judge {BENCH_MODEL!r} made in {time.perf_counter() - started:.0f} s")
+    judge = judge_reward_model("yes_no", "bench-judge")
+    judge["spec"]["model"].pop("extraArgs")  # no request log: it costs the engine a line per request
+    judge["spec"].pop("env")
+    isvc = next(o for o in render_reward_model(judge) if o["kind"] == "InferenceService")
+    with ExitStack() as stack:
+        started = time.perf_counter()
+        server = stack.enter_context(
+            started_vllm(isvc, model.path, workdir / "judge-vllm", runtime="vllm-generate-cpu")
+        )
+        wait_healthy(server)
+        say(f"judge's vLLM {server.url} healthy after {time.perf_counter() - started:.0f} s")
+        env, args = rendered_gateway(isvc)
+        gateway = stack.enter_context(local_gateway(env, args, server.url, workdir / "gateway-judge.log"))
+        yield Vllm(server.url, env["REWARD_GATEWAY_MODEL_NAME"]), gateway
+
+
 def _overrides_from_environment() -> dict[str, str]:
     """BENCH_GATEWAY_<SETTING>=value sets REWARD_GATEWAY_<SETTING> on every gateway (a settings sweep)."""
     prefix = "BENCH_GATEWAY_"
@@ -106,8 +135,13 @@ def main() -> None:
     overrides = _overrides_from_environment()
     if overrides:
         say(f"gateway settings changed for this run: {overrides}")
-    with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp, served_model(Path(tmp)) as (vllm, gateways):
-        scheduler_figures(vllm, gateways, Scale(requests=SCALE, fair_seconds=12.0 * SCALE))
+    scale = Scale(requests=SCALE, fair_seconds=12.0 * SCALE)
+    with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
+        if not os.environ.get("BENCH_JUDGE_ONLY"):
+            with served_model(Path(tmp)) as (vllm, gateways):
+                scheduler_figures(vllm, gateways, scale)
+        with served_judge(Path(tmp)) as (vllm, gateway):  # one vLLM at a time: each takes about 3 GB
+            judge_figures(vllm, gateway, scale)
     say(f"done; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -1,4 +1,5 @@
-"""A small HTTP server with vLLM 0.32's /classify, /pooling, /tokenize, /v1/completions and /health shapes.
+"""A small HTTP server with vLLM 0.32's /classify, /pooling, /tokenize, /v1/completions, /v1/chat/completions
+(as a judge is asked) and /health shapes.
 
 Scores are a deterministic function of the text, so tests can compute the
 reward they expect for any input. Every request body is recorded. Two fakes can
@@ -62,6 +63,34 @@ def completion_text(prompt: str, choice: int, max_tokens: int = 16) -> str:
 def conversation_text(messages: list[dict[str, str]]) -> str:
     # Stands in for the model's own chat template when vLLM templates messages.
     return "".join(f"<{m['role']}>{m.get('content') or ''}" for m in messages)
+
+
+def token_id(string: str) -> int:
+    """The fake tokenizer's id of a whitespace-separated word."""
+    return zlib.crc32(string.encode()) % 32000
+
+
+def label_logprob(text: str, token: int) -> float:
+    """The fake judge's log-probability of token ``token`` next after the templated conversation ``text``:
+    at most e^-3 each, so a few dozen labels hold less than the whole distribution."""
+    return -3.0 - (zlib.crc32(f"{text}|{token}".encode()) % 1000) / 250
+
+
+def judge_reward(text: str, labels: dict[str, float]) -> tuple[float, float]:
+    """What a judge gateway must answer for the fake's label probabilities: the labels' values expected under
+    their renormalised probabilities, and the share of probability they hold."""
+    weights = {label: math.exp(label_logprob(text, token_id(label))) for label in labels}
+    total = sum(weights.values())
+    return sum(value * weights[label] for label, value in labels.items()) / total, total
+
+
+def judge_verdict(text: str, choices: list[str] | None = None) -> str:
+    """The fake judge's structured verdict: one of the choices, or ``{"score": 0..10}`` (the schema's first
+    required field for ``score``), chosen by the conversation."""
+    pick = zlib.crc32(text.encode())
+    if choices is not None:
+        return choices[pick % len(choices)]
+    return json.dumps({"score": pick % 11})
 
 
 class EngineSteps:
@@ -147,6 +176,8 @@ class FakeVllm:
         self.choice_order = "index"
         # What the served tokenizer puts in front of a text with add_special_tokens (None: nothing, as Qwen's).
         self.bos_token: str | None = "<s>"
+        # A judge's structured verdicts chosen for given conversations (their templated text), else judge_verdict.
+        self.verdicts: dict[str, str] = {}
         self.app = self
 
     async def __call__(self, scope, receive, send) -> None:
@@ -165,12 +196,14 @@ class FakeVllm:
             status, answer = await self._answer(path, json.loads(await _read(receive)), self.scorers[path], receive)
         elif path == "/v1/completions" and scope["method"] == "POST":
             status, answer = await self._completions(json.loads(await _read(receive)), receive)
+        elif path == "/v1/chat/completions" and scope["method"] == "POST":
+            status, answer = await self._chat(json.loads(await _read(receive)), receive)
         elif path == "/tokenize" and scope["method"] == "POST":
             status, answer = 200, self._tokenize(json.loads(await _read(receive)))
         else:
             status, answer = 404, {"error": {"message": f"no route {path}", "code": 404}}
         payload = json.dumps(answer).encode()
-        cuttable = path in self.scorers or path == "/v1/completions"
+        cuttable = path in self.scorers or path in ("/v1/completions", "/v1/chat/completions")
         length = len(payload) + (100 if self.misbehaviour == "cut" and cuttable else 0)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(length).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -279,13 +312,49 @@ class FakeVllm:
             "usage": usage,
         }
 
+    async def _chat(self, body: dict[str, Any], receive) -> tuple[int, dict[str, Any]]:
+        """vLLM's chat completions API as a judge is asked: the conversation templated (``conversation_text``,
+        with the generation prompt), then either one token with the labels' log-probabilities
+        (``logprob_token_ids``, tokens named ``token_id:<id>``), or a structured verdict (``judge_verdict``:
+        a choice, or JSON), cut at ``max_tokens`` (a token per 4 characters here) with finish_reason length."""
+        text = conversation_text(body["messages"]) + "<assistant>"
+        refused = await self._refusal("/v1/chat/completions", body, [text], receive)
+        if refused is not None:
+            return refused
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s * (zlib.crc32(text.encode()) % 5))  # noqa: TID251 simulated model time
+        max_tokens, logprobs, finish = body.get("max_tokens") or 16, None, "stop"
+        ids = body.get("logprob_token_ids")
+        if ids:
+            content = "Yes"
+            entries = [
+                {"token": f"token_id:{token}", "logprob": label_logprob(text, token), "bytes": []} for token in ids
+            ]
+            logprobs = {"content": [{"token": "token_id:1", "logprob": -0.5, "bytes": [], "top_logprobs": entries}]}
+            finish = "length"
+        else:
+            outputs = body.get("structured_outputs") or {}
+            content = self.verdicts.get(text) or judge_verdict(text, outputs.get("choice"))
+            if len(content) > 4 * max_tokens:
+                content, finish = content[: 4 * max_tokens], "length"
+        message = {"role": "assistant", "content": content, "reasoning": None}
+        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish, "stop_reason": None}
+        return 200, {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [choice],
+            "usage": {"prompt_tokens": len(text.split()), "completion_tokens": 1, "total_tokens": 0},
+        }
+
     def _tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
         """vLLM's /tokenize for a prompt: a token per whitespace word, BOS first where the tokenizer adds one."""
         self.calls.append(("/tokenize", body))
         strings = body["prompt"].split()
         if body.get("add_special_tokens", True) and self.bos_token is not None:
             strings.insert(0, self.bos_token)
-        tokens = [zlib.crc32(string.encode()) % 32000 for string in strings]
+        tokens = [token_id(string) for string in strings]
         answer = {"count": len(tokens), "max_model_len": self.max_chars, "tokens": tokens}
         return answer | ({"token_strs": strings} if body.get("return_token_strs") else {})
 

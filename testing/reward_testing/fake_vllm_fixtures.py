@@ -32,6 +32,7 @@ def _reset(fake: FakeVllm) -> FakeVllm:
     fake.abandoned = 0
     fake.bos_token = "<s>"
     fake.scale, fake.offset, fake.fixed = 1.0, 0.0, {}
+    fake.verdicts = {}
     fake.choice_order = "index"
     return fake
 

@@ -22,6 +22,14 @@ def assert_close(got: list[float], want: list[float]) -> None:
     assert all(abs(g - w) <= TOLERANCE for g, w in zip(got, want, strict=True)), (got, want)
 
 
+def assert_same_ids(seen: list[list[int]], references: list[dict], bos_token_id: int) -> None:
+    """vLLM was given exactly transformers' ids for these items (in any order, from its request log), each
+    with one BOS, at its start: the template applied once."""
+    assert sorted(seen) == sorted(reference["ids"] for reference in references)
+    for ids in seen:
+        assert ids.count(bos_token_id) == 1 and ids[0] == bos_token_id, ids
+
+
 # A chat template of the spec's own (model.chatTemplate), unlike the tokenizer's: it must be the one
 # applied, by vLLM (upstream) or by the gateway, and only once.
 SPEC_TEMPLATE = (

@@ -14,7 +14,8 @@ Requests:
   (optional) seeds the weights instead of the kind's own seed: another model of the same kind and
   tokenizer, whose scores order the same texts differently (a canary that disagrees). For an
   RLHFPipeline's actor and reference: ``causal`` (LlamaForCausalLM, generating; its critic is a token
-  model of other weights: reward_testing.pipeline_cases).
+  model of other weights: reward_testing.pipeline_cases). A generative judge: ``judge`` (LlamaForCausalLM
+  with a tokenizer of its own in which the labels ``Yes``, ``No`` and ``1``..``9`` are one token each).
 - ``{"score": {"model": folder, "kind": kind, "items": [...]}}``: for each item (``{"ids"}``,
   ``{"text", "add_special_tokens"?}``, or ``{"messages", "chat_template"?}``: the tokenizer's
   ``apply_chat_template``, the model's template or the given one), the token ids and what the
@@ -22,7 +23,10 @@ Requests:
   last token's raw value; process: the min of the step scores; InternLM2ForRewardModel: its own
   scorer's, the value at the reward token it appends) and, for token and process models,
   ``values`` (each token's raw value(s)) and ``step_scores`` (p_positive at each step tag); a causal
-  model answers ``logprobs``: each token's log-softmax under the tokens before it (None for the first).
+  model answers ``logprobs``: each token's log-softmax under the tokens before it (None for the first); a
+  judge, for an item with ``labels`` ({label: value}; ``add_generation_prompt`` true for a judge's messages),
+  ``reward`` (the labels' values expected under the softmax over the whole vocabulary at the next position,
+  renormalised over the labels), ``label_share`` and ``label_ids``, or ``refused`` (a label of several tokens).
 - ``{"scores": {name: <a score request>}}``: several at once, answered ``{name: answers}``.
 """
 
@@ -59,16 +63,30 @@ ARCHITECTURES = {
     "internlm2": "InternLM2ForRewardModel",
     # an RLHFPipeline's actor and reference (vLLM's generate runner)
     "causal": "LlamaForCausalLM",
+    # a generative judge (model.kind judge, vLLM's generate runner): a causal LM whose tokenizer keeps its labels whole
+    "judge": "LlamaForCausalLM",
 }
-SEEDS = {"sequence": 1, "token": 2, "process": 3, "internlm2": 4, "causal": 5}
+SEEDS = {"sequence": 1, "token": 2, "process": 3, "internlm2": 4, "causal": 5, "judge": 6}
 NUM_LABELS = {"sequence": 1, "token": 1, "process": 2, "internlm2": 1}
 # the model.kind each model is served as (causal: none, it generates)
-MODEL_KINDS = {"sequence": "sequence", "token": "token", "process": "process", "internlm2": "token", "causal": "causal"}
+MODEL_KINDS = {
+    "sequence": "sequence",
+    "token": "token",
+    "process": "process",
+    "internlm2": "token",
+    "causal": "causal",
+    "judge": "judge",
+}
 # the transformers class of the Llama-based kinds, saved with save_pretrained
 LLAMA_CLASSES = {
     "sequence": "LlamaForSequenceClassification",
     "causal": "LlamaForCausalLM",
+    "judge": "LlamaForCausalLM",
 }
+# A judge's tokenizer learns its verdict words too: lines that start with them (no space before, as they
+# follow the chat template's generation prompt), so "Yes" and "No" are one token each, as "1".."9" are (one
+# byte each); "10" and "Maybe" are not (a label the gateway must refuse).
+JUDGE_WORDS = ("Yes", "No")
 # InternLM2-Reward's reward token (config.json reward_token_id), added to the tokenizer of that model only
 REWARD_TOKEN = "[UNUSED_TOKEN_130]"
 
@@ -101,7 +119,12 @@ def corpus(lines: int = 600) -> list[str]:
     ]
 
 
-def make_tokenizer(model_max_length: int = SHAPE["max_position_embeddings"]):
+def judge_corpus(lines: int = 200) -> list[str]:
+    rng = random.Random(1)
+    return [rng.choice(JUDGE_WORDS) + " " + " ".join(rng.choice(WORDS) for _ in range(5)) for _ in range(lines)]
+
+
+def make_tokenizer(model_max_length: int = SHAPE["max_position_embeddings"], judge: bool = False):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -114,7 +137,7 @@ def make_tokenizer(model_max_length: int = SHAPE["max_position_embeddings"]):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(corpus(), trainer=trainer)
+    tokenizer.train_from_iterator(corpus() + (judge_corpus() if judge else []), trainer=trainer)
     bos_id = tokenizer.token_to_id(BOS)
     # add_special_tokens=True puts one BOS in front, as Llama's tokenizers do
     tokenizer.post_processor = processors.TemplateProcessing(
@@ -336,8 +359,8 @@ def make(request: dict) -> dict:
     made = {}
     shared = make_tokenizer()
     for kind in request["kinds"]:
-        # InternLM2's adds its reward token to a tokenizer of its own
-        tokenizer = make_tokenizer() if kind == "internlm2" else shared
+        # InternLM2's adds its reward token to a tokenizer of its own; a judge's learns its verdict words
+        tokenizer = make_tokenizer(judge=kind == "judge") if kind in ("internlm2", "judge") else shared
         # "shape": SHAPE's keys to change (a benchmark's larger model); head_dim stays 32
         make_model(kind, dest / kind, tokenizer, request.get("shape"), request.get("seed"))
         made[kind] = {
@@ -360,7 +383,7 @@ def item_ids(tokenizer, item: dict) -> list[int]:
         item["messages"],
         chat_template=item.get("chat_template"),
         tokenize=True,
-        add_generation_prompt=False,
+        add_generation_prompt=item.get("add_generation_prompt", False),
         return_dict=False,
     )
     if isinstance(ids, dict):  # transformers 5 may answer a BatchEncoding
@@ -399,6 +422,9 @@ def score(request: dict) -> list[dict]:
             if llama_kind == "sequence":
                 answers.append({"ids": ids, "reward": float(model(input_ids=input_ids).logits[0, 0])})
                 continue
+            if kind == "judge":  # a causal LM, as the actor's: told apart by the kind it is served as
+                answers.append(judge_verdict(tokenizer, model, ids, item["labels"]))
+                continue
             if llama_kind == "causal":
                 # token i's log-probability given tokens 0..i-1: log-softmax of the logits at i-1
                 logprobs = torch.log_softmax(model(input_ids=input_ids).logits[0].double(), dim=-1)
@@ -417,6 +443,29 @@ def score(request: dict) -> list[dict]:
                 answer["reward"] = min(steps) if steps else None
             answers.append(answer)
     return answers
+
+
+def judge_verdict(tokenizer, model, ids: list[int], labels: dict[str, float]) -> dict:
+    """A judge's label-probability verdict as transformers gives it: the softmax over the whole vocabulary at
+    the position after ``ids`` (float64), renormalised over the labels (each one token, or refused)."""
+    import torch
+
+    label_ids = {}
+    for label in labels:
+        tokens = tokenizer(label, add_special_tokens=False)["input_ids"]
+        if len(tokens) != 1:
+            return {"ids": ids, "refused": label, "tokens": tokens}
+        label_ids[label] = tokens[0]
+    logits = model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+    probabilities = torch.softmax(logits, dim=-1)
+    held = {label: float(probabilities[token]) for label, token in label_ids.items()}
+    share = sum(held.values())
+    return {
+        "ids": ids,
+        "label_ids": label_ids,
+        "reward": sum(labels[label] * p for label, p in held.items()) / share,
+        "label_share": share,
+    }
 
 
 def main() -> None:

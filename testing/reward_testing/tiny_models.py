@@ -10,8 +10,11 @@ transformers and tokenizers; the main venv has none), one folder per kind, each 
 | token | Qwen2ForRewardModel (score head Linear, ReLU, Linear) | the last token's raw value |
 | process | Qwen2ForProcessRewardModel, 2 labels | p_positive (softmax) at each step tag ``<extra_0>`` |
 
-Made only when asked for, ``internlm2``: a token model (``kind`` token) of InternLM2-Reward's layout
-(``InternLM2ForRewardModel``, its own configuration module, so vLLM needs ``--trust-remote-code``),
+Made only when asked for, ``judge``: a generative judge (LlamaForCausalLM, ``kind`` judge) whose tokenizer
+keeps ``Yes``, ``No`` and ``1``..``9`` whole; its reference is transformers' softmax over the whole vocabulary
+after the judge's prompt (``add_generation_prompt``), renormalised over the labels. And ``internlm2``: a token
+model (``kind`` token) of InternLM2-Reward's layout (``InternLM2ForRewardModel``, its own configuration module,
+so vLLM needs ``--trust-remote-code``),
 whose tokenizer holds the reward token ``[UNUSED_TOKEN_130]`` (``reward_token_id``); its reference is
 its own scorer's, the value at the reward token appended after the templated conversation.
 

@@ -76,7 +76,10 @@ class GatewayReward:
         model: str | None = None,
         on_error: str = "raise",
         name: str = "reward_gateway",
+        reference_column: str | None = None,
     ):
+        """``reference_column``: the dataset column (as TRL passes it) holding each completion's reference
+        answer, which a judge compares it with (e.g. ``"solution"``); unset, items carry no reference."""
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
         settings = GatewaySettings(
@@ -89,6 +92,7 @@ class GatewayReward:
             model=model,
         )
         self.on_error = on_error
+        self.reference_column = reference_column
         self.__name__ = name  # what TRL's logs call this reward
         self.client = RewardClient(settings)
         self.async_client = AsyncRewardClient(settings)
@@ -96,7 +100,7 @@ class GatewayReward:
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None, **columns: Any
     ) -> list[float | None]:
-        items = reward_items(prompts, completions)
+        items = reward_items(prompts, completions, self._references(columns))
         try:
             outcomes = self.client.outcomes(items)
         except GatewayError as error:
@@ -106,12 +110,22 @@ class GatewayReward:
     async def ascore(
         self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None, **columns: Any
     ) -> list[float | None]:
-        items = reward_items(prompts, completions)
+        items = reward_items(prompts, completions, self._references(columns))
         try:
             outcomes = await self.async_client.outcomes(items)
         except GatewayError as error:
             return self._failed(error, len(items))
         return self._rewards(outcomes, columns.get("log_metric"))
+
+    def _references(self, columns: dict[str, Any]) -> Sequence[Any] | None:
+        if self.reference_column is None:
+            return None
+        if self.reference_column not in columns:
+            raise KeyError(
+                f"reference_column {self.reference_column!r} is not among the dataset's columns TRL passed: "
+                f"{', '.join(sorted(columns)) or 'none'}"
+            )
+        return columns[self.reference_column]
 
     def as_async(self) -> functools.partial:
         """This reward as a coroutine function for TRL (see the module docstring)."""

@@ -28,6 +28,8 @@ each prompt's responses in one group. verl hands the reward function no prompt: 
 read from ``extra_info[prompt_key]`` (default ``"prompt"``), which the dataset's
 preprocessing must fill with the chat messages (or the prompt text). Messages become a
 ``{"messages": prompt + [assistant response]}`` item; text a ``{"prompt", "response"}`` item.
+``ground_truth`` is the item's ``reference`` (as text; anything else as JSON): a judge compares the
+response with it, a score head scores without it.
 URL and token: reward_kwargs ``url``/``token``/``token_file``, else $REWARD_GATEWAY_URL,
 $REWARD_GATEWAY_TOKEN, $REWARD_GATEWAY_TOKEN_FILE in the reward workers' environment.
 A failed request raises in every sample's call, as verl's own reward-model client does once its
@@ -46,6 +48,7 @@ import weakref
 from typing import Any
 
 from reward_gateway_client.http import AsyncRewardClient, GatewaySettings, ItemFailure
+from reward_gateway_client.items import reference_text
 
 
 async def compute_score(
@@ -77,6 +80,9 @@ async def compute_score(
         item: dict[str, Any] = {"prompt": prompt, "response": solution_str}
     else:
         item = {"messages": [*prompt, {"role": "assistant", "content": solution_str}]}
+    reference = reference_text(_plain(ground_truth))
+    if reference is not None:  # a judge compares the response with it; a score head scores without it
+        item["reference"] = reference
     settings = GatewaySettings(
         url=url,
         token=token,

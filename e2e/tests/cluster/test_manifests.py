@@ -53,9 +53,10 @@ def test_samples_cover_every_model_kind_and_mode(cluster, namespace):
     reward_models = [doc for doc in docs if doc["kind"] == "RewardModel"]
     pipelines = [doc for doc in docs if doc["kind"] == "RLHFPipeline"]
     assert len(reward_models) + len(pipelines) == len(docs)
-    assert {(doc["spec"]["model"]["kind"], doc["spec"]["serving"]["mode"]) for doc in reward_models} == set(
-        itertools.product(["sequence", "token", "process"], ["Standard", "Knative"])
-    )
+    assert {(doc["spec"]["model"]["kind"], doc["spec"]["serving"]["mode"]) for doc in reward_models} == {
+        *itertools.product(["sequence", "token", "process"], ["Standard", "Knative"]),
+        ("judge", "Standard"),
+    }
     # the pipeline's reward models are samples too, so the kustomization applies as one
     assert {r["name"] for p in pipelines for r in p["spec"]["rewards"]} <= {
         d["metadata"]["name"] for d in reward_models
@@ -64,8 +65,8 @@ def test_samples_cover_every_model_kind_and_mode(cluster, namespace):
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", str(REPO / "crds"))
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
     names = cluster.kubectl("get", "rewardmodels", "-n", namespace, "-o", "name").stdout.split()
-    # the six, one with gateway.allowedClients, one with spec.cache, one on CPU (resources.gpus: 0)
-    assert len(names) == len(reward_models) == 9
+    # the six, one with gateway.allowedClients, one with spec.cache, one on CPU (resources.gpus: 0), a judge
+    assert len(names) == len(reward_models) == 10
     names = cluster.kubectl("get", "rlhfpipelines", "-n", namespace, "-o", "name").stdout.split()
     assert len(names) == len(pipelines) == 1
 

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from reward_operator.render import render_reward_model
+from reward_testing import judge_cases
 from reward_testing.paths import GOLDEN, REPO
 
 
@@ -369,6 +370,24 @@ def test_invalid_spec_is_rejected_with_a_clear_message(cluster, namespace, case)
     result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False)
     assert result.returncode != 0, f"{case} was accepted"
     assert expected in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("case", sorted(judge_cases.REFUSED))
+def test_a_judge_that_cannot_work_is_rejected_with_what_to_fix(cluster, namespace, case):
+    change, expected = judge_cases.REFUSED[case]
+    manifest = judge_cases.changed(change)
+    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False)
+    assert result.returncode != 0, f"{case} was accepted"
+    assert expected in result.stderr, result.stderr
+
+
+def test_a_judge_the_gateway_can_run_is_accepted(cluster, namespace):
+    for case, change in sorted(judge_cases.ADMITTED.items()):
+        manifest = judge_cases.changed(change)
+        result = cluster.kubectl(
+            "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False
+        )
+        assert result.returncode == 0, f"{case}: {result.stderr}"
 
 
 def test_deployment_mode_is_immutable(cluster, namespace):

@@ -34,6 +34,7 @@ REQUIRED_ALERTS = {
     "RewardGatewayHoldRefused",
     "RewardCanaryAgreementLow",
     "RewardCanaryCandidateErrors",
+    "RewardJudgeLabelShareLow",
 }
 
 
@@ -81,6 +82,10 @@ MUTATIONS = [
     ("RewardCanaryCandidateErrors", ">= 50", ">= 5"),
     ("RewardCanaryCandidateErrors", '(reward_gateway_canary_requests_total{role="candidate"})\n',
      '(last_over_time(reward_gateway_canary_requests_total{role="candidate"}[10m]))\n'),  # clears when it ends
+    ("RewardJudgeLabelShareLow", ") < 0.5", ") < 0.2"),
+    ("RewardJudgeLabelShareLow", "> 0.05", "> 0.5"),  # judge-a judges 10 a minute, 0.17 a second
+    ("RewardJudgeLabelShareLow", "> 0.05", "> 0.01"),  # judge-c's one a minute is too little to judge by
+    ("RewardJudgeLabelShareLow", "by (namespace, model)", "by (namespace, model, pod)"),  # pooled over replicas
     ("RewardScoreDrift", "- sum by (namespace, model) (rate(reward_gateway_score_negative_sum_total[1h]))",
      "+ sum by (namespace, model) (rate(reward_gateway_score_negative_sum_total[1h]))"),  # negative scores subtract
 ]  # fmt: skip
@@ -208,7 +213,7 @@ def test_dashboard_panels_do_not_overlap():
 def test_dashboard_covers_operator_gateway_and_vllm():
     board = json.loads(DASHBOARD.read_text())
     rows = [panel["title"] for panel in board["panels"] if panel["type"] == "row"]
-    assert rows == ["Operator", "Reward gateway", "Rollout", "vLLM"]
+    assert rows == ["Operator", "Reward gateway", "Rollout", "Judges", "vLLM"]
     assert {var["name"] for var in board["templating"]["list"]} >= {"datasource", "namespace", "model"}
     used = {base_name(name) for expr in dashboard_exprs() for name in metrics_in(expr)}
     for source in ("operator", "gateway", "vllm"):

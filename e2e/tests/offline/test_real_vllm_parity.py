@@ -43,6 +43,7 @@ from reward_testing.scoring_cases import (
     TAGGED,
     assert_close,
     assert_one_failure,
+    assert_same_ids,
     coalesced_with_a_bad_item,
 )
 from reward_testing.tiny_models import TinyModel, reference_scores, reference_scores_of, tar_model
@@ -168,10 +169,7 @@ def process(served) -> Served:
 
 def assert_scored(served: Served, references: list[dict]) -> None:
     """vLLM scored exactly the HF tokenizer's ids for these items (in any order), each with one BOS."""
-    scored = served.scored_ids()
-    assert sorted(scored) == sorted(reference["ids"] for reference in references)
-    for ids in scored:
-        assert ids.count(served.model.bos_token_id) == 1 and ids[0] == served.model.bos_token_id, ids
+    assert_same_ids(served.scored_ids(), references, served.model.bos_token_id)
 
 
 @pytest.mark.parametrize("mode", ["upstream", "gateway"])

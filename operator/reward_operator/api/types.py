@@ -57,8 +57,36 @@ class RewardModelFields(ServedModelFields, total=False):
 
 class ModelSpec(RewardModelFields):
     uri: str
-    kind: str  # sequence | token | process (defaulted)
+    kind: str  # sequence | token | process | judge (defaulted)
     tensorParallelSize: int  # defaulted
+
+
+class JudgeLabel(TypedDict):
+    token: str
+    value: float
+
+
+class JudgeChoice(TypedDict):
+    text: str
+    value: float
+
+
+class StructuredVerdict(TypedDict, total=False):
+    jsonSchema: dict[str, Any]
+    field: str
+    choices: list[JudgeChoice]
+    minimum: float
+    maximum: float
+    maxTokens: int  # defaulted
+
+
+class JudgeSpec(TypedDict):
+    """spec.judge (and canary.judge): handed to the reward gateway as it is (REWARD_GATEWAY_JUDGE)."""
+
+    prompt: str
+    system: NotRequired[str]
+    labels: NotRequired[list[JudgeLabel]]
+    structured: NotRequired[StructuredVerdict]
 
 
 class ResourcesSpec(TypedDict):
@@ -153,6 +181,7 @@ class ModelResources(GatewayResources, total=False):
 
 class CanarySpec(TypedDict):
     model: CandidateModelSpec
+    judge: NotRequired[JudgeSpec]
     replicas: int  # defaulted
     mode: str  # shadow | split (defaulted)
     interval: str  # a Go duration (defaulted)
@@ -177,6 +206,7 @@ class CacheSpec(TypedDict):
 
 class RewardModelSpec(TypedDict):
     model: ModelSpec
+    judge: NotRequired[JudgeSpec]
     runtime: NotRequired[str]  # unset: render/runtime.py picks by resources.gpus
     resources: ResourcesSpec
     serving: ServingSpec

@@ -57,11 +57,12 @@ from ..api.naming import candidate_template_config_map_name as template_config_m
 from ..api.types import CanarySpec, ModelSpec, ResourcesSpec, RewardModelSpec
 from . import chat_template
 from .gateway_container import Mounts
+from .judge import judge_setting
 from .metadata import child_metadata
 from .model_identity import identity_settings
 from .owned import Owned
-from .pooling_model import pooling_model
 from .predictor import model_env, predictor
+from .served_model import served_model
 
 # Names that lived here first: the controllers and the tests import them from here.
 __all__ = [
@@ -164,7 +165,7 @@ def candidate_predictor(owner_name: str, spec: RewardModelSpec, served_name: str
     credentials = spec.get("credentials", {})
     merged = candidate_model(spec["model"], canary)
     env = model_env(spec.get("env", []), credentials)
-    model_spec = pooling_model(
+    model_spec = served_model(
         merged, candidate_resources(spec["resources"], canary), spec.get("runtime"), served_name, env
     )
     volume = _template_volume(owner_name, canary, standalone, "chatTemplate" in merged)
@@ -206,8 +207,12 @@ def _digest(value: Any) -> str:
 
 
 def candidate_digest(entry: dict[str, Any], canary: CanarySpec) -> str:
-    """What identifies the candidate: its rendered predictor and template."""
-    return _digest({"predictor": entry["predictor"], "template": canary["model"].get("chatTemplate")})
+    """What identifies the candidate: its rendered predictor and template, and a judge's own prompt and verdict
+    (a new judge template is a new candidate, even on the same weights)."""
+    identity = {"predictor": entry["predictor"], "template": canary["model"].get("chatTemplate")}
+    if "judge" in canary:
+        identity["judge"] = canary["judge"]
+    return _digest(identity)
 
 
 def rollout_revision(candidate: str, canary: CanarySpec) -> str:
@@ -270,6 +275,8 @@ def gateway_rollout(
             env["CANARY_CLIENT_HEADER"] = canary["clientHeader"]
     # the gateways' window covers about one step
     env["CANARY_HALF_LIFE_SECONDS"] = str(int(interval_seconds(canary["interval"])))
+    if "judge" in canary:
+        env["CANARY_JUDGE"] = judge_setting(canary["judge"])
     mounts = Mounts()
     if gateway_templated and has_own_template(canary):
         env["CANARY_CHAT_TEMPLATE_FILE"] = GATEWAY_TEMPLATE_PATH

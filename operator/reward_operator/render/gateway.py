@@ -12,7 +12,7 @@ from typing import Any
 from ..api.keda import scales_through_keda
 from ..api.kserve import cluster_local_url, predictor_name
 from ..api.schema.rewardmodel import GATEWAY_REQUEST_TIMEOUT_SECONDS, GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS
-from ..api.types import GatewaySpec, ModelSpec, ServingSpec
+from ..api.types import GatewaySpec, JudgeSpec, ModelSpec, ServingSpec
 from . import chat_template, scaler
 from .canary import GatewayRollout
 from .gateway_container import (
@@ -26,6 +26,7 @@ from .gateway_container import (
     memory_limit_env,
 )
 from .gateway_scheduling import scheduling_settings
+from .judge import judge_setting
 from .model_identity import generation_settings, identity_settings
 
 # Where they were first defined: the cluster layer and the tests import them from here.
@@ -58,7 +59,9 @@ _OPTIONAL_ENV = (
 )
 
 
-def _settings(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_name: str) -> dict[str, str]:
+def _settings(
+    upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_name: str, judge: JudgeSpec | None
+) -> dict[str, str]:
     settings = {
         "UPSTREAM_URL": upstream_url,
         "MODEL_NAME": served_name,
@@ -69,6 +72,8 @@ def _settings(upstream_url: str, model: ModelSpec, gateway: GatewaySpec, served_
     }
     if "rewardTokenId" in model:  # vLLM appends nothing: the gateway appends it (reward_gateway.reward_token)
         settings["REWARD_TOKEN_ID"] = str(model["rewardTokenId"])
+    if judge is not None:
+        settings["JUDGE"] = judge_setting(judge)
     if gateway["chatTemplateMode"] == "gateway":
         settings["CHAT_TEMPLATE_FILE"] = chat_template.PATH
     for field, variable in _OPTIONAL_ENV:
@@ -97,10 +102,12 @@ def transformer(
     served_name: str,
     image: str,
     rollout: GatewayRollout | None = None,
+    judge: JudgeSpec | None = None,
 ) -> dict[str, Any]:
     """The gateway in front of the predictor KServe creates for InferenceService ``isvc``; ``rollout``: the
-    settings and mounts of a candidate model rolled out beside the stable one (spec.canary)."""
-    settings = _settings(cluster_local_url(predictor_name(isvc), namespace), model, gateway, served_name)
+    settings and mounts of a candidate model rolled out beside the stable one (spec.canary); ``judge``: a
+    judge's prompt and verdict (spec.judge)."""
+    settings = _settings(cluster_local_url(predictor_name(isvc), namespace), model, gateway, served_name, judge)
     defaults = {**DEFAULT_GATEWAY_RESOURCES, "memory": _memory(model, rollout is not None)}
     wanted = {**defaults, **{k: str(v) for k, v in gateway.get("resources", {}).items()}}
     mounts = Mounts()

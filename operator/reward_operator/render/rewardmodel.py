@@ -22,9 +22,10 @@ from .gateway import transformer
 from .inferenceservice import annotations, inference_service, storage_secret
 from .metadata import child_metadata
 from .owned import Rendered
-from .pooling_model import pooling_model
 from .predictor import model_env, predictor
 from .runtime import runtime
+from .served_model import served_model
+from .vllm_args import runner
 
 COMPONENT = "reward-model"
 
@@ -101,9 +102,9 @@ def reward_model_children(
 
 
 def model_runtime(reward_model: RewardModel) -> str:
-    """The ClusterServingRuntime of the stable model: spec.runtime, else by resources.gpus."""
+    """The ClusterServingRuntime of the stable model: spec.runtime, else by its kind's runner and resources.gpus."""
     spec = reward_model["spec"]
-    return runtime(spec.get("runtime"), spec["resources"]["gpus"])
+    return runtime(spec.get("runtime"), spec["resources"]["gpus"], runner(spec["model"]["kind"]))
 
 
 def candidate_runtime(reward_model: RewardModel) -> str | None:
@@ -112,7 +113,7 @@ def candidate_runtime(reward_model: RewardModel) -> str | None:
     if "canary" not in spec:
         return None
     candidate = canary_render.candidate_resources(spec["resources"], spec["canary"])
-    return runtime(spec.get("runtime"), candidate["gpus"])
+    return runtime(spec.get("runtime"), candidate["gpus"], runner(spec["model"]["kind"]))
 
 
 def candidate_inference_service(reward_model: RewardModel) -> dict[str, Any]:
@@ -150,7 +151,7 @@ def reward_model_inference_service(
     name, spec = reward_model["metadata"]["name"], reward_model["spec"]
     credentials = spec.get("credentials", {})
     env = model_env(spec.get("env", []), credentials)
-    model_spec = pooling_model(
+    model_spec = served_model(
         spec["model"],  # type: ignore[arg-type]
         spec["resources"],  # type: ignore[arg-type]
         spec.get("runtime"),
@@ -191,6 +192,7 @@ def reward_model_inference_service(
             served_name(reward_model),
             gateway_image,
             rollout,
+            spec.get("judge"),
         )
     isvc_annotations = {**annotations(spec["serving"]), **storage_secret(spec["model"]["uri"], credentials)}
     if cache := spec.get("cache"):

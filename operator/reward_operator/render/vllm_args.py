@@ -10,6 +10,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from .runtime import GENERATE
+from .runtime import POOLING as POOLING_RUNNER
+
 # kind -> (--convert, pooler config), for vLLM 0.32 (the runtimes' pin).
 # sequence: a *ForSequenceClassification checkpoint served by /classify; the raw
 #   logit is what trainers train on, and vLLM applies a sigmoid to one-label
@@ -22,6 +25,26 @@ POOLING = {
     "token": ("none", {"task": "token_classify", "pooling_type": "ALL", "use_activation": False}),
     "process": ("none", {"task": "token_classify", "pooling_type": "STEP"}),
 }
+
+
+# A judge generates (its verdict's token, or a structured verdict), on the generate runtime, which already
+# runs vLLM with --runner=generate. --generation-config=vllm: the checkpoint's generation_config.json
+# (repetition penalty, top_k, ...) would otherwise be every request's default, and a structured verdict
+# would hang on settings the spec never names; the gateway's requests say all (temperature 0).
+# --structured-outputs-config: compact JSON verdicts. vLLM 0.32 reads disable_any_whitespace from its server
+# config alone (a request's own is ignored), and only with a named backend (xgrammar, which "auto" picks for
+# the JSON schemas it supports); without it a judge may pad its JSON with whitespace until maxTokens cuts the
+# verdict short (the tiny test judge did on 6 of 16 items).
+JUDGE_KIND = "judge"
+JUDGE_ARGS = (
+    "--generation-config=vllm",
+    '--structured-outputs-config={"backend": "xgrammar", "disable_any_whitespace": true}',
+)
+
+
+def runner(kind: str) -> str:
+    """vLLM's runner for a model kind: generate for a judge, pooling for the score heads (render/runtime.py)."""
+    return GENERATE if kind == JUDGE_KIND else POOLING_RUNNER
 
 
 def pooler_config(model: dict[str, Any]) -> dict[str, Any]:
@@ -59,9 +82,12 @@ def vllm_args(
 ) -> list[str]:
     """The args for ``model``; its chat template, if any, is read from ``chat_template_path``;
     ``engine``: what the CPU needs (render/runtime.py), ahead of extraArgs, which may override it."""
-    convert, _ = POOLING[model["kind"]]
-    args = [f"--served-model-name={served_name}", "--runner=pooling", f"--convert={convert}"]
-    args.append("--pooler-config=" + json.dumps(pooler_config(model), separators=(",", ":"), sort_keys=True))
+    if model["kind"] == JUDGE_KIND:
+        args = [f"--served-model-name={served_name}", *JUDGE_ARGS]
+    else:
+        convert, _ = POOLING[model["kind"]]
+        args = [f"--served-model-name={served_name}", "--runner=pooling", f"--convert={convert}"]
+        args.append("--pooler-config=" + json.dumps(pooler_config(model), separators=(",", ":"), sort_keys=True))
     args += _optional(model)
     if "chatTemplate" in model:
         if chat_template_path is None:

@@ -25,8 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from reward_gateway.server import serve  # the server's imports only when serving
 
-    serve(config)
-    return 0
+    return serve(config)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,28 @@ the front instead of the scoring routes (reward_gateway.pipeline).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import exposition
 
 from reward_gateway.asgi import ScoringFront
+from reward_gateway.errors import GatewayError
 from reward_gateway.gateway import Gateway
+from reward_gateway.scorer import ItemScorer
+
+logger = logging.getLogger("reward_gateway")
+# How long the start waits for the checks to be done before it listens (vLLM answers in milliseconds where it is up).
+CHECK_BEFORE_LISTENING_S = 5.0
+
+
+async def _checked(scorer: ItemScorer) -> None:
+    try:
+        await scorer.check_at_start()
+    except GatewayError as error:  # refused: the scorer has said so, and ended the gateway
+        logger.debug("check at start: %s", error.message)
 
 
 def build_app(gateway: Gateway) -> ScoringFront:
@@ -37,9 +52,15 @@ def build_app(gateway: Gateway) -> ScoringFront:
             gateway.canary.start()  # follows the candidate's share where a file gives it (reward_gateway.share)
         if gateway.generation is not None:
             gateway.generation.start()  # follows the RewardModel's generation (reward_gateway.generation)
+        # a judge's labels checked against its tokenizer once vLLM answers (reward_gateway.judge); where vLLM is up
+        # already (a restarted gateway), before the gateway listens, so one that refuses them is never Ready
+        checks = [asyncio.create_task(_checked(scorer)) for scorer in gateway.scorers()]
+        await asyncio.wait(checks, timeout=CHECK_BEFORE_LISTENING_S)
         try:
             yield
         finally:
+            for check in checks:
+                check.cancel()
             if gateway.scaler is not None:
                 await gateway.scaler.stop()
             await gateway.close()

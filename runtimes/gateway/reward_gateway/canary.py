@@ -79,7 +79,7 @@ from reward_gateway.errors import GatewayError, UpstreamError, forget
 from reward_gateway.identity import ClientLabels, model_identity
 from reward_gateway.metrics import GatewayMetrics, ScoreRecorder
 from reward_gateway.outcomes import failed_positions
-from reward_gateway.scorer import Scorer
+from reward_gateway.scorer import ItemScorer, make_scorer
 from reward_gateway.share import Share, followed
 from reward_gateway.upstream import VllmClient
 
@@ -98,12 +98,17 @@ class Backend:
     name: str  # in metrics and /canary
     config: GatewayConfig  # the stable model's, with this model's URL, served name and template
     client: VllmClient
-    scorer: Scorer
+    scorer: ItemScorer
     scores: ScoreRecorder  # its reward_gateway_score child and score sums
     identity: dict[str, Any] = field(default_factory=dict)  # what its answers say of it (reward_gateway.identity)
 
 
-def candidate_backend(config: GatewayConfig, canary: CanaryConfig, metrics: GatewayMetrics) -> Backend:
+def candidate_backend(
+    config: GatewayConfig,
+    canary: CanaryConfig,
+    metrics: GatewayMetrics,
+    on_refused: Callable[[str], None] | None = None,
+) -> Backend:
     """The candidate: the stable model's settings with its own vLLM, served name and template.
 
     It never waits for a cold start (scale-from-zero wait 0): the stable model is
@@ -113,14 +118,17 @@ def candidate_backend(config: GatewayConfig, canary: CanaryConfig, metrics: Gate
         upstream_url=canary.upstream_url,
         model_name=canary.model_name,
         chat_template=canary.chat_template or config.chat_template,
+        judge=canary.judge or config.judge,
         scale_from_zero_timeout_s=0.0,
         canary=None,
     )
     client = VllmClient(own, metrics, label=canary.name)
     observer = MetricsObserver(metrics, canary.name, ClientLabels(config.coalesce.weights))
-    scorer = Scorer(own, client, observer)
+    scorer = make_scorer(own, client, observer, metrics, on_refused)
     # The candidate is the same RewardModel's: its generation is the stable model's where none is its own.
     revision = dataclasses.replace(canary.identity, generation=canary.identity.generation or config.identity.generation)
+    if own.judge is not None:  # its own judge where it has one: a new template is a new judge
+        revision = dataclasses.replace(revision, judge=own.judge.digest)
     identity = model_identity(own.model_name, "candidate", revision)
     return Backend("candidate", canary.name, own, client, scorer, metrics.score_recorder(canary.name), identity)
 
@@ -186,10 +194,16 @@ class Canary:
         )
 
     @classmethod
-    def build(cls, config: GatewayConfig, metrics: GatewayMetrics, stable: Backend) -> Canary:
+    def build(
+        cls,
+        config: GatewayConfig,
+        metrics: GatewayMetrics,
+        stable: Backend,
+        on_refused: Callable[[str], None] | None = None,
+    ) -> Canary:
         canary = config.canary
         assert canary is not None
-        candidate = candidate_backend(config, canary, metrics)
+        candidate = candidate_backend(config, canary, metrics, on_refused)
         tracker = CanaryMetrics(metrics.registry, canary.half_life_s).tracker(stable.name, candidate.name)
         rollout = cls(canary, stable, candidate, tracker)
         share = ""

@@ -14,10 +14,11 @@ import argparse
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from reward_gateway.judge_config import JudgeConfig
 from reward_gateway.kinds import KINDS, ModelKind
 from reward_gateway.parsers import PipelineReward
 from reward_gateway.settings import (
@@ -86,6 +87,7 @@ class ModelIdentity:
     generation: int | None = None  # the RewardModel's metadata.generation that rendered this gateway
     # Where the generation is followed from instead, while the gateway runs (reward_gateway.generation).
     generation_file: Path | None = None
+    judge: str | None = None  # a judge's: the digest of its prompt template and verdict (reward_gateway.judge_config)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,8 @@ class CanaryConfig:
     half_life_s: float | None = Env.CANARY_HALF_LIFE_SECONDS.value
     # The candidate's own template where it has one; None: the stable model's.
     chat_template: ChatTemplate | None = None
+    # The candidate's own judge where it has one (a new prompt template or verdict); None: the stable's.
+    judge: JudgeConfig | None = from_env(Env.CANARY_JUDGE)
     identity: ModelIdentity = ModelIdentity()
 
 
@@ -158,6 +162,8 @@ class GatewayConfig:
     # the score there (InternLM2-Reward's get_score, config.json reward_token_id): its id. None: the
     # conversation is scored as templated (Qwen2.5-Math-RM's scorer appends nothing).
     reward_token_id: int | None = from_env(Env.REWARD_TOKEN_ID)
+    # A judge's prompt template and verdict (reward_gateway.judge); None for the score heads.
+    judge: JudgeConfig | None = from_env(Env.JUDGE)
     template_mode: str = from_env(Env.CHAT_TEMPLATE_MODE)
     chat_template: ChatTemplate | None = None
     max_concurrency: int = from_env(Env.MAX_CONCURRENCY)
@@ -260,6 +266,8 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
         coalesce=_load_coalesce(env),
         identity=_load_identity(env, STABLE_IDENTITY, Env.MODEL_GENERATION_FILE),
     )
+    if config.judge is not None:
+        config = replace(config, identity=replace(config.identity, judge=config.judge.digest))
     kind = config.kind
     if config.reward_token_id is not None and not kind.reward_token:
         raise ConfigError(
@@ -267,9 +275,33 @@ def load_config(env: Mapping[str, str] | None = None, kserve: KServeArgs | None 
             f"{'|'.join(k.name for k in KINDS.values() if k.reward_token)} (a token reward model whose "
             f"score is read at a reward token), not {config.model_kind}"
         )
+    _check_judge(config)
     if config.auth_token_file is not None and not config.auth_token_file.is_file():
         raise ConfigError(f"{Env.AUTH_TOKEN_FILE.env}={config.auth_token_file}: no such file")
     return config
+
+
+def _check_judge(config: GatewayConfig) -> None:
+    """A judge has its prompt and verdict, and none of the settings that only pooled scoring reads."""
+    judges = "|".join(k.name for k in KINDS.values() if k.judge)
+    if not config.kind.judge:
+        if config.judge is not None:
+            raise ConfigError(f"{Env.JUDGE.env} applies only to {Env.MODEL_KIND.env}={judges}, not {config.model_kind}")
+        if config.canary is not None and config.canary.judge is not None:
+            raise ConfigError(f"{Env.CANARY_JUDGE.env} applies only to {Env.MODEL_KIND.env}={judges}")
+        return
+    if config.judge is None:
+        raise ConfigError(f"{Env.MODEL_KIND.env}={config.model_kind} needs {Env.JUDGE.env}: its prompt and verdict")
+    if config.template_mode != "upstream":
+        raise ConfigError(
+            f"{Env.CHAT_TEMPLATE_MODE.env}={config.template_mode}: a judge's prompt goes to vLLM as messages, and vLLM "
+            "applies the judge model's own template (upstream)"
+        )
+    if config.coalesce.enabled:
+        raise ConfigError(
+            f"{Env.COALESCE.env}=true: the gateway merges pooled scoring calls; a judge's verdicts are one chat "
+            "completion each"
+        )
 
 
 def _set(env: Mapping[str, str], scope: str, prefix: str = "") -> list[str]:

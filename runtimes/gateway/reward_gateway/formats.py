@@ -33,6 +33,8 @@ from reward_gateway.wire import (
     RewardItem,
     RewardsRequest,
     ScoringItem,
+    judged_text,
+    reference_text,
     scoring_items,
 )
 
@@ -109,9 +111,21 @@ def _predict_answer(request: PredictRequest, scored: Scored) -> dict[str, Any]:
 def _openrlhf_items(request: OpenRLHFRequest, config: GatewayConfig) -> Items:
     if request.prompts is not None and len(request.prompts) != len(request.query):
         raise BadRequest(f"prompts has {len(request.prompts)} entries but query has {len(request.query)}")
+    labels = request.labels
+    if labels is not None and len(labels) != len(request.query):
+        if config.kind.judge:  # a judge reads them: never one the wrong item's
+            raise BadRequest(f"labels has {len(labels)} entries but query has {len(request.query)}")
+        labels = None  # a score head never reads them
     # OpenRLHF's query is the finished text (prompt and response, already templated);
-    # its prompts, where sent, tell which completions answer one prompt (a group).
-    return Items([ScoringItem(text=query) for query in request.query], request.prompts)
+    # its prompts, where sent, tell which completions answer one prompt (a group), and where the
+    # response starts, for a judge; its labels are a judge's reference answers.
+    prompts = request.prompts or [None] * len(request.query)
+    references = [reference_text(label) for label in labels or [None] * len(request.query)]
+    items = [
+        ScoringItem(text=query, judged=judged_text(query, prompt, reference))
+        for query, prompt, reference in zip(request.query, prompts, references, strict=True)
+    ]
+    return Items(items, request.prompts)
 
 
 def _openrlhf_answer(request: OpenRLHFRequest, scored: Scored) -> dict[str, Any]:

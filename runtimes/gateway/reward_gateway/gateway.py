@@ -33,7 +33,7 @@ from reward_gateway.load import CURRENT, Held, Load
 from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.outcomes import REASONS, Outcome, failure_of, reward, whole_failure
 from reward_gateway.pipeline import PipelineRole, Route
-from reward_gateway.scorer import Scorer
+from reward_gateway.scorer import ItemScorer, make_scorer
 from reward_gateway.upstream import VllmClient
 from reward_gateway.wire import ClassifyRequest, ScoringItem, parse, parse_json, validate
 
@@ -72,7 +72,10 @@ class Gateway:
         self,
         config: GatewayConfig,
         metrics: GatewayMetrics | None = None,
+        on_refused: Callable[[str], None] | None = None,
     ):
+        """``on_refused``: what a judge the judge model's tokenizer refuses does (reward_gateway.judge; by
+        default it ends the process)."""
         self.config = config
         self.metrics = metrics or GatewayMetrics()
         # Requests and items in flight and the requests held for the predictor:
@@ -82,11 +85,13 @@ class Gateway:
         self.client = VllmClient(config, self.metrics, load=self.load)
         model = config.model_name
         labels = ClientLabels(config.coalesce.weights)
-        self.scorer = Scorer(config, self.client, MetricsObserver(self.metrics, model, labels))
+        self.scorer = make_scorer(
+            config, self.client, MetricsObserver(self.metrics, model, labels), self.metrics, on_refused
+        )
         identity = model_identity(model, "stable", config.identity)
         scores = self.metrics.score_recorder(model)
         self.stable = Backend("stable", model, config, self.client, self.scorer, scores, identity)
-        self.canary = Canary.build(config, self.metrics, self.stable) if config.canary is not None else None
+        self.canary = Canary.build(config, self.metrics, self.stable, on_refused) if config.canary is not None else None
         self.generation = self._followed_generation()
         # The header naming the client: its fair share, and a sticky split's key where the rollout says so.
         self.client_header = config.client_header.encode("latin-1")
@@ -121,6 +126,13 @@ class Gateway:
             for route in self.routes
             for reason in REASONS
         }
+
+    def scorers(self) -> list[ItemScorer]:
+        """Every model's scorer: the stable model's, and the candidate's during a rollout."""
+        scorers = [self.stable.scorer]
+        if self.canary is not None:
+            scorers.append(self.canary.backends["candidate"].scorer)
+        return scorers
 
     @property
     def models_per_request(self) -> int:

@@ -54,21 +54,25 @@ class ClientLabels:
 
 
 def model_identity(name: str, role: str, identity: ModelIdentity) -> dict[str, Any]:
-    """The ``identity`` object of an answer (null where unknown)."""
-    return {
+    """The ``identity`` object of an answer (null where unknown); a judge's also names its prompt and verdict
+    (``judge``: their digest), which change what it answers as much as its weights do."""
+    answer: dict[str, Any] = {
         "model": name,
         "revision": identity.revision,
         "digest": identity.digest,
         "generation": identity.generation,
         "role": role,
     }
+    if identity.judge is not None:
+        answer["judge"] = identity.judge
+    return answer
 
 
 def identity_headers(identity: dict[str, Any]) -> dict[str, str]:
-    """The same as headers: X-Reward-Model-Name, -Revision, -Digest, -Generation, -Role (only those known)."""
+    """The same as headers: X-Reward-Model-Name, -Revision, -Digest, -Generation, -Role, -Judge (those known)."""
     headers = {HEADER_PREFIX + "Name": identity["model"], HEADER_PREFIX + "Role": identity["role"]}
-    for key in ("revision", "digest", "generation"):
-        if identity[key] is not None:
+    for key in ("revision", "digest", "generation", "judge"):
+        if identity.get(key) is not None:
             headers[HEADER_PREFIX + key.capitalize()] = str(identity[key])
     # Header values travel as latin-1; a name outside it is left out of the headers (it is in the JSON).
     return {key: value for key, value in headers.items() if _latin1(value)}

@@ -18,6 +18,12 @@ from reward_gateway.extract import Score, ordered_data, process_score, sequence_
 
 # (one entry of vLLM's answer, REWARD_GATEWAY_STEP_AGGREGATE) -> the Score of its text
 EntryScore = Callable[[dict[str, Any], str], Score]
+CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+
+
+def verdict_apart(entry: dict[str, Any], aggregate: str) -> Score:
+    """A judge answers no pooled scores: its verdicts are read call by call (reward_gateway.verdict)."""
+    raise TypeError("a judge's rewards are verdicts, read by reward_gateway.judge")
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,9 @@ class ModelKind:
     # Its own scorer may read the score at a reward token appended to the text, which the gateway
     # then appends (REWARD_GATEWAY_REWARD_TOKEN_ID, reward_gateway.reward_token).
     reward_token: bool = False
+    # A generative judge: each item's reward is its verdict (reward_gateway.judge, on vLLM's generate
+    # runner), read from its own chat completion; it reads the items' references (REWARD_GATEWAY_JUDGE).
+    judge: bool = False
 
     def extract(self, response: Any, expected: int, aggregate: str) -> list[Score]:
         """One Score per text sent, from vLLM's whole answer (a malformed one fails all of them)."""
@@ -70,6 +79,9 @@ KINDS: dict[str, ModelKind] = {
     # [p_negative, p_positive] pair per step tag: probabilities, which is what
     # vLLM's default activation (softmax) gives, so use_activation is not sent.
     "process": ModelKind("process", "/pooling", "token_classify", None, process_score, steps=True),
+    # An instruction-tuned LLM's verdict on the item (LLM-as-judge): its label probabilities, or a
+    # structured verdict, one chat completion per item.
+    "judge": ModelKind("judge", CHAT_COMPLETIONS_PATH, None, None, verdict_apart, judge=True),
 }
 
 # verl's /classify is passed through to vLLM's own /classify, so it serves the

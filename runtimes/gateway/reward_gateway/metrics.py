@@ -24,6 +24,9 @@ HOLD_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 150, 180, 300)
 # A queued call waits a few ms while vLLM is busy (the merge's wait), seconds when a client floods.
 QUEUE_WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 BATCH_ITEM_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+# A judge that follows its format puts nearly all of its next token's probability on its labels; the
+# buckets are finest near 1, where a judge drifting off its format first shows.
+LABEL_SHARE_BUCKETS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
 
 
 class GatewayMetrics:
@@ -104,6 +107,19 @@ class GatewayMetrics:
             "Texts per merged call to vLLM (reward_gateway.coalesce).",
             ["model"],
             buckets=BATCH_ITEM_BUCKETS,
+        )
+
+        self.judge_label_share = histogram(
+            "reward_gateway_judge_label_share",
+            "A judge's label probabilities: the share of its next token's probability its labels hold, per item.",
+            ["model"],
+            buckets=LABEL_SHARE_BUCKETS,
+        )
+        self.judge_verdicts = counter(
+            "reward_gateway_judge_verdicts_total",
+            "A judge's verdicts, by outcome: ok, or why none (cut_short, unparsed, out_of_range, "
+            "no_label_probability).",
+            ["model", "outcome"],
         )
 
     def score_recorder(self, model: str) -> ScoreRecorder:

@@ -31,6 +31,7 @@ REASONS = (
     "upstream_error",
     "bad_response",
     "part_failed",
+    "no_verdict",
     "internal",
 )
 # What vLLM says when an input is longer than the model's context (vllm/renderers/params.py, 0.32).

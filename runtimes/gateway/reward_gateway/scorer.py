@@ -15,15 +15,17 @@ import asyncio
 import functools
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from reward_gateway.chat_template import ChatTemplateRenderer
 from reward_gateway.coalesce import Coalescer, QueueObserver
 from reward_gateway.config import GatewayConfig
 from reward_gateway.errors import BadRequest, UpstreamError, all_or_first_failure, forget
 from reward_gateway.extract import Score, ordered_data
-from reward_gateway.kinds import CallBody
+from reward_gateway.kinds import CallBody, ModelKind
+from reward_gateway.metrics import GatewayMetrics
 from reward_gateway.outcomes import Failure, Outcome, failure_of
 from reward_gateway.per_item import answer_each
 from reward_gateway.reward_token import TOKENIZE_PATH, RewardTokenizer
@@ -59,6 +61,9 @@ class Scorer:
         self.coalescer: Coalescer | None = None
         if config.coalesce.enabled:
             self.coalescer = Coalescer(client, self.body, config.coalesce, config.request_timeout_s, observer)
+
+    async def check_at_start(self) -> None:
+        """Nothing: a pooled kind's settings are vLLM's own arguments, which vLLM checks as it starts."""
 
     async def score(self, items: list[ScoringItem], client: str = "default") -> list[Outcome]:
         """Each item's score or failure, in the items' order; ``client``: who asks, for the fair share of the
@@ -208,6 +213,32 @@ class Scorer:
                 f"vLLM scored {steps} steps where the input holds {count} step tags {tag!r}: its step_tag_id "
                 "(model.stepTagId) is not the token id of the step tag (gateway.stepTag)",
             )
+
+
+class ItemScorer(Protocol):
+    """What scores a request's items with one model: the pooled scorer above, or a judge's (reward_gateway.judge)."""
+
+    kind: ModelKind
+
+    async def score(self, items: list[ScoringItem], client: str = "default") -> list[Outcome]: ...
+
+    async def check_at_start(self) -> None:
+        """What the scorer checks with vLLM once it answers (a judge's labels), without waking it."""
+
+
+def make_scorer(
+    config: GatewayConfig,
+    client: VllmClient,
+    observer: QueueObserver | None,
+    metrics: GatewayMetrics,
+    on_refused: Callable[[str], None] | None = None,
+) -> ItemScorer:
+    """The scorer of the model's kind; ``on_refused``: what a judge whose labels the tokenizer refuses does."""
+    if config.kind.judge:
+        from reward_gateway.judge import JudgeScorer  # jinja2 and the verdicts, for judges only
+
+        return JudgeScorer(config, client, metrics, on_refused)
+    return Scorer(config, client, observer)
 
 
 def special_prefix(marked: Any, plain: Any) -> str:

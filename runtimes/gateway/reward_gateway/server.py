@@ -34,6 +34,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from reward_gateway.app import build_app
 from reward_gateway.config import GatewayConfig
 from reward_gateway.gateway import Gateway
+from reward_gateway.judge import termination_message
 from reward_gateway.logs import SafeAccessLine
 
 logger = logging.getLogger("reward_gateway")
@@ -186,9 +187,25 @@ class CloseWhileDraining:
         await self.app(scope, receive, closing)
 
 
-def serve(config: GatewayConfig) -> None:
+# The exit code of a gateway that refused its settings once it could check them (a judge's labels).
+REFUSED_EXIT_CODE = 3
+
+
+def serve(config: GatewayConfig) -> int:
+    """Serves until a signal, or a refusal of the settings (reward_gateway.judge); returns the exit code."""
     draining = threading.Event()
-    gateway = Gateway(config)
+    refused: list[str] = []
+
+    server: DrainingServer | None = None
+
+    def on_refused(message: str) -> None:
+        """A refused judge (reward_gateway.judge): the message kept for Kubernetes, and the server stopped."""
+        refused.append(message)
+        termination_message(message)
+        if server is not None:
+            server.should_exit = True
+
+    gateway = Gateway(config, on_refused=on_refused)
     settings = uvicorn.Config(
         CloseWhileDraining(build_app(gateway), draining),
         host=config.listen_address or "0.0.0.0",
@@ -210,4 +227,6 @@ def serve(config: GatewayConfig) -> None:
     logging.getLogger("uvicorn.access").addFilter(SafeAccessLine())
     settings.load()  # imports the protocol classes now, so the collector freezes them too
     _calm_garbage_collector()
-    DrainingServer(settings, config.drain_s, draining, gateway.load.stop_holding).run()
+    server = DrainingServer(settings, config.drain_s, draining, gateway.load.stop_holding)
+    server.run()
+    return REFUSED_EXIT_CODE if refused else 0

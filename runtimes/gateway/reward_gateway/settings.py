@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from reward_gateway.identity import CLIENT_HEADER
+from reward_gateway.judge_config import judge
 from reward_gateway.kinds import KINDS
 from reward_gateway.parsers import (
     Invalid,
@@ -134,8 +135,9 @@ class Env:
     MODEL_KIND = Setting(
         choice(*KINDS),
         "sequence",
-        "`sequence` (/classify), `token` (/pooling ALL, last token), `process` (/pooling STEP); each kind's vLLM "
-        "request and extractor: `reward_gateway.kinds`",
+        "`sequence` (/classify), `token` (/pooling ALL, last token), `process` (/pooling STEP), `judge` (a "
+        "generative judge's verdict, /v1/chat/completions; needs `_JUDGE`); each kind's vLLM request and "
+        "extractor: `reward_gateway.kinds`",
         REWARD_MODEL,
     )
     REWARD_TOKEN_ID = Setting(
@@ -147,6 +149,13 @@ class Env:
         "with vLLM's template, no generation prompt, no added special tokens), the id appended unless the ids "
         "already end with it, and `/pooling` is sent those ids (see [Reward tokens](#reward-tokens)). Unset: texts "
         "or `messages` go as they are (Qwen2.5-Math-RM's scorer appends nothing)",
+        REWARD_MODEL,
+    )
+    JUDGE = Setting(
+        judge(),
+        None,
+        "`judge` models only, and required there: the judge's prompt template and verdict, the RewardModel's "
+        "`spec.judge` as JSON (see [Judges](#judges)); its digest is the `judge` of every answer's identity",
         REWARD_MODEL,
     )
     STEP_TAG = Setting(
@@ -431,6 +440,9 @@ class Env:
     )
     CANARY_BOS_TOKEN = Setting(text(), None, "the candidate's BOS text", REWARD_MODEL, note="(the stable's)")
     CANARY_EOS_TOKEN = Setting(text(), None, "the candidate's EOS text", REWARD_MODEL, note="(the stable's)")
+    CANARY_JUDGE = Setting(
+        judge(), None, "the candidate's own judge (a new template is a new judge)", REWARD_MODEL, note="(the stable's)"
+    )
     CANARY_MODEL_REVISION = Setting(text(), None, "the candidate's storage URI", REWARD_MODEL)
     CANARY_MODEL_DIGEST = Setting(text(), None, "the candidate's content digest", REWARD_MODEL)
     CANARY_MODEL_GENERATION = Setting(

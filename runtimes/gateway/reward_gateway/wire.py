@@ -107,16 +107,24 @@ class RewardItem(_Strict):
     steps: list[str] | None = None
     messages: list[Message] | None = None
     # Text scored as given, with no template and no special tokens added: how
-    # TRL's own reward model scores a standard (non-chat) dataset's prompt + completion.
+    # TRL's own reward model scores a standard (non-chat) dataset's prompt + completion. With a prompt
+    # (which the text starts with), a judge reads the rest as the response; a score head, the text.
     text: str | None = None
     group: str | int | None = None
+    # The answer the response is judged against, read by a judge's prompt template (reward_gateway.judge);
+    # a score head scores the prompt and response alone, as trainers send the same items to either.
+    reference: str | None = None
 
     @model_validator(mode="after")
     def _one_shape(self) -> RewardItem:
         shaped = self.prompt is not None or self.response is not None or self.steps is not None
         if self.text is not None:
-            if shaped or self.messages is not None:
-                raise ValueError("give text alone, not with messages, prompt, response or steps")
+            if self.response is not None or self.steps is not None or self.messages is not None:
+                raise ValueError(
+                    "give text alone (or with the prompt it starts with), not with messages, response or steps"
+                )
+            if self.prompt is not None and not self.text.startswith(self.prompt):
+                raise ValueError("with text, prompt is where the text starts: the text must start with it")
         elif self.messages is not None:
             if shaped:
                 raise ValueError("give either messages or prompt with response/steps, not both")
@@ -213,17 +221,37 @@ class ClassifyRequest(BaseModel):
 
 
 @dataclass(frozen=True)
+class Judged:
+    """What a judge reads of an item (reward_gateway.judge): the conversation before the response, the
+    response, and the reference answer where the item has one."""
+
+    messages: list[dict[str, Any]]
+    response: str
+    reference: str | None = None
+
+    @property
+    def prompt(self) -> str:
+        """The prompt as text: the last user message's content (the conversation is in ``messages``)."""
+        users = [message for message in self.messages if message.get("role") == "user"]
+        return str(users[-1].get("content") or "") if users else ""
+
+
+@dataclass(frozen=True)
 class ScoringItem:
     """What the scorer sends for one item: a conversation to template, or finished text.
 
     Finished text goes to vLLM exactly as given, with no special tokens added:
     OpenRLHF's query already holds its template's BOS (its serve_rm.py tokenizes
     with add_special_tokens=False), and so does text a client rendered itself.
+    ``judged``: the item as a judge reads it, where it has a response apart from its prompt (None: finished
+    text with no prompt to split it at, a process model's steps, a conversation that does not end with the
+    assistant's turn).
     """
 
     conversation: list[dict[str, Any]] | None = None
     text: str | None = None
     group: str | None = None
+    judged: Judged | None = None
 
 
 def parse_json(body: bytes, max_items: int) -> Any:
@@ -298,5 +326,30 @@ def scoring_items(items: list[RewardItem], step_tag: str) -> list[ScoringItem]:
 def scoring_item(item: RewardItem, step_tag: str) -> ScoringItem:
     group = None if item.group is None else str(item.group)
     if item.text is not None:
-        return ScoringItem(text=item.text, group=group)
-    return ScoringItem(conversation=conversation_of(item, step_tag), group=group)
+        return ScoringItem(text=item.text, group=group, judged=judged_text(item.text, item.prompt, item.reference))
+    conversation = conversation_of(item, step_tag)
+    # A judge reads a response, not a process model's tagged steps.
+    judged = judged_conversation(conversation, item.reference) if item.steps is None else None
+    return ScoringItem(conversation=conversation, group=group, judged=judged)
+
+
+def judged_conversation(conversation: list[dict[str, Any]], reference: str | None) -> Judged | None:
+    """A conversation as a judge reads it: its last turn, the assistant's, is the response."""
+    if len(conversation) < 2 or conversation[-1].get("role") != "assistant":
+        return None
+    return Judged(conversation[:-1], str(conversation[-1].get("content") or ""), reference)
+
+
+def reference_text(label: Any) -> str | None:
+    """An OpenRLHF label as a judge's reference answer: its text (a label that is not text, as JSON)."""
+    if label is None or isinstance(label, str):
+        return label
+    return orjson.dumps(label).decode()
+
+
+def judged_text(text: str, prompt: str | None, reference: str | None) -> Judged | None:
+    """Finished text (OpenRLHF's query: its prompt and response, templated by the policy) as a judge reads it:
+    the response is what follows the prompt, which the trainer sends apart (OpenRLHF's ``prompts``)."""
+    if prompt is None or not text.startswith(prompt):
+        return None
+    return Judged([{"role": "user", "content": prompt}], text[len(prompt) :], reference)

@@ -24,7 +24,7 @@ from reward_gateway_client.verl import _Batcher
 from reward_gateway.config import load_config
 from reward_gateway.gateway import Gateway
 from reward_gateway.metrics import GatewayMetrics
-from reward_testing.fake_vllm import MAX_CHARS, STEP_TAG, logit
+from reward_testing.fake_vllm import MAX_CHARS, STEP_TAG, conversation_text, logit
 from reward_testing.prometheus_text import sample_sum
 
 OVER_LONG = "x" * (MAX_CHARS + 1)
@@ -161,12 +161,18 @@ def test_an_item_both_models_fail_is_nobodys_error_and_never_a_disagreement(star
 # The promise as a property: over kinds, routes, coalescing, grouping and which items fail, a failed item is
 # never a number in any route's answer nor in any client's hands.
 
-FATES = ("ok", "too_long", "no_step_tag")
+FATES = ("ok", "too_long", "no_step_tag", "no_verdict")
 ROUTES = ("rewards", "v1_predict", "get_reward", "pipeline_reward")
+# A judge's structured verdict on the response alone (so every route's item is judged on the same text); the
+# fake answers a verdict out of its range for a response marked "no_verdict".
+JUDGE = {
+    "prompt": "{{ response }}",
+    "structured": {"jsonSchema": {"type": "object"}, "field": "score", "minimum": 0, "maximum": 10},
+}
 
 
 def _response(kind: str, fate: str, index: int) -> str:
-    text = f"step {index}" if fate != "too_long" else "x" * (MAX_CHARS + 1)
+    text = f"step {index} {fate}" if fate != "too_long" else "x" * (MAX_CHARS + 1)
     return text + STEP_TAG if kind == "process" and fate != "no_step_tag" else text
 
 
@@ -174,7 +180,9 @@ def _request(route: str, kind: str, fates: list[str], grouped: bool) -> dict:
     responses = [_response(kind, fate, index) for index, fate in enumerate(fates)]
     groups = [index % 2 if grouped else None for index in range(len(fates))]
     if route == "get_reward":
-        return {"query": [f"q {response}" for response in responses]}
+        # a judge reads the response apart from the prompt OpenRLHF sends beside it
+        prompts = {"prompts": ["q "] * len(fates)} if kind == "judge" else {}
+        return {"query": [f"q {response}" for response in responses]} | prompts
     if route == "pipeline_reward":
         body: dict = {"prompts": ["q"] * len(fates), "responses": responses}
         return body | ({"groups": groups} if grouped else {})
@@ -186,7 +194,11 @@ def _request(route: str, kind: str, fates: list[str], grouped: bool) -> dict:
 
 
 def _failed(kind: str, fate: str) -> bool:
-    return fate == "too_long" or (fate == "no_step_tag" and kind == "process")
+    return (
+        fate == "too_long"
+        or (fate == "no_step_tag" and kind == "process")
+        or (fate == "no_verdict" and kind == "judge")
+    )
 
 
 def _number(value: object) -> bool:
@@ -195,7 +207,7 @@ def _number(value: object) -> bool:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    kind=st.sampled_from(("sequence", "token", "process")),
+    kind=st.sampled_from(("sequence", "token", "process", "judge")),
     route=st.sampled_from(ROUTES),
     coalesce=st.booleans(),
     grouped=st.booleans(),
@@ -206,10 +218,18 @@ def test_no_route_and_no_client_turns_a_failure_into_a_number(backend, kind, rou
         "REWARD_GATEWAY_UPSTREAM_URL": backend.url,
         "REWARD_GATEWAY_MODEL_NAME": "rm",
         "REWARD_GATEWAY_MODEL_KIND": kind,
-        "REWARD_GATEWAY_CHAT_TEMPLATE_MODE": "gateway",
-        "REWARD_GATEWAY_CHAT_TEMPLATE": TEMPLATE,
-        "REWARD_GATEWAY_COALESCE": str(coalesce).lower(),
     }
+    if kind == "judge":  # vLLM templates the judge's messages; its calls are chat completions, never coalesced
+        env["REWARD_GATEWAY_JUDGE"] = orjson.dumps(JUDGE).decode()
+        for index, fate in enumerate(fates):
+            if fate == "no_verdict":
+                backend.verdicts[
+                    conversation_text([{"role": "user", "content": _response(kind, fate, index)}]) + "<assistant>"
+                ] = '{"score": 11}'
+    else:
+        env["REWARD_GATEWAY_CHAT_TEMPLATE_MODE"] = "gateway"
+        env["REWARD_GATEWAY_CHAT_TEMPLATE"] = TEMPLATE
+        env["REWARD_GATEWAY_COALESCE"] = str(coalesce).lower()
     body = _request(route, kind, fates, grouped)
 
     async def answer():

@@ -23,14 +23,21 @@ from .common import (
     string,
 )
 from .rewardmodel.model import model_fields
-from .rewardmodel.pod import CREDENTIALS, ENV_VAR, RESOURCES, TOLERATION
+from .rewardmodel.pod import (
+    CREDENTIALS,
+    DEFAULT_CPU_RUNTIME,
+    DEFAULT_GENERATE_CPU_RUNTIME,
+    DEFAULT_GENERATE_RUNTIME,
+    DEFAULT_RUNTIME,
+    ENV_VAR,
+    RESOURCES,
+    TOLERATION,
+)
 from .rewardmodel.serving import SERVING
 
 # Each role's runtime unless it names one: on GPUs, or with resources.gpus: 0 on vLLM's CPU build.
-DEFAULT_GENERATE_RUNTIME = "vllm-generate"
-DEFAULT_POOLING_RUNTIME = "vllm-reward"
-DEFAULT_GENERATE_CPU_RUNTIME = "vllm-generate-cpu"
-DEFAULT_POOLING_CPU_RUNTIME = "vllm-reward-cpu"
+DEFAULT_POOLING_RUNTIME = DEFAULT_RUNTIME
+DEFAULT_POOLING_CPU_RUNTIME = DEFAULT_CPU_RUNTIME
 FLOWS = ("score", "generateAndScore", "bestOfN")
 NORMALISATIONS = ("none", "running")
 # The router's own defaults are 60 s for reading and writing (KServe v0.20 constants): a batch of

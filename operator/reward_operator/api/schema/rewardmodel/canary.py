@@ -7,6 +7,7 @@ The rules on the canary alone sit in CANARY; SPEC_RULES are the ones that read t
 from __future__ import annotations
 
 from ..common import Schema, array, integer, obj, quantity, rule, string
+from .judge import judge_schema
 from .model import model_fields
 from .serving import DURATION_PATTERN
 
@@ -48,6 +49,11 @@ CANARY = obj(
     "removing spec.canary.",
     {
         "model": _candidate_model(),
+        "judge": judge_schema(
+            "canary.judge",
+            "model.kind: judge: the candidate's own prompt and verdict (a new judge template is a new revision, "
+            "rolled out and judged on agreement like new weights). Unset: spec.judge.",
+        ),
         "resources": obj(
             "Compute for each candidate replica; an unset field is spec.resources'.",
             {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..common import Schema, array, integer, obj, rule, string
 
-MODEL_KINDS = ("sequence", "token", "process")
+MODEL_KINDS = ("sequence", "token", "process", "judge")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 # KServe's storage initializer reads each of these; https:// (and http:// inside a cluster's own
 # network) fetches one file, which it unpacks when it is a .tar.gz, .tar or .zip of the model folder.
@@ -63,7 +63,8 @@ def model_fields(prefix: str) -> dict[str, Schema]:
             "What the model scores. sequence: one scalar per sequence (classification head, "
             "LAST-token pooling, raw logit). token: a token reward model (ALL pooling; the "
             "reward is the last value). process: a process reward model (STEP pooling; one "
-            "score per step tag).",
+            "score per step tag). judge: a generative judge, an instruction-tuned causal LM on vLLM's "
+            "generate runner whose verdict on each item is its reward (spec.judge).",
             enum=list(MODEL_KINDS),
             default="sequence",
         ),

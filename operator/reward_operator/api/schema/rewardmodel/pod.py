@@ -14,16 +14,19 @@ from .model import NO_GO_TEMPLATE
 # vLLM's CUDA image with GPUs, its CPU build with resources.gpus: 0 (render/runtime.py picks).
 DEFAULT_RUNTIME = "vllm-reward"
 DEFAULT_CPU_RUNTIME = "vllm-reward-cpu"
+# A generating model's: a judge's (model.kind: judge), and an RLHFPipeline's actor and reference.
+DEFAULT_GENERATE_RUNTIME = "vllm-generate"
+DEFAULT_GENERATE_CPU_RUNTIME = "vllm-generate-cpu"
 
 RESOURCES = defaulted_obj(
     "Compute for each replica.",
     {
         "gpus": integer(
             "NVIDIA GPUs per replica (nvidia.com/gpu). Must equal model.tensorParallelSize. 0 serves on CPU: "
-            f"vLLM's CPU build (runtime {DEFAULT_CPU_RUNTIME}, or vllm-generate-cpu for a pipeline's actor and "
-            "reference, unless a runtime is named), model.dtype float32 unless set, and a KV cache sized from "
-            "resources.memory (half of what is left beyond 4Gi for the engine, at least 1Gi); for development, "
-            "CI and small (0.6B-class) models.",
+            f"vLLM's CPU build (runtime {DEFAULT_CPU_RUNTIME}, or {DEFAULT_GENERATE_CPU_RUNTIME} for a judge and a "
+            "pipeline's actor and reference, unless a runtime is named), model.dtype float32 unless set, and a KV "
+            "cache sized from resources.memory (half of what is left beyond 4Gi for the engine, at least 1Gi); for "
+            "development, CI and small (0.6B-class) models.",
             minimum=0,
             maximum=64,
             default=1,

@@ -7,21 +7,34 @@ they read more than one sub-object) are listed here in the CRD's order.
 from __future__ import annotations
 
 from ..common import DNS_SUBDOMAIN_PATTERN, array, obj, string
-from . import cache, canary, gateway, pod, serving
+from . import cache, canary, gateway, judge, pod, serving
 from .cache import CACHE
 from .canary import CANARY
 from .gateway import GATEWAY
+from .judge import JUDGE
 from .model import MODEL
-from .pod import CREDENTIALS, DEFAULT_CPU_RUNTIME, DEFAULT_RUNTIME, ENV_VAR, RESOURCES, TOLERATION
+from .pod import (
+    CREDENTIALS,
+    DEFAULT_CPU_RUNTIME,
+    DEFAULT_GENERATE_CPU_RUNTIME,
+    DEFAULT_GENERATE_RUNTIME,
+    DEFAULT_RUNTIME,
+    ENV_VAR,
+    RESOURCES,
+    TOLERATION,
+)
 from .serving import SERVING
 
 SPEC = obj(
     "Desired state of a reward-model service.",
     {
         "model": MODEL,
+        "judge": JUDGE,
         "runtime": string(
-            f"ClusterServingRuntime that runs vLLM in pooling mode. Unset: {DEFAULT_RUNTIME} with GPUs, "
-            f"{DEFAULT_CPU_RUNTIME} with resources.gpus: 0 (the candidate of spec.canary by its own GPUs).",
+            f"ClusterServingRuntime that runs vLLM in pooling mode (generate mode for model.kind: judge). Unset: "
+            f"{DEFAULT_RUNTIME} with GPUs, {DEFAULT_CPU_RUNTIME} with resources.gpus: 0 (for a judge, "
+            f"{DEFAULT_GENERATE_RUNTIME} and {DEFAULT_GENERATE_CPU_RUNTIME}; the candidate of spec.canary by its own "
+            "GPUs).",
             maxLength=253,
             pattern=DNS_SUBDOMAIN_PATTERN,
         ),
@@ -65,6 +78,7 @@ SPEC = obj(
             *cache.SPEC_RULES,
             pod.GPUS_PER_RANK_RULE,
             *canary.SPEC_RULES,
+            *judge.SPEC_RULES,
         ]
     },
 )

@@ -1,8 +1,9 @@
 """``predictor.model`` of a reward model, the stable one's or the candidate's.
 
-Both run the same way: on spec.runtime or the pooling runtime for their own GPUs,
-with vLLM's arguments for their kind and served name, and the chat template (when
-they have one) read from the file the predictor's pods mount (render/chat_template.py).
+Both run the same way: on spec.runtime or the default runtime for their kind's runner (pooling for the
+score heads, generate for a judge) and their own GPUs, with vLLM's arguments for their kind and served
+name, and the chat template (when they have one) read from the file the predictor's pods mount
+(render/chat_template.py).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from typing import Any
 from . import chat_template
 from .predictor import model, resources
 from .runtime import engine_args, runtime
-from .vllm_args import vllm_args
+from .vllm_args import runner, vllm_args
 
 
-def pooling_model(
+def served_model(
     model_fields: dict[str, Any],
     compute: dict[str, Any],
     named_runtime: str | None,
@@ -28,7 +29,7 @@ def pooling_model(
     templated = "chatTemplate" in model_fields
     return model(
         model_fields["uri"],
-        runtime(named_runtime, compute["gpus"]),
+        runtime(named_runtime, compute["gpus"], runner(model_fields["kind"])),
         vllm_args(
             model_fields,
             served_name,
