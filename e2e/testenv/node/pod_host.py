@@ -110,6 +110,8 @@ class Teardown:
         first = "the process first" if self.first_went_process() else "the link first or alone"
         return f"process {at(self.process_gone)}, link {at(self.link_gone)} ({first})"
 
+    __repr__ = __str__  # in a failed assertion's message
+
     def first_went_process(self) -> bool:
         if self.process_gone is None:
             return False
