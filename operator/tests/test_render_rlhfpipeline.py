@@ -10,6 +10,7 @@ import yaml
 
 from reward_operator.api import kserve
 from reward_operator.render import render_rlhf_pipeline
+from reward_operator.render.inferencegraph import ROUTER_MARGIN_SECONDS
 from reward_testing.paths import GOLDEN, assert_matches_golden
 
 PIPELINE_GOLDEN = GOLDEN / "pipeline"
@@ -63,9 +64,27 @@ def test_the_reference_defaults_to_the_actors_base_model():
     assert len(by_kind(children, "InferenceService")) == 2, "no critic without spec.critic"
 
 
-def test_the_router_outlasts_a_batch_of_generations():
+def test_the_router_waits_on_each_step_as_long_as_a_batch_of_generations_may_take():
     timeouts = graph_of(CASES["minimal"])["spec"]["routerTimeouts"]
-    assert timeouts == {"serverRead": 600, "serverWrite": 600, "serviceClient": 600}
+    assert (timeouts["serviceClient"], timeouts["serverRead"]) == (600, 600)
+
+
+@pytest.mark.parametrize(
+    ("flows", "in_turn"),
+    [({"score": {}}, 2), ({"score": {}, "generateAndScore": {}}, 3), ({"bestOfN": {}}, 3)],
+)
+def test_the_router_writes_its_answer_after_the_longest_flows_steps_one_after_another(flows, in_turn):
+    """Go's WriteTimeout counts from the request's arrival, and a handler that outlasts it has its answer
+    dropped: measured with the pinned router, a two-step Sequence of 3 s steps under serverWrite 4 s and a
+    step timed out at serviceClient = serverWrite both left the client with a closed connection and no
+    answer. The write timeout outlasts every step of the longest flow waited on in turn (score: the
+    parts' Ensemble, then combine; generate-and-score: generate, then score's two; best-of-n: candidates,
+    parts, select), so a slow flow is answered and a step's timeout is the router's 500."""
+    pipeline = {**CASES["minimal"], "spec": {**CASES["minimal"]["spec"], "flows": flows}}
+    timeouts = graph_of(pipeline)["spec"]["routerTimeouts"]
+    step = timeouts["serviceClient"]
+    assert timeouts["serverWrite"] == in_turn * step + ROUTER_MARGIN_SECONDS
+    assert timeouts["serverWrite"] - in_turn * step >= 10  # the router's own work, and writing its error
 
 
 def test_every_step_calls_a_gateway_never_a_predictor():

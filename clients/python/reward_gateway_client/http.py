@@ -20,12 +20,20 @@ owns the URL, the bearer token, timeouts, and what each answer means:
 - Any 4xx: a ``GatewayError`` carrying the gateway's ``{"error": message}`` at
   once, never retried (the same request would get the same answer).
 - Anything else (500: a bug in the gateway): a ``GatewayError`` at once.
+
+A gateway pod that vanishes mid-request without a reset (its node gone, its network torn down before its
+process) sends nothing more, and a connection waiting for an answer sends nothing either: TCP keep-alive
+on every connection ends it at most ``DEAD_GATEWAY_S`` after the gateway's last packet, a dropped
+connection retried as above, instead of waiting out ``timeout_s``. A gateway that is there answers the
+probes from its kernel however long the scoring takes. (The client's own transport: proxies named in the
+environment are not used; the gateway is a cluster-local address.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +48,29 @@ REWARDS_PATH = "/v1/rewards"
 
 # The statuses worth sending the same request again for (see the module docstring).
 RETRIED_STATUSES = frozenset({502, 503, 504})
+
+# Keep-alive probes after 5 s without a packet, every 5 s, 3 unanswered: a vanished gateway noticed within 20 s.
+DEAD_GATEWAY_S = 5 + 5 * 3
+KEEPALIVE_OPTIONS = tuple(
+    (level, getattr(socket, name), value)
+    for level, name, value in (
+        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", 5),
+        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", 5),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", 3),
+    )
+    if hasattr(socket, name)  # Linux has them all; elsewhere, what the platform has
+)
+
+
+def http_client(timeout_s: float) -> httpx.Client:
+    """The connections a ``RewardClient`` sends on (keep-alive on each, see the module docstring)."""
+    return httpx.Client(timeout=timeout_s, transport=httpx.HTTPTransport(socket_options=KEEPALIVE_OPTIONS))
+
+
+def async_http_client(timeout_s: float) -> httpx.AsyncClient:
+    """The connections an ``AsyncRewardClient`` sends on."""
+    return httpx.AsyncClient(timeout=timeout_s, transport=httpx.AsyncHTTPTransport(socket_options=KEEPALIVE_OPTIONS))
 
 
 class GatewayError(Exception):
@@ -241,7 +272,7 @@ class RewardClient:
             return []
         settings, attempts = self.settings, _Attempts(self.settings)
         url = settings.base_url() + REWARDS_PATH
-        with httpx.Client(timeout=settings.timeout_s) as http:
+        with http_client(settings.timeout_s) as http:
             while True:
                 response, failure = None, None
                 try:
@@ -273,7 +304,7 @@ class AsyncRewardClient:
             return []
         settings, attempts = self.settings, _Attempts(self.settings)
         url = settings.base_url() + REWARDS_PATH
-        async with httpx.AsyncClient(timeout=settings.timeout_s) as http:
+        async with async_http_client(settings.timeout_s) as http:
             while True:
                 response, failure = None, None
                 try:

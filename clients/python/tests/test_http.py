@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
-from reward_gateway_client.http import AsyncRewardClient, GatewayError, GatewaySettings, RewardClient
+from reward_gateway_client.http import (
+    DEAD_GATEWAY_S,
+    AsyncRewardClient,
+    GatewayError,
+    GatewaySettings,
+    RewardClient,
+    async_http_client,
+    http_client,
+)
 
 from reward_testing.fake_vllm import conversation_text, logit
 from reward_testing.ports import free_port
@@ -60,6 +69,32 @@ def test_a_wrong_model_is_a_404_with_the_gateways_message(gateway, backend):
         RewardClient(GatewaySettings(url=running.url, model="other")).score([ITEM])
     assert raised.value.status == 404 and "this gateway serves 'rm'" in raised.value.message
     assert RewardClient(GatewaySettings(url=running.url, model="rm")).score([ITEM]) == pytest.approx([logit(PAIR)])
+
+
+def _probes(response) -> tuple[int, int]:
+    """Keep-alive on the connection a response came on, and how long a silent peer would last on it."""
+    sock = response.extensions["network_stream"].get_extra_info("socket")
+    idle, interval, probes = (
+        sock.getsockopt(socket.IPPROTO_TCP, option)
+        for option in (socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT)
+    )
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE), idle + interval * probes
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_KEEPIDLE"), reason="Linux's per-socket keep-alive options")
+def test_both_clients_probe_the_gateway_so_a_vanished_pod_is_noticed_within_the_bound(gateway, backend):
+    """A gateway pod gone without a reset sends nothing, and neither does a request waiting for its answer:
+    the kernel's keep-alive probes end the connection (a TransportError, retried) DEAD_GATEWAY_S after the
+    last packet instead of the read timeout (docs/trainers.md counts on 20 s)."""
+    running = gateway()
+    with http_client(200) as http:
+        assert _probes(http.get(running.url + "/v1/models")) == (1, DEAD_GATEWAY_S)
+
+    async def asynchronous() -> tuple[int, int]:
+        async with async_http_client(200) as http:
+            return _probes(await http.get(running.url + "/v1/models"))
+
+    assert asyncio.run(asynchronous()) == (1, DEAD_GATEWAY_S) and DEAD_GATEWAY_S <= 20
 
 
 def test_no_url_says_how_to_give_one(monkeypatch):

@@ -17,10 +17,13 @@ A trainer's pod on the node calls the graph's URL (``status.url``) by name. Chec
 ``generate-and-score`` and ``best-of-n`` answer; the reference's log-probabilities are transformers'
 log-softmax of the same tokens and the critic's values transformers' (|diff| <= 1e-4); each reward part
 is that RewardModel's own answer; the combined reward is the weighted sum; best-of-n picks the candidate
-with the highest; a role whose pod is killed mid-request ends the flow with an error, never a number.
+with the highest; a role's pod that vanishes mid-request (deleted forced or plain, or cut off the network, its
+vLLM or its gateway) ends the request within the documented bound, with an error or a whole answer, never a
+number it left unfinished.
 
 `make pipeline-real` runs it; not in `make test`: five cold starts of vLLM side by side on the node's 2
-cores (about 16 GB). Figures (time to Ready, each flow's time, the error, the recovery) are printed.
+cores (about 16 GB). Figures (time to Ready, each flow's time, each vanishing's time to the answer and the
+order of its pod's teardown, the recovery) are printed.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
 
+from reward_gateway.http_pool import DEAD_PEER_S
 from reward_testing.pipeline_cases import PROMPTS, RESPONSES, expected_rows, largest_diff, pipeline_models
 from reward_testing.prometheus_text import sample_sum
 from reward_testing.scoring_cases import assert_close
@@ -41,6 +46,7 @@ from reward_testing.tiny_models import TinyModel, tar_model
 from reward_testing.waiting import wait_until
 from testenv import images, node, served
 from testenv.helpers import ISVC_LABEL, condition, get_json
+from testenv.node import pod_host
 from testenv.served import READY_TIMEOUT, call
 
 pytestmark = pytest.mark.usefixtures("kserve_runs")
@@ -243,21 +249,34 @@ def test_best_of_n_picks_the_candidate_with_the_highest_combined_reward(cluster,
     print(f"best-of-n: best candidates {[r['best']['index'] for r in results]} of {CANDIDATES}")
 
 
-# ---- a role killed mid-request ---------------------------------------------------------------------------
+# ---- a role's pod vanishing mid-request -------------------------------------------------------------------
+#
+# How long a role's pod vanishing under a request may leave the trainer waiting (docs/rlhfpipeline.md, "A role's
+# pod vanishing mid-request"), whichever way the node takes the pod away. Its process killed while its network is
+# still there resets or closes the connection: noticed at once. A pod whose network goes first, or is cut off,
+# sends nothing more, and only TCP keep-alive ends the wait: the role's gateway's on its calls to vLLM
+# (DEAD_PEER_S, 20 s) and KServe's router's on its calls to a gateway (Go's dialer: 30 s idle, then 9 probes
+# 15 s apart). A deletion first waits out the pod's grace: the kubelet's least (2 s) forced, Kubernetes' default
+# (30 s) plain. A call whose vLLM went away is held for the replacement KServe starts (the gateway's
+# scale-from-zero wait, 150 s from the call's start), which answers it whole, or ends with 503.
 
-# Run in vLLM's container: send a signal (STOP, CONT) to every process but the API server (PID 1) and this one.
-# Stopped, the engine holds a request the API server took: a signal, not a sleep, keeps it at the role.
-SIGNAL_ENGINE = (
-    "import os, signal, sys\n"
-    "for pid in [int(p) for p in os.listdir('/proc') if p.isdigit()]:\n"
-    "    if pid not in (1, os.getpid()):\n"
-    "        try: os.kill(pid, getattr(signal, 'SIG' + sys.argv[1]))\n"
-    "        except ProcessLookupError: pass\n"
-)
 CRITIC = f"{NAME}-critic"
 SCORE = {"prompts": PROMPTS, "responses": RESPONSES}
-# the client's wait: the critic's replacement starts (about a minute) within the gateway's hold (150 s)
-HELD_TIMEOUT = 280
+GRACE_S = {"force": 2, "plain": 30}  # the kubelet's least; KServe's pods keep Kubernetes' default
+ROUTER_DEAD_PEER_S = 30 + 9 * 15  # KServe v0.20's router: http.DefaultTransport's dialer, Go's probe defaults
+HOLD_S = 150  # a role's gateway: REWARD_GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS' default
+SLACK_S = 20  # kubectl and the client pod's exec, the kubelet's sync, the replacement's answer
+INFLIGHT, HELD = "reward_gateway_inflight_requests", "reward_gateway_held_requests"
+DELETIONS = ("force", "plain")
+
+
+def bound_s(component: str, deletion: str | None) -> float:
+    """The longest a request may wait after the role's ``component`` pod is deleted (``deletion``) or its link
+    cut (None)."""
+    grace = GRACE_S[deletion] if deletion else 0
+    if component == "transformer":
+        return grace + ROUTER_DEAD_PEER_S + SLACK_S
+    return grace + DEAD_PEER_S + HOLD_S + SLACK_S
 
 
 def role_pod(cluster, namespace: str, isvc: str, component: str) -> dict:
@@ -266,11 +285,12 @@ def role_pod(cluster, namespace: str, isvc: str, component: str) -> dict:
     return pod
 
 
-def gateway_inflight(cluster, namespace: str, isvc: str) -> float:
-    """reward_gateway_inflight_requests of the role's gateway pod, read at its IP from the host."""
+def gateway_sample(cluster, namespace: str, isvc: str, name: str) -> float:
+    """A sample of the role's gateway's metrics (``reward_gateway_inflight_requests``, ``_held_requests``), read
+    at its pod's IP from the host."""
     pod = role_pod(cluster, namespace, isvc, "transformer")
     with urllib.request.urlopen(f"http://{pod['status']['podIP']}:{GATEWAY_PORT}/metrics", timeout=5) as answer:
-        return sample_sum(answer.read().decode(), "reward_gateway_inflight_requests")
+        return sample_sum(answer.read().decode(), name)
 
 
 def scores(cluster, pipeline: Pipeline) -> bool:
@@ -285,59 +305,154 @@ def assert_an_error(answer: dict) -> None:
     assert answer["status"] >= 500 and "error" in body and "rewards" not in body, answer
 
 
-def killed_mid_request(cluster, pipeline: Pipeline, component: str) -> tuple[dict, float, float]:
-    """Score through the graph while the critic's engine is stopped; once the critic's gateway holds the request,
-    force-delete the critic's ``component`` pod (predictor: vLLM; transformer: its gateway), and let the engine go
-    on where it still runs. Returns the graph's answer, the seconds into the request of the kill, and the
-    seconds from the kill to the answer. Starts once the flow answers (a pod replaced before is up again)."""
-    wait_until("the score flow answering before the kill", lambda: scores(cluster, pipeline),
-               timeout=READY_TIMEOUT, interval=5)  # fmt: skip
-    namespace = pipeline.namespace
-    vllm = role_pod(cluster, namespace, CRITIC, "predictor")["metadata"]["name"]
-
-    def engine(signal: str) -> None:
-        cluster.kubectl("exec", "-n", namespace, vllm, "-c", "kserve-container", "--",
-                        "python3", "-c", SIGNAL_ENGINE, signal)  # fmt: skip
-
-    engine("STOP")
-    answers: list[tuple[dict, float]] = []
-    sender = threading.Thread(target=lambda: answers.append(through_graph(cluster, pipeline, SCORE, HELD_TIMEOUT)))
-    sent = time.monotonic()
-    sender.start()
-    wait_until("the request held at the critic's gateway", lambda: gateway_inflight(cluster, namespace, CRITIC) >= 1)
-    victim = role_pod(cluster, namespace, CRITIC, component)["metadata"]["name"]
-    killed = time.monotonic()
-    cluster.kubectl("delete", "pod", "-n", namespace, victim, "--grace-period=0", "--force")
-    sender.join(timeout=HELD_TIMEOUT + 30)
-    if component != "predictor":  # the stopped engine's pod lives on: it goes on
-        engine("CONT")
-    assert answers, "no answer through the graph"
-    return answers[0][0], killed - sent, time.monotonic() - killed
-
-
-def test_a_roles_vllm_killed_mid_request_never_answers_a_number_it_did_not_finish(cluster, pipeline, models):
-    """Two outcomes, by which of vLLM's processes the kubelet's kill reaches first: the API server answers
-    its dying engine's 500 (the gateway's 502, passed on by the router); or the connection is reset unanswered,
-    the critic's gateway holds the request (as for a predictor away) and sends it again to the replacement
-    KServe starts, whose numbers come back whole. Never a number the killed pod left unfinished."""
-    answer, into, after = killed_mid_request(cluster, pipeline, "predictor")
-    print(f"critic's vLLM pod killed {into:.1f} s into the request: the graph answered {answer['status']} "
-          f"{after:.1f} s after the kill: {json.dumps(answer['body'])[:200]}")  # fmt: skip
-    if answer["status"] == 200:  # held for the replacement, and answered by it in full
+def assert_whole_or_an_error(answer: dict, models: Models, what: str) -> None:
+    """Never a number the pod left unfinished: the critic's values whole (a replacement's, or the call sent
+    again once its vLLM was back), equal to transformers', or an error."""
+    if answer["status"] == 200:
         got = answer["body"]["values"]
-        assert_rows(got, expected_rows(models.critic, PROMPTS, RESPONSES, "values"), "critic values (replacement)")
+        assert_rows(got, expected_rows(models.critic, PROMPTS, RESPONSES, "values"), f"critic values ({what})")
     else:
         assert_an_error(answer)
 
 
-def test_a_roles_gateway_killed_mid_request_ends_the_flow_with_the_routers_error_never_a_number(cluster, pipeline):
-    answer, into, after = killed_mid_request(cluster, pipeline, "transformer")
-    print(f"critic's gateway pod killed {into:.1f} s into the request: the graph answered {answer['status']} "
-          f"{after:.1f} s after the kill: {json.dumps(answer['body'])[:300]}")  # fmt: skip
-    assert_an_error(answer)
+@dataclass
+class Vanished:
+    answer: dict  # the graph's, from the client pod: status and body
+    into: float  # seconds into the request when the pod vanished
+    after: float  # seconds from then to the answer
+    teardown: pod_host.Teardown | None  # a deletion's order: the process first, or the link
+
+    def report(self, what: str) -> str:
+        order = f"; teardown: {self.teardown}" if self.teardown else ""
+        return (f"{what} {self.into:.1f} s into the request: the graph answered {self.answer['status']} "
+                f"{self.after:.1f} s after{order}: {json.dumps(self.answer['body'])[:200]}")  # fmt: skip
+
+
+class HeldRequest:
+    """A score request through the graph, waiting at the critic's vLLM, whose engine is stopped."""
+
+    def __init__(self, cluster, pipeline: Pipeline, timeout: float):
+        self.cluster, self.namespace = cluster, pipeline.namespace
+        self.vllm = role_pod(cluster, self.namespace, CRITIC, "predictor")["metadata"]["name"]
+        self.answers: list[tuple[dict, float]] = []
+        self.timeout = timeout
+        self.sender = threading.Thread(target=lambda: self.answers.append(through_graph(cluster, pipeline, SCORE,
+                                                                                        timeout)))  # fmt: skip
+        self.sent = self.vanished = 0.0
+
+    def engine(self, signal: str) -> None:
+        pod_host.signal_engine(self.cluster, self.namespace, self.vllm, signal)
+
+    def send(self) -> None:
+        self.engine("STOP")
+        self.sent = time.monotonic()
+        self.sender.start()
+        wait_until("the request held at the critic's gateway",
+                   lambda: gateway_sample(self.cluster, self.namespace, CRITIC, INFLIGHT) >= 1)  # fmt: skip
+
+    def answer(self, teardown: pod_host.Teardown | None = None) -> Vanished:
+        """The graph's answer, timed from ``self.vanished`` (when the test took the pod away)."""
+        self.sender.join(timeout=self.timeout + 30)
+        assert self.answers, "no answer through the graph"
+        answer, took = self.answers[0]
+        return Vanished(answer, self.vanished - self.sent, self.sent + took - self.vanished, teardown)
+
+
+@contextmanager
+def request_held_at_the_critic(cluster, pipeline: Pipeline, timeout: float) -> Iterator[HeldRequest]:
+    """A score request waiting at the critic's vLLM once the critic's gateway has it (``timeout``: the client's
+    wait); the engine goes on afterwards. Starts once the flow answers (a pod replaced before is up again)."""
+    wait_until("the score flow answering before the kill", lambda: scores(cluster, pipeline),
+               timeout=READY_TIMEOUT, interval=5)  # fmt: skip
+    held = HeldRequest(cluster, pipeline, timeout)
+    try:
+        held.send()
+        yield held
+    finally:
+        held.engine("CONT")
+
+
+def deleted_mid_request(cluster, pipeline: Pipeline, component: str, deletion: str) -> Vanished:
+    """The critic's ``component`` pod (predictor: vLLM; transformer: its gateway) deleted (``deletion``) while
+    the request waits at its vLLM; the host watches whether its process or its link went first."""
+    namespace = pipeline.namespace
+    with request_held_at_the_critic(cluster, pipeline, bound_s(component, deletion) + SLACK_S) as held:
+        victim = role_pod(cluster, namespace, CRITIC, component)
+        pid = pod_host.container_pid(victim, "kserve-container")
+        teardown = pod_host.Teardown(pid, pod_host.host_link(pid))
+        force = ("--grace-period=0", "--force") if deletion == "force" else ()
+        teardown.start()
+        held.vanished = time.monotonic()
+        cluster.kubectl("delete", "pod", "-n", namespace, victim["metadata"]["name"], "--wait=false", *force)
+        vanished = held.answer(teardown)
+        teardown.stop()
+    return vanished
+
+
+@pytest.mark.parametrize("deletion", DELETIONS)
+def test_a_roles_vllm_deleted_mid_request_is_answered_whole_or_with_an_error_within_the_bound(
+    cluster, pipeline, models, deletion
+):
+    """However the node tears vLLM's pod down, never a number it left unfinished: its API server answers its
+    dying engine's 500 (the gateway's 502, passed on by the router); or the connection is reset, or goes
+    silent (noticed by the gateway's keep-alive), and the critic's gateway holds the request for the
+    replacement KServe starts, whose numbers come back whole, or answers 503 when the hold is spent."""
+    vanished = deleted_mid_request(cluster, pipeline, "predictor", deletion)
+    print(vanished.report(f"critic's vLLM pod deleted ({deletion})"))
+    assert_whole_or_an_error(vanished.answer, models, "replacement")
+    assert vanished.after <= bound_s("predictor", deletion), vanished
+
+
+@pytest.mark.parametrize("deletion", DELETIONS)
+def test_a_roles_gateway_deleted_mid_request_ends_the_flow_with_the_routers_error_within_the_bound(
+    cluster, pipeline, deletion
+):
+    vanished = deleted_mid_request(cluster, pipeline, "transformer", deletion)
+    print(vanished.report(f"critic's gateway pod deleted ({deletion})"))
+    assert_an_error(vanished.answer)
+    assert vanished.after <= bound_s("transformer", deletion), vanished
 
     # KServe's Deployment starts another gateway; the flow answers again once it is Ready
     answered_at = time.monotonic()
     wait_until("the score flow answering again", lambda: scores(cluster, pipeline), timeout=READY_TIMEOUT, interval=5)
-    again = after + time.monotonic() - answered_at
-    print(f"the score flow answered again {again:.1f} s after the kill (a new critic gateway)")
+    print(f"the score flow answered again {vanished.after + time.monotonic() - answered_at:.1f} s after the deletion")
+
+
+def test_a_roles_vllm_cut_off_mid_request_is_noticed_by_its_gateway_and_the_call_sent_again(cluster, pipeline, models):
+    """vLLM's pod cut off the network under a call (its link down: no reset, no FIN, as when its node drops
+    off): the critic's gateway notices by keep-alive within DEAD_PEER_S and holds the request; once the link is
+    back it sends the call again, and the answer is whole."""
+    namespace = pipeline.namespace
+    with request_held_at_the_critic(cluster, pipeline, bound_s("predictor", None) + SLACK_S) as held:
+        pid = pod_host.container_pid(role_pod(cluster, namespace, CRITIC, "predictor"), "kserve-container")
+        with pod_host.cut_link(pod_host.host_link(pid)):
+            held.vanished = time.monotonic()
+            wait_until(
+                "the critic's gateway holding the request for its vLLM",
+                lambda: gateway_sample(cluster, namespace, CRITIC, HELD) >= 1,
+                timeout=DEAD_PEER_S + SLACK_S,
+            )
+            noticed = time.monotonic() - held.vanished
+        held.engine("CONT")  # the call sent again once vLLM is back is answered
+        vanished = held.answer()
+    print(vanished.report("critic's vLLM pod cut off") + f" (its gateway noticed {noticed:.1f} s after the cut)")
+    assert noticed <= DEAD_PEER_S + 5
+    assert_whole_or_an_error(vanished.answer, models, "the call sent again")
+
+
+def test_a_roles_gateway_cut_off_mid_request_ends_the_flow_with_the_routers_error_within_its_keep_alive(
+    cluster, pipeline
+):
+    """The critic's gateway cut off the network under the request: nothing tells the router, whose own TCP
+    keep-alive (KServe's, not settable) ends the wait: its 500 within ROUTER_DEAD_PEER_S, never a hang for the
+    graph's whole timeout."""
+    namespace = pipeline.namespace
+    with request_held_at_the_critic(cluster, pipeline, bound_s("transformer", None) + SLACK_S) as held:
+        pid = pod_host.container_pid(role_pod(cluster, namespace, CRITIC, "transformer"), "kserve-container")
+        with pod_host.cut_link(pod_host.host_link(pid)):
+            held.vanished = time.monotonic()
+            vanished = held.answer()
+    print(vanished.report("critic's gateway pod cut off"))
+    assert_an_error(vanished.answer)
+    assert vanished.after <= bound_s("transformer", None), vanished
+    wait_until("the score flow answering again", lambda: scores(cluster, pipeline), timeout=READY_TIMEOUT, interval=5)

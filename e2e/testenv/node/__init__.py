@@ -13,7 +13,8 @@ node and tolerates its taint, without a field of the RewardModel changed for the
 
 The modules: ``facts`` (its name, label, taint and addresses), ``configs`` (its processes' configuration
 files and command lines), ``host`` (the host's changes, recorded, and their undoing), ``storage`` (the
-models' storage server) and ``addon`` (the add-on that starts it all).
+models' storage server), ``addon`` (the add-on that starts it all) and ``pod_host`` (a pod seen from the
+host: its process and link, for tests that take a pod away mid-request).
 """
 
 from .addon import RealNode

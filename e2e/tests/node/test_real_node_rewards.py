@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import textwrap
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from reward_gateway_client.http import DEAD_GATEWAY_S, KEEPALIVE_OPTIONS
 
+from reward_testing.prometheus_text import sample_sum
 from reward_testing.scoring_cases import (
     CONVERSATION,
     OWN_QUERY,
@@ -40,8 +45,8 @@ from reward_testing.scoring_cases import (
 from reward_testing.waiting import wait_until
 from testenv import images, node, served
 from testenv.addons import localmodel
-from testenv.helpers import get_json, predictor_pod, wait_for_condition
-from testenv.node import failing_url
+from testenv.helpers import ISVC_LABEL, get_json, predictor_pod, wait_for_condition
+from testenv.node import failing_url, pod_host
 from testenv.served import call, finished, reward_model, rewards, serve
 
 TOKEN = "s3cret-trainer-token"
@@ -295,3 +300,117 @@ def test_a_predictor_short_of_memory_reaches_the_status_with_kubernetes_reason_a
     warnings = [e for e in json.loads(listed)["items"] if e["type"] == "Warning" and e["reason"] in POD_FAILURES]
     assert len(warnings) == 1 and warnings[0].get("count", 1) == 1, warnings
     finished(cluster, served_namespace, "short")
+
+
+# ---- a gateway pod vanishing under a trainer's request ------------------------------------------------------
+
+# Run in the client pod: a trainer's one POST on a connection with the client library's keep-alive
+# (reward_gateway_client.http.KEEPALIVE_OPTIONS, as argv[5]), the answer or the failure as one JSON object.
+TRAINER_CALL = textwrap.dedent(
+    """
+    import http.client, json, sys
+    host, path, body, timeout, options = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
+    connection = http.client.HTTPConnection(host, 80, timeout=timeout)
+    connection.connect()
+    for level, option, value in json.loads(options):
+        connection.sock.setsockopt(level, option, value)
+    try:
+        connection.request("POST", path, body, {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        print(json.dumps({"status": answer.status, "body": answer.read().decode()[:300]}))
+    except Exception as failed:
+        print(json.dumps({"status": 0, "body": f"{type(failed).__name__}: {failed}"}))
+    """
+)
+# After a forced deletion the kubelet waits its least grace (2 s) before SIGKILL; then a reset (the process went
+# first) is at once, and silence (the link first, or cut) lasts at most DEAD_GATEWAY_S; kubectl and exec: slack.
+FORCED_GRACE_S, SLACK_S = 2, 15
+
+
+class TrainerRequest:
+    """One request from the client pod to a RewardModel's URL, waiting in its gateway (the engine stopped)."""
+
+    def __init__(self, cluster, namespace: str, url: str, timeout: float):
+        host = url.removeprefix("http://").rstrip("/")
+        body = json.dumps({"items": [{"prompt": PROMPT, "response": RESPONSE}]})
+        command = ["python", "-c", TRAINER_CALL, host, "/v1/rewards", body, str(timeout), json.dumps(KEEPALIVE_OPTIONS)]
+        self.answers: list[tuple[dict, float]] = []
+
+        def send() -> None:
+            printed = cluster.kubectl("exec", "-n", namespace, served.CLIENT, "--", *command)
+            self.answers.append((json.loads(printed.stdout.strip().splitlines()[-1]), time.monotonic()))
+
+        self.thread = threading.Thread(target=send)
+        self.timeout = timeout
+
+    def answer_after(self, vanished: float) -> tuple[dict, float]:
+        self.thread.join(self.timeout + 30)
+        assert self.answers, "the trainer's call never ended"
+        answer, at = self.answers[0]
+        return answer, at - vanished
+
+
+def gateway_pod(cluster, namespace: str, isvc: str) -> dict:
+    listed = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}={isvc},component=transformer")
+    (pod,) = [p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")]
+    return pod
+
+
+def answering(cluster, namespace: str, url: str) -> bool:
+    """Whether the RewardModel's URL answers 200 now (a refused connection, while no gateway is Ready: no)."""
+    (answer,) = served.call_all(
+        cluster, namespace, url, "/v1/rewards", [{"items": [{"prompt": PROMPT, "response": RESPONSE}]}]
+    )
+    return answer["status"] == 200
+
+
+def inflight(pod: dict) -> float:
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/metrics", timeout=5) as answer:
+        return sample_sum(answer.read().decode(), "reward_gateway_inflight_requests")
+
+
+def test_a_gateway_pod_vanishing_under_a_trainers_request_is_a_dropped_connection_within_the_bound(
+    cluster, served_namespace, model_uris
+) -> None:
+    """A trainer's request waits in a RewardModel's gateway (its vLLM's engine stopped) when the gateway's pod
+    goes: force-deleted, then cut off the network (its link down: no reset, no FIN, as when its node drops off).
+    The trainer sees a dropped connection, never a number: at once where the pod's process went first, within
+    DEAD_GATEWAY_S by the client library's keep-alive where nothing came back (a failure the library retries).
+    Each one's time printed."""
+    url = serve(cluster, served_namespace, reward_model("gone", "sequence", model_uris["sequence"], 0))["status"]["url"]
+    vllm = predictor_pod(cluster, served_namespace, "gone")["metadata"]["name"]
+    ways = ("force-deleted", "cut off")
+    try:
+        for way in ways:
+            wait_until("the RewardModel answering", lambda: answering(cluster, served_namespace, url),
+                       timeout=300, interval=3)  # fmt: skip
+            pod_host.signal_engine(cluster, served_namespace, vllm, "STOP")
+            gateway = gateway_pod(cluster, served_namespace, "gone")
+            pid = pod_host.container_pid(gateway, "kserve-container")
+            link = pod_host.host_link(pid)
+            request = TrainerRequest(cluster, served_namespace, url, timeout=120)
+            request.thread.start()
+            wait_until("the trainer's request in the gateway", lambda g=gateway: inflight(g) >= 1)
+            if way == "force-deleted":
+                teardown = pod_host.Teardown(pid, link)
+                teardown.start()
+                vanished = time.monotonic()
+                cluster.kubectl("delete", "pod", "-n", served_namespace, gateway["metadata"]["name"],
+                                "--grace-period=0", "--force", "--wait=false")  # fmt: skip
+                answer, after = request.answer_after(vanished)
+                teardown.stop()
+                order, bound = f"; teardown: {teardown}", FORCED_GRACE_S + DEAD_GATEWAY_S + SLACK_S
+            else:
+                with pod_host.cut_link(link):
+                    vanished = time.monotonic()
+                    answer, after = request.answer_after(vanished)
+                order, bound = "", DEAD_GATEWAY_S + SLACK_S
+            pod_host.signal_engine(cluster, served_namespace, vllm, "CONT")
+            print(f"\nthe gateway pod {way} under a trainer's request: {answer['status']} {after:.1f} s after"
+                  f"{order}: {answer['body'][:150]}")  # fmt: skip
+            assert answer["status"] == 0 or answer["status"] >= 500, answer  # 0: the connection dropped
+            assert "rewards" not in answer["body"], answer
+            assert after <= bound, (way, after, answer)
+    finally:
+        pod_host.signal_engine(cluster, served_namespace, vllm, "CONT")
+    finished(cluster, served_namespace, "gone")

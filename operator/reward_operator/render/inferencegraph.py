@@ -57,10 +57,17 @@ status and body, as the router returns them, never a combined reward with a part
 missing.
 
 The router's limits: it reads, writes and waits on each step for at most 60 s unless
-``routerTimeouts`` says otherwise, so spec.graph.timeoutSeconds sets all three (a
-batch of generations takes minutes). It forwards a request's headers to the steps
-only when they match the cluster-wide ``router.headers.propagate`` of KServe's
-``inferenceservice-config`` (its env ``PROPAGATE_HEADERS``), which leaves out
+``routerTimeouts`` says otherwise (a batch of generations takes minutes).
+spec.graph.timeoutSeconds is each step's wait (``serviceClient``) and the request's read
+(``serverRead``). The write timeout (``serverWrite``) is Go's ``http.Server.WriteTimeout``, counted
+from the request's arrival: a handler that outlasts it has its answer dropped, the connection
+closed with no answer at all. So it outlasts the flow's steps one after another (a Sequence's add
+up, an Ensemble's run side by side: three for generate-and-score and best-of-n, two for score)
+plus a margin: a flow whose steps each finish in time is answered, and a step that times out
+ends with the router's own 500, which says which step, never a dropped connection.
+
+It forwards a request's headers to the steps only when they match the cluster-wide
+``router.headers.propagate`` of KServe's ``inferenceservice-config`` (its env ``PROPAGATE_HEADERS``), which leaves out
 ``Authorization`` by default: the roles' gateways take no bearer token, and a
 RewardModel whose gateway does (gateway.authSecretRef) answers the graph 401 unless
 the cluster admin adds ``Authorization`` there (a cluster setting: the operator
@@ -168,18 +175,35 @@ def nodes(
 
 # Standard mode, explicitly: KServe's configmap default (Serverless) would need Knative.
 ANNOTATIONS = {DEPLOYMENT_MODE: "Standard"}
+# What the router's write timeout adds to its steps' waits: its own work between them (parsing and joining
+# the answers) and writing its answer.
+ROUTER_MARGIN_SECONDS = 30
+
+
+def steps_in_turn(graph_nodes: dict[str, Any], node: str = GRAPH_ROOT_NODE) -> int:
+    """The most steps a request through ``node`` waits on one after another: a Sequence's steps add up, an
+    Ensemble's run side by side, a Switch takes one of its steps."""
+    steps = graph_nodes[node]["steps"]
+    counts = [steps_in_turn(graph_nodes, step["nodeName"]) if "nodeName" in step else 1 for step in steps]
+    return sum(counts) if graph_nodes[node]["routerType"] == "Sequence" else max(counts)
+
+
+def router_timeouts(graph_nodes: dict[str, Any], step_seconds: int) -> dict[str, int]:
+    """KServe's routerTimeouts: each step waited on ``step_seconds``, the answer written after the longest
+    flow's steps one after another (see the module's docstring)."""
+    write = steps_in_turn(graph_nodes) * step_seconds + ROUTER_MARGIN_SECONDS
+    return {"serverRead": step_seconds, "serverWrite": write, "serviceClient": step_seconds}
 
 
 def inference_graph(metadata: dict[str, Any], graph_nodes: dict[str, Any], graph: GraphSpec) -> dict[str, Any]:
     """The InferenceGraph; ``metadata`` carries :data:`ANNOTATIONS`."""
-    timeout = graph["timeoutSeconds"]
     return {
         "apiVersion": INFERENCE_GRAPH_API_VERSION,
         "kind": INFERENCE_GRAPH_KIND,
         "metadata": metadata,
         "spec": {
             "nodes": graph_nodes,
-            "routerTimeouts": {"serverRead": timeout, "serverWrite": timeout, "serviceClient": timeout},
+            "routerTimeouts": router_timeouts(graph_nodes, graph["timeoutSeconds"]),
             "minReplicas": graph["minReplicas"],
             "maxReplicas": graph["maxReplicas"],
         },

@@ -13,6 +13,7 @@ answer, and idle connections kept for reuse.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections import deque
 from urllib.parse import urlsplit
@@ -20,6 +21,28 @@ from urllib.parse import urlsplit
 import httptools
 
 DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
+# A peer that vanishes without a word (its pod's network torn down before its process, its link cut, its
+# node gone) sends no FIN or reset, and a connection that waits for an answer sends nothing either: without
+# keep-alive it would wait for the call's whole timeout (minutes, for a batch of generations). TCP keep-alive
+# probes a connection after DEAD_PEER_IDLE_S without a packet, every DEAD_PEER_INTERVAL_S, and ends it after
+# DEAD_PEER_PROBES unanswered: a vanished peer is noticed at most DEAD_PEER_S after its last packet. A live
+# peer's kernel answers the probes however long its process takes, so no slow answer is cut. (No
+# TCP_USER_TIMEOUT: it would also end a connection whose peer reads slowly, a zero window, which is load.)
+DEAD_PEER_IDLE_S = 5
+DEAD_PEER_INTERVAL_S = 5
+DEAD_PEER_PROBES = 3
+DEAD_PEER_S = DEAD_PEER_IDLE_S + DEAD_PEER_INTERVAL_S * DEAD_PEER_PROBES
+_KEEPALIVE_OPTIONS = tuple(
+    (level, getattr(socket, name), value)
+    for level, name, value in (
+        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", DEAD_PEER_IDLE_S),
+        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", DEAD_PEER_INTERVAL_S),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", DEAD_PEER_PROBES),
+    )
+    if hasattr(socket, name)  # Linux has them all; the gateway's tests also run elsewhere
+)
 
 
 class UpstreamClosed(ConnectionError):
@@ -64,10 +87,12 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.reusable = False
+        # exc: the socket's error, such as ETIMEDOUT when keep-alive found the peer gone; None for its FIN
+        how = "closed the connection" if exc is None else f"was lost ({exc})"
         if self.received:
-            self._fail(BrokenAnswer("the upstream closed the connection in the middle of its answer"))
+            self._fail(BrokenAnswer(f"the upstream {how} in the middle of its answer"))
         else:
-            self._fail(UpstreamClosed("the upstream closed the connection"))
+            self._fail(UpstreamClosed(f"the upstream {how}"))
         # The parser holds this protocol (its callbacks): a cycle that, with the
         # server's calm collector, would keep every closed connection for hours.
         self.parser = None  # type: ignore[assignment]
@@ -197,6 +222,9 @@ class HttpPool:
                 _, connection = await loop.create_connection(_Connection, self.host, self.port, ssl=self.ssl)
         except TimeoutError:
             raise ConnectionError(f"no connection within {timeout_s:g} s") from None
+        sock = connection.transport.get_extra_info("socket")  # type: ignore[union-attr]
+        for option in _KEEPALIVE_OPTIONS:
+            sock.setsockopt(*option)
         return connection
 
     async def _exchange(self, connection: _Connection, data: bytes, max_answer_bytes: int) -> tuple[int, bytes]:

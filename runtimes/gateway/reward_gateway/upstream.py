@@ -2,7 +2,8 @@
 
 The one place that maps vLLM's outcomes to the gateway's answers:
 
-- unreachable (refused, reset before answering, no endpoint: scaled to zero) or
+- unreachable (refused, reset before answering, no endpoint: scaled to zero; or
+  silent for http_pool.DEAD_PEER_S, a vLLM pod gone without a reset) or
   vLLM's 503 while it loads: the request is held (reward_gateway.load) and the
   call retried until vLLM answers or the scale-from-zero wait is spent, then
   503 with Retry-After; with REWARD_GATEWAY_MAX_HELD_REQUESTS held already,

@@ -11,13 +11,14 @@ arriving, a connection ending), never by sleeping.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
 
-from reward_gateway.http_pool import BrokenAnswer, HttpPool
+from reward_gateway.http_pool import DEAD_PEER_S, BrokenAnswer, HttpPool
 from reward_testing import pki
 from reward_testing.ports import free_port
 
@@ -276,6 +277,30 @@ def test_a_call_given_up_on_does_not_leak_its_answer_into_the_next():
         await pool.close()
 
     run(answers_first_when_released, test)
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_KEEPIDLE"), reason="Linux's per-socket keep-alive options")
+def test_every_connection_probes_its_peer_so_a_vanished_one_is_noticed_within_the_bound():
+    """A vLLM pod that vanishes without a reset (its network torn down first, its node gone) sends nothing; a
+    call waiting for its answer sends nothing either. The kernel's keep-alive probes are what notice it, at
+    most DEAD_PEER_S after the peer's last packet (the pipeline's documented bound counts on 20 s)."""
+
+    async def test(server, url):
+        pool = HttpPool(url, max_idle=8, connect_timeout_s=5)
+        await pool.post_json("/classify", b"{}")
+        await pool.connect_idle()  # the held calls' probe opens its connections the same way
+        assert len(pool.idle) == 2
+        for connection in pool.idle:
+            sock = connection.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            idle, interval, probes = (
+                sock.getsockopt(socket.IPPROTO_TCP, option)
+                for option in (socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT)
+            )
+            assert idle + interval * probes == DEAD_PEER_S <= 20
+        await pool.close()
+
+    run(echo, test)
 
 
 def test_nothing_listening_raises_connection_refused():

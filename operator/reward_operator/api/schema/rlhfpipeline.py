@@ -260,9 +260,10 @@ GRAPH = defaulted_obj(
     "The InferenceGraph's router (KServe's), in Standard mode.",
     {
         "timeoutSeconds": integer(
-            "How long the router reads a request, writes its answer and waits on each step "
-            "(routerTimeouts.serverRead, serverWrite and serviceClient; KServe's 60 s would cut a batch of "
-            "generations).",
+            "How long the router reads a request and waits on each step (routerTimeouts.serverRead and "
+            "serviceClient; KServe's 60 s would cut a batch of generations). Its answer is written within the "
+            "longest flow's steps one after another (serverWrite: 3 x this + 30 s with generateAndScore or "
+            "bestOfN, 2 x with score alone), so a trainer's own timeout should be longer than that.",
             minimum=1,
             maximum=86400,
             default=DEFAULT_GRAPH_TIMEOUT_SECONDS,
