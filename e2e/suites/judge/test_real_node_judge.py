@@ -32,6 +32,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from reward_testing import paths
 from reward_testing.judge_cases import JUDGED_ITEMS, JUDGES, judge_references
 from reward_testing.scoring_cases import assert_close
 from reward_testing.tiny_models import TinyModel, make_tiny_models, tar_model
@@ -124,6 +125,13 @@ def ready_pod(pod: dict) -> bool:
     return bool(statuses) and all(status.get("ready") for status in statuses)
 
 
+def client_path() -> str:
+    """PYTHONPATH for a subprocess that imports the client package: pytest puts clients/python on its own
+    sys.path (pyproject's pythonpath), not in the environment a child inherits."""
+    inherited = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([str(paths.REPO / "clients" / "python"), *([inherited] if inherited else [])])
+
+
 def clients_from_the_host(cluster, namespace: str, url: str, workdir, items: list[dict]) -> dict:
     """The TRL and verl adapters' rewards for ``items`` (prompt/response/reference), from the host by status.url."""
     host = url.split("://", 1)[1].split("/", 1)[0]
@@ -139,7 +147,7 @@ def clients_from_the_host(cluster, namespace: str, url: str, workdir, items: lis
     with hosts.names(address, [host]):
         ran = subprocess.run(keda.with_private_hosts([sys.executable, "-c", CLIENTS], hosts.path),
                              input=json.dumps(asked), capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+                             env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": client_path()})  # fmt: skip
     lines = [line for line in ran.stdout.splitlines() if line.startswith("RESULTS ")]
     assert lines, ran.stderr[-3000:]
     return json.loads(lines[-1].removeprefix("RESULTS "))
