@@ -219,6 +219,28 @@ def test_knative_mode_scales_on_concurrency_and_waits_for_a_cold_model():
     assert isvc["spec"]["transformer"]["timeout"] == 150 + 180
 
 
+def test_knative_mode_gives_the_gateway_no_downward_api_which_knatives_webhook_refuses():
+    """Knative refuses valueFrom.fieldRef and resourceFieldRef in a Service's environment unless the cluster
+    enables kubernetes.podspec-fieldref (off by default): on a real Knative the gateway's Service was refused
+    ("must not set the field(s): spec.template.spec.containers[0].env[7].valueFrom.resourceFieldRef") and the
+    RewardModel never turned Ready. In Knative mode the memory limit is written as its number of bytes."""
+    from kubernetes.utils import parse_quantity
+
+    knative = [case for case in CASES if CASES[case]["spec"].get("serving", {}).get("mode") == "Knative"]
+    assert knative
+    for case in knative:
+        transformer = inference_service(CASES[case])["spec"].get("transformer")
+        if transformer is None:
+            continue
+        (container,) = transformer["containers"]
+        assert not [
+            v for v in container["env"] if "valueFrom" in v and set(v["valueFrom"]) & {"fieldRef", "resourceFieldRef"}
+        ]
+        env = {v["name"]: v.get("value") for v in container["env"]}
+        limit = container["resources"]["limits"]["memory"]
+        assert env["REWARD_GATEWAY_MEMORY_LIMIT_BYTES"] == str(int(parse_quantity(limit))), case
+
+
 def test_transformer_names_the_model_as_vllm_serves_it():
     isvc = inference_service(CASES["sequence-knative"])
     assert isvc["spec"]["transformer"]["containers"][0]["args"] == ["--model_name=skywork"]

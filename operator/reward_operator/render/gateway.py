@@ -125,7 +125,8 @@ def transformer(
     keda = scales_through_keda(serving)
     if keda:
         settings.update(scaler.gateway_env(isvc, namespace, serving))
-    env = [*gateway_env(settings), memory_limit_env()]
+    # Knative's Service takes no downward API by default: the limit as a number there
+    env = [*gateway_env(settings), memory_limit_env(wanted["memory"] if serving["mode"] == "Knative" else None)]
     if rollout is not None:
         env += gateway_env(rollout.settings)
         mounts.volumes += rollout.mounts.volumes
