@@ -97,6 +97,13 @@ def served_namespace(cluster, operator, runtimes, plane) -> Iterator[str]:
         yield name
 
 
+def split_model(name: str, stable: str, candidate: str) -> dict:
+    """The RewardModel rolling ``candidate`` out beside ``stable`` in STEPS, behind the suite's gates."""
+    return canary_model(
+        name, stable, candidate, serving_mode=MODE, mode="split", steps=STEPS, interval=CANARY_MIN_INTERVAL, **GATES
+    )
+
+
 # ---- what the cluster and the gateway pods say ---------------------------------------------------
 
 
@@ -283,16 +290,7 @@ def test_a_candidate_with_the_stable_weights_agrees_steps_up_to_complete_and_is_
 
         # 2. split into steps: a new gateway pod (the mode is in its environment) starts at the first step;
         # no traffic yet, so the step cannot move before the test has looked at it
-        split = canary_model(
-            name,
-            models.stable,
-            models.copy,
-            serving_mode=MODE,
-            mode="split",
-            steps=STEPS,
-            interval=CANARY_MIN_INTERVAL,
-            **GATES,
-        )
+        split = split_model(name, models.stable, models.copy)
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(split))
         split_began = time.monotonic()
         wait_for_condition(cluster, namespace, name, "CanaryProgressing", "True", "StepRunning", saying="step 1 of 2")
@@ -409,16 +407,7 @@ def test_a_candidate_with_other_weights_disagrees_and_is_rolled_back_once(
     scored = {"stable": expected["stable"], "candidate": expected["other"]}
     predicted = agreement_of(expected["stable"], expected["other"])
     began = time.monotonic()
-    spec = canary_model(
-        name,
-        models.stable,
-        models.other,
-        serving_mode=MODE,
-        mode="split",
-        steps=STEPS,
-        interval=CANARY_MIN_INTERVAL,
-        **GATES,
-    )
+    spec = split_model(name, models.stable, models.other)
     served_rm = serve(cluster, namespace, spec)
     wait_for_condition(
         cluster, namespace, name, "CanaryProgressing", "True", "StepRunning", timeout=served.READY_TIMEOUT
