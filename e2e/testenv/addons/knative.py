@@ -11,7 +11,7 @@ revision's container.
 The manifests are the modules' own ``config/`` folders, read at set-up time from the Go module cache and
 never committed. Module zips drop symlinks, so the files serving's ``config/core`` links to come from the
 modules they point into: the networking CRDs and ``config-network`` from ``knative.dev/networking``, the
-``images.caching`` CRD from ``knative.dev/caching``, each at the version go/knative resolves. What this test
+``images.caching`` CRD from ``knative.dev/caching``, each at the version builds/go/knative resolves. What this test
 bed changes is applied here, each with its reason (``configure``): the images, the namespaces pinned to the
 real node, CPU requests that fit its two cores, the settings KServe's Knative mode needs on a cluster without
 Istio (Kourier as the ingress class, cluster-local domains, tag resolution off for images no registry
@@ -59,7 +59,7 @@ INGRESS_CLASS = "kourier.ingress.networking.knative.dev"
 # ExternalName to kourier-internal) and Kourier routes by host.
 DOMAIN = "svc.cluster.local"
 
-# The images every Knative pod runs (images.py), by the Go package a manifest's ko:// reference names.
+# The images every Knative pod runs (images.catalogue), by the Go package a manifest's ko:// reference names.
 KO_IMAGES = {
     **{f"ko://{SERVING_MODULE}/cmd/{name}": f"knative-{name}" for name in ("activator", "autoscaler", "controller",
                                                                            "queue", "webhook")},
