@@ -25,8 +25,9 @@ from .served import CLIENT
 
 PER_SAMPLE = 32  # /get_reward requests of one query each (OpenRLHF)
 GROUPS, GROUP = 32, 4  # /v1/rewards requests of one GRPO group each (verl)
-VLLM_READY = "Application startup complete"  # uvicorn's line once vLLM's API server serves
-VLLM_READY_EVENT = "vLLM ready (its log)"
+# uvicorn's line once an app serves: vLLM's API server and the gateway both run on uvicorn
+READY_LINE = "Application startup complete"
+VLLM_READY_EVENT = "vLLM ready (its log)"  # as predictor_timeline names it
 ASLEEP_TIMEOUT = 300  # the autoscaler's window and grace period, and the pods' termination
 
 
@@ -125,20 +126,26 @@ def kubernetes_time(stamp: str) -> float:
     return whole + float(f"0.{found[2] or 0}")
 
 
+def _started(cluster, namespace: str, pod: dict) -> tuple[float, float, float]:
+    """When a KServe pod was created, its serving container (``kserve-container``, vLLM's or the gateway's)
+    started, and that container logged uvicorn's ready line (the log's own stamp)."""
+    (container,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == "kserve-container"]
+    logs = cluster.kubectl("logs", "-n", namespace, pod["metadata"]["name"], "-c", "kserve-container", "--timestamps")
+    ready_line = next(line for line in logs.stdout.splitlines() if READY_LINE in line)
+    return (
+        kubernetes_time(pod["metadata"]["creationTimestamp"]),
+        kubernetes_time(container["state"]["running"]["startedAt"]),
+        kubernetes_time(ready_line.split(" ", 1)[0]),
+    )
+
+
 def predictor_timeline(cluster, namespace: str, isvc: str, since: float) -> dict[str, float]:
     """The predictor pod woken after ``since`` (epoch seconds): when it was created, vLLM's container started,
     and vLLM's own ready line (its log's stamp); the download's end where KServe's storage initializer ran."""
     (pod,) = pods(cluster, namespace, isvc, "predictor")
-    status = pod["status"]
-    (vllm,) = [c for c in status["containerStatuses"] if c["name"] == "kserve-container"]
-    logs = cluster.kubectl("logs", "-n", namespace, pod["metadata"]["name"], "-c", "kserve-container", "--timestamps")
-    ready_line = next(line for line in logs.stdout.splitlines() if VLLM_READY in line)
-    timeline = {
-        "predictor pod created": kubernetes_time(pod["metadata"]["creationTimestamp"]),
-        "vLLM container started": kubernetes_time(vllm["state"]["running"]["startedAt"]),
-        VLLM_READY_EVENT: kubernetes_time(ready_line.split(" ", 1)[0]),
-    }
-    for initializer in status.get("initContainerStatuses") or []:
+    created, started, ready_line = _started(cluster, namespace, pod)
+    timeline = {"predictor pod created": created, "vLLM container started": started, VLLM_READY_EVENT: ready_line}
+    for initializer in pod["status"].get("initContainerStatuses") or []:
         timeline["storage initializer done (download)"] = kubernetes_time(
             initializer["state"]["terminated"]["finishedAt"]
         )
@@ -146,11 +153,15 @@ def predictor_timeline(cluster, namespace: str, isvc: str, since: float) -> dict
     return timeline
 
 
-def gateway_pods_created(cluster, namespace: str, isvc: str, since: float) -> list[float]:
-    """When each gateway pod made at or after ``since`` (epoch seconds) was created."""
-    listed = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}={isvc},component=transformer") or {}
-    created = [kubernetes_time(pod["metadata"]["creationTimestamp"]) for pod in listed.get("items", [])]
-    return [at for at in created if at >= since - 1]
+def gateway_timeline(cluster, namespace: str, isvc: str, since: float) -> dict[str, float]:
+    """The gateway pod woken after ``since`` (epoch seconds), where the gateway was at zero too: its pod created,
+    its container started and its ready line; empty where every gateway pod was there before."""
+    woken = [p for p in pods(cluster, namespace, isvc, "transformer")
+             if kubernetes_time(p["metadata"]["creationTimestamp"]) >= since - 1]  # fmt: skip
+    if not woken:
+        return {}
+    created, started, ready_line = _started(cluster, namespace, woken[0])
+    return {"gateway pod created": created, "gateway container started": started, "gateway ready (its log)": ready_line}
 
 
 @dataclass(frozen=True)
@@ -203,8 +214,7 @@ def measure(cluster, namespace: str, isvc: str, url: str, want: dict[str, float]
             diffs += [abs(g - want[text]) for g, text in zip(got, scored, strict=True)]
     statuses = [answer["status"] for answer in sent.answers]
     timeline = {what: at - sent.sent for what, at in predictor_timeline(cluster, namespace, isvc, sent.sent).items()}
-    if woken := gateway_pods_created(cluster, namespace, isvc, sent.sent):  # the gateway was at zero too
-        timeline["gateway pod created"] = min(woken) - sent.sent
+    timeline |= {what: at - sent.sent for what, at in gateway_timeline(cluster, namespace, isvc, sent.sent).items()}
     timeline |= {"first answer": sent.first_answer - sent.sent, "last answer": sent.last_answer - sent.sent}
     return Wake(
         how,
