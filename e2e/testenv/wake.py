@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from reward_testing.scoring_cases import TOLERANCE
 from reward_testing.waiting import wait_until
 
 from .helpers import ISVC_LABEL, condition, get_json
-from .served import CLIENT
+from .served import CLIENT, what_runs
 
 PER_SAMPLE = 32  # /get_reward requests of one query each (OpenRLHF)
 GROUPS, GROUP = 32, 4  # /v1/rewards requests of one GRPO group each (verl)
@@ -31,10 +32,11 @@ VLLM_READY_EVENT = "vLLM ready (its log)"  # as predictor_timeline names it
 ASLEEP_TIMEOUT = 300  # the autoscaler's window and grace period, and the pods' termination
 
 
-def pods(cluster, namespace: str, isvc: str, component: str) -> list[dict]:
-    """The pods of one component (predictor, transformer) of InferenceService ``isvc`` that are not going."""
+def pods(cluster, namespace: str, isvc: str, component: str, going: bool = False) -> list[dict]:
+    """The pods of one component (predictor, transformer) of InferenceService ``isvc`` that are not going (with
+    ``going``, those that are going too)."""
     listed = get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}={isvc},component={component}") or {}
-    return [pod for pod in listed.get("items", []) if not pod["metadata"].get("deletionTimestamp")]
+    return [pod for pod in listed.get("items", []) if going or not pod["metadata"].get("deletionTimestamp")]
 
 
 def ready(pod: dict) -> bool:
@@ -42,8 +44,10 @@ def ready(pod: dict) -> bool:
 
 
 def at_zero(cluster, namespace: str, isvc: str, component: str = "predictor", timeout: float = ASLEEP_TIMEOUT) -> None:
-    """Wait until the component has no pod at all (its autoscaler took it to zero, and the pods are gone)."""
-    wait_until(f"{isvc}'s {component} at zero pods", lambda: not pods(cluster, namespace, isvc, component),
+    """Wait until the component has no pod at all (its autoscaler took it to zero, and the pods are gone). A pod
+    that is going still holds its CPU on the node until it has gone (Knative gives a revision's pods its request
+    timeout to drain): a burst sent before would find the woken pod Pending behind it."""
+    wait_until(f"{isvc}'s {component} at zero pods", lambda: not pods(cluster, namespace, isvc, component, going=True),
                timeout=timeout, interval=2)  # fmt: skip
 
 
@@ -213,6 +217,11 @@ def measure(cluster, namespace: str, isvc: str, url: str, want: dict[str, float]
             assert len(got) == len(scored), answer
             diffs += [abs(g - want[text]) for g, text in zip(got, scored, strict=True)]
     statuses = [answer["status"] for answer in sent.answers]
+    if not all(ready(pod) for pod in pods(cluster, namespace, isvc, "predictor")):
+        raise AssertionError(
+            f"{how}: answers {Counter(statuses)} (0: none), the woken predictor not Ready\n"
+            f"{what_runs(cluster, namespace)}"
+        )
     timeline = {what: at - sent.sent for what, at in predictor_timeline(cluster, namespace, isvc, sent.sent).items()}
     timeline |= {what: at - sent.sent for what, at in gateway_timeline(cluster, namespace, isvc, sent.sent).items()}
     timeline |= {"first answer": sent.first_answer - sent.sent, "last answer": sent.last_answer - sent.sent}

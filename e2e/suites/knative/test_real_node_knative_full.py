@@ -81,6 +81,7 @@ def knative_wakes(cluster, namespace: str, operator, uri: str, want: dict[str, f
     wake.asleep(cluster, namespace, name)
     wake.at_zero(cluster, namespace, name, "transformer")
     woken = [measured(cluster, namespace, name, url, want, "Knative mode, the gateway at zero too")]
+    first_gateways = {pod["metadata"]["name"] for pod in wake.pods(cluster, namespace, name, "transformer")}
     # the other choice: the gateway kept at one pod, the predictor alone at zero. The operator would put the
     # InferenceService back as it renders it, so it stops meanwhile (and the RewardModel's status with it: the
     # pods say where the revisions are).
@@ -90,8 +91,10 @@ def knative_wakes(cluster, namespace: str, operator, uri: str, want: dict[str, f
         cluster.kubectl("patch", "inferenceservice", name, "-n", namespace, "--type=merge", "-p", json.dumps(kept))
 
         def one_gateway_kept_up() -> bool:
-            gateways = wake.pods(cluster, namespace, name, "transformer")
-            return len(gateways) == 1 and wake.ready(gateways[0])
+            # the new revision's pod alone: the first wake's is gone, not just going (it holds CPU till then)
+            gateways = wake.pods(cluster, namespace, name, "transformer", going=True)
+            return (len(gateways) == 1 and wake.ready(gateways[0])
+                    and gateways[0]["metadata"]["name"] not in first_gateways)  # fmt: skip
 
         wait_until("a gateway pod of the revision kept at one", one_gateway_kept_up, timeout=300, interval=2)
         wake.at_zero(cluster, namespace, name)
