@@ -135,5 +135,8 @@ def test_one_wake_through_knatives_activator_and_through_keda_and_the_gateways_h
     gateway_wake = at_zero.timeline["predictor pod created"] - kept_up.timeline["predictor pod created"]
     print(f"  the gateway's own wake (at zero against kept up): the predictor's pod created {gateway_wake:+.2f} s "
           f"later, the first answer {at_zero.first_answer_s - kept_up.first_answer_s:+.2f} s later")  # fmt: skip
+    if "gateway ready (its log)" in at_zero.timeline:
+        started = at_zero.timeline["gateway ready (its log)"] - at_zero.timeline["gateway pod created"]
+        print(f"  the gateway's own start at zero: its pod created -> its ready line {started:.2f} s")
     for woken in (at_zero, kept_up, keda):
         woken.assert_every_request_got_the_models_scores()
