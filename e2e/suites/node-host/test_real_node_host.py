@@ -96,7 +96,7 @@ def test_knative_wakes_a_service_through_kourier_and_down_leaves_the_host_as_it_
     """Knative and Kourier as the real node runs them (testenv.addons.knative): a Knative Service at zero woken by a
     request from the host through Envoy (kourier-internal's address, the route's host) and the activator,
     then everything gone with ``down``."""
-    before = addons.host_state()
+    before = _clean_before()
     plane = ControlPlane(tmp_path / "plane")
     plane.up(kserve=False, node=True, knative=True)
     try:
