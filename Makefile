@@ -89,6 +89,9 @@ SUITE_NEEDS_pipeline := $(REAL_NODE) vllm-venv
 SUITE_FLAGS_pipeline := $(LONG)
 SUITE_NEEDS_judge := $(REAL_NODE) vllm-venv
 SUITE_FLAGS_judge := $(LONG)
+SUITE_NEEDS_knative := $(REAL_NODE) keda-build vllm-venv
+SUITE_ENV_knative := TESTENV_KEDA=1
+SUITE_FLAGS_knative := $(LONG)
 SUITE_NEEDS_chaos := venv testenv-build
 SUITE_ENV_chaos := $(NO_NODE)
 SUITE_NEEDS_fuzz := venv testenv-build
@@ -113,16 +116,19 @@ suite-%: $$(SUITE_NEEDS_$$*) ## run the suite in e2e/suites/% (the names below)
 	$(if $(SUITE_BUILD_$*),$(TESTENV) build --only $(SUITE_BUILD_$*))
 	$(or $(SUITE_RUN_$*),$(SUITE_ENV_$*) $(PY) -m pytest e2e/suites/$* $(or $(SUITE_FLAGS_$*),-q -s))
 
-.PHONY: keda-test wake-real canary-real operator-pod prometheus-real network-policy-real pipeline-real judge-real \
-	chaos fuzz scale-to-zero node-host trainers gpu-check
+.PHONY: keda-test wake-real canary-real canary-knative-real operator-pod prometheus-real network-policy-real \
+	pipeline-real judge-real knative-real chaos fuzz scale-to-zero node-host trainers gpu-check
 keda-test: suite-keda ## KEDA alone: ScaledObjects scale a Deployment 0 -> 1 -> 3 -> 0
 wake-real: suite-wake ## a RewardModel at zero on the real node, woken by a burst and by OpenRLHF
 canary-real: suite-canary ## a canary on the real node, judged on real scores: promoted, rolled back
+canary-knative-real: ## the same canary in Knative mode (its candidate a second InferenceService, all through Kourier)
+	CANARY_SERVING_MODE=Knative $(MAKE) --no-print-directory suite-canary
 operator-pod: suite-operator-pod ## the operator as a pod from its chart: RBAC, restricted, killed, frozen
 prometheus-real: suite-prometheus ## Prometheus by prometheus-operator scrapes the chart's monitors
 network-policy-real: suite-network-policy ## allowedClients enforced by kube-router on the real node
 pipeline-real: suite-pipeline ## an RLHFPipeline through KServe's router pod, five vLLMs
 judge-real: suite-judge ## a judge on the real node: its verdicts through status.url against transformers'
+knative-real: suite-knative ## Knative mode: the other kinds; one wake through the activator and through KEDA
 chaos: suite-chaos ## the operator under kill -9, API server and etcd restarts, stalls, peering
 fuzz: suite-fuzz ## fuzzed RewardModel specs, online and offline (FUZZ_EXAMPLES=500)
 scale-to-zero: suite-scale-to-zero ## a RewardModel at zero woken through KEDA (a fake vLLM)

@@ -1,6 +1,7 @@
 """Fixtures shared by every e2e folder (e2e/tests/*, e2e/suites/*): the operator run for real, the pinned helm,
 prometheus-operator's kinds, the real node's control plane with the tiny models on its storage server, and
-transformers' answers for them. The clusters and namespaces themselves: testenv.pytest_plugin."""
+transformers' answers for them; a namespace where Knative serves. The clusters and namespaces themselves:
+testenv.pytest_plugin."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pytest
 
 from reward_testing.paths import REPO
 from reward_testing.scoring_cases import REFERENCE_ITEMS
-from reward_testing.tiny_models import reference_scores_of, tar_model
-from testenv import node
-from testenv.addons import prometheus
+from reward_testing.tiny_models import reference_scores, reference_scores_of, tar_model
+from testenv import node, served, wake
+from testenv.addons import knative, prometheus
 from testenv.chart import helm_binary
 from testenv.operator_process import OperatorProcess
 from testenv.plane import controlplane
@@ -105,3 +106,22 @@ def references(tiny_models) -> dict[str, dict[str, dict]]:
     jobs = {kind: (tiny_models[kind], list(items.values())) for kind, items in REFERENCE_ITEMS.items()}
     answers = reference_scores_of(jobs)
     return {kind: dict(zip(REFERENCE_ITEMS[kind], answers[kind], strict=True)) for kind in REFERENCE_ITEMS}
+
+
+@pytest.fixture(scope="module")
+def knative_namespace(cluster, operator, runtimes, plane) -> Iterator[str]:
+    """A namespace on the real node with the client pod, on the session's control plane where Knative runs
+    (``testenv.addons.knative``; skipped where it does not)."""
+    probe, missing = knative.Knative.probe
+    if cluster.kubectl("get", probe, check=False).returncode != 0:
+        pytest.skip(f"{missing} on the real node (TESTENV_KNATIVE=0 leaves it out)")
+    with served.client_namespace(cluster) as name:
+        yield name
+
+
+@pytest.fixture(scope="module")
+def sequence_wake_scores(tiny_models) -> dict[str, float]:
+    """transformers' reward of every text of ``testenv.wake.burst_calls``, for the tiny sequence model."""
+    texts = [text for _, _, scored in wake.burst_calls() for text in scored]
+    answers = reference_scores(tiny_models["sequence"], [{"text": text} for text in texts])
+    return dict(zip(texts, (answer["reward"] for answer in answers), strict=True))

@@ -43,12 +43,16 @@ def texts() -> list[tuple[str, str]]:
     return [(prompt, response) for prompt in PROMPTS for response in RESPONSES]
 
 
-def canary_model(name: str, uri: str, candidate: str | None = None, **canary: Any) -> dict:
+def canary_model(
+    name: str, uri: str, candidate: str | None = None, serving_mode: str = "Standard", **canary: Any
+) -> dict:
     """A sequence RewardModel on the real node (the spec's chat template, applied by the gateway), sized so that
-    it and a candidate fit the node; with ``candidate`` (its URI), spec.canary with ``canary``'s fields."""
+    it and a candidate fit the node, in ``serving_mode``; with ``candidate`` (its URI), spec.canary with
+    ``canary``'s fields."""
     spec = reward_model(
-        name, "sequence", uri, model={"chatTemplate": SPEC_TEMPLATE}, gateway={"chatTemplateMode": "gateway"}
-    )
+        name, "sequence", uri, model={"chatTemplate": SPEC_TEMPLATE}, gateway={"chatTemplateMode": "gateway"},
+        serving={"mode": serving_mode},
+    )  # fmt: skip
     spec["spec"]["resources"]["cpu"] = VLLM_CPU
     if candidate:
         spec["spec"]["canary"] = {"model": {"uri": candidate}, "resources": {"cpu": VLLM_CPU}, **canary}

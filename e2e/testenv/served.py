@@ -17,6 +17,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from reward_testing.scoring_cases import (
+    CONVERSATION,
+    OWN_QUERY,
+    PROMPT,
+    RESPONSE,
+    SPEC_QUERY,
+    STEPPED_QUERY,
+    STEPS,
+    TAGGED,
+)
 from reward_testing.waiting import wait_until
 
 from . import images, node
@@ -262,3 +272,32 @@ def connect(cluster, namespace: str, host: str, port: int, timeout: float = 3.0)
     command = ["python", "-c", CONNECT, host, str(port), str(timeout)]
     printed = cluster.kubectl("exec", "-n", namespace, CLIENT, "--", *command)
     return json.loads(printed.stdout.strip().splitlines()[-1])
+
+
+def score_kind(cluster, namespace: str, url: str, kind: str, references: dict[str, dict[str, dict]]) -> float:
+    """Score ``reward_testing.scoring_cases``' items of one kind through ``url`` from the client pod (as a
+    trainer sends them: ``/v1/rewards`` and OpenRLHF's ``/get_reward``) and return the largest |diff| to
+    transformers' answers (``references``, the e2e fixture). A sequence model is the one served with the
+    spec's own template (``SPEC_TEMPLATE``, chatTemplateMode gateway); the others with their tokenizer's."""
+    want = references[kind]
+    if kind == "process":
+        items, names, query = (
+            [{"prompt": PROMPT, "steps": STEPS}, {"messages": TAGGED}],
+            ["steps", "tagged"],
+            STEPPED_QUERY,
+        )
+    else:
+        items, names = (
+            [{"messages": CONVERSATION}, {"prompt": PROMPT, "response": RESPONSE}],
+            ["conversation", "prompt_response"],
+        )
+        query = SPEC_QUERY if kind == "sequence" else OWN_QUERY
+    answer = rewards(cluster, namespace, url, "/v1/rewards", {"items": items})
+    openrlhf = rewards(cluster, namespace, url, "/get_reward", {"query": [query]})
+    got = answer["rewards"] + openrlhf["rewards"]
+    expected = [want[name]["reward"] for name in (*names, "query")]
+    if kind == "process":  # each step's p_positive too, not only the weakest
+        for scores, name in zip(answer["step_scores"], names, strict=True):
+            got, expected = [*got, *scores], [*expected, *want[name]["step_scores"]]
+    assert len(got) == len(expected), (answer, openrlhf)
+    return max(abs(g - w) for g, w in zip(got, expected, strict=True))

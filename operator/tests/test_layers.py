@@ -1,11 +1,13 @@
 """`make lint`'s import contracts (pyproject.toml, [tool.importlinter]) hold, and
-catch an upward import: the layers are enforced, not just described."""
+catch an upward import: the layers are enforced, not just described. The test folders
+stay apart, and those `make unit` does not run still import."""
 
 from __future__ import annotations
 
 import ast
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,24 @@ def test_no_test_folder_imports_or_reads_another(folder):
                 assert other not in text, (
                     f"{path.relative_to(REPO)} reaches into {other}/ (move what it needs to testing/)"
                 )
+
+
+# Tests that run only on a cluster or the real node, with one each place must show: the Knative-vs-KEDA
+# wake runs only in `make knative-real`.
+ON_A_CLUSTER = ("e2e/tests/cluster", "e2e/tests/node", "e2e/suites")
+MUST_COLLECT = (
+    "e2e/tests/node/test_real_node_knative.py::test_a_burst_at_zero_wakes_it_through_the_activator_and_every_"
+    "request_gets_the_models_scores",
+    "e2e/suites/knative/test_real_node_knative_full.py::test_one_wake_through_knatives_activator_and_through_keda_"
+    "and_the_gateways_hold",
+)
+
+
+def test_the_tests_make_unit_does_not_run_import_and_collect():
+    """They run after a control plane's start, the real node's under its lock: an import error or a helper
+    renamed under one would otherwise show first there."""
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *ON_A_CLUSTER]
+    collected = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert collected.returncode == 0, collected.stdout[-6000:] + collected.stderr[-3000:]
+    listed = collected.stdout.splitlines()
+    assert [test for test in MUST_COLLECT if test not in listed] == [], collected.stdout[-3000:]

@@ -155,7 +155,7 @@ def test_every_optional_gateway_setting_reaches_the_gateway():
     from reward_gateway.config import load_config
     from reward_operator.render.gateway import _OPTIONAL_ENV
 
-    reward_model = copy.deepcopy(CASES["process-knative"])
+    reward_model = copy.deepcopy(CASES["process-standard"])
     settings = {
         "bosToken": "<s>",
         "eosToken": "</s>",
@@ -217,6 +217,51 @@ def test_knative_mode_scales_on_concurrency_and_waits_for_a_cold_model():
     assert predictor["annotations"]["serving.knative.dev/progress-deadline"] == "3600s"
     # the gateway may hold a request through a scale from zero and then one vLLM call
     assert isvc["spec"]["transformer"]["timeout"] == 150 + 180
+
+
+def test_knative_mode_gives_the_gateway_no_downward_api_which_knatives_webhook_refuses():
+    """Knative refuses valueFrom.fieldRef and resourceFieldRef in a Service's environment unless the cluster
+    enables kubernetes.podspec-fieldref (off by default): on a real Knative the gateway's Service was refused
+    ("must not set the field(s): spec.template.spec.containers[0].env[7].valueFrom.resourceFieldRef") and the
+    RewardModel never turned Ready. In Knative mode the memory limit is written as its number of bytes."""
+    from kubernetes.utils import parse_quantity
+
+    knative = [case for case in CASES if CASES[case]["spec"].get("serving", {}).get("mode") == "Knative"]
+    assert knative
+    for case in knative:
+        transformer = inference_service(CASES[case])["spec"].get("transformer")
+        if transformer is None:
+            continue
+        (container,) = transformer["containers"]
+        assert not [
+            v for v in container["env"] if "valueFrom" in v and set(v["valueFrom"]) & {"fieldRef", "resourceFieldRef"}
+        ]
+        env = {v["name"]: v.get("value") for v in container["env"]}
+        limit = container["resources"]["limits"]["memory"]
+        assert env["REWARD_GATEWAY_MEMORY_LIMIT_BYTES"] == str(int(parse_quantity(limit))), case
+
+
+def test_knative_mode_holds_a_call_through_a_cold_start_as_long_as_the_gateway_waits():
+    """Knative's activator holds the gateway's call to a predictor at zero until the predictor's revision
+    timeout; past it it answers 504 ("activator request timeout", seen on the real node with a timeout shorter
+    than vLLM's start: all 64 requests of a burst failed). The wait is inside the call, so the predictor's
+    timeout, the gateway's call timeout and its own revision timeout all allow a scale from zero and a call."""
+    import copy
+
+    reward_model = copy.deepcopy(CASES["process-knative"])
+    reward_model["spec"]["gateway"] = {"scaleFromZeroTimeoutSeconds": 400, "requestTimeoutSeconds": 120}
+    spec = inference_service(reward_model)["spec"]
+    assert spec["predictor"]["timeout"] == spec["transformer"]["timeout"] == 520
+    assert gateway_env({"spec": spec})["REWARD_GATEWAY_REQUEST_TIMEOUT_SECONDS"] == "520"
+    # a timeout the spec sets is the user's
+    reward_model["spec"]["serving"]["timeoutSeconds"] = 590
+    assert inference_service(reward_model)["spec"]["predictor"]["timeout"] == 590
+    # Standard mode: the gateway holds the request itself, then makes one call of requestTimeoutSeconds
+    standard = copy.deepcopy(CASES["process-standard"])
+    standard["spec"]["gateway"] = {**standard["spec"].get("gateway", {}), "requestTimeoutSeconds": 120}
+    spec = inference_service(standard)["spec"]
+    assert "timeout" not in spec["predictor"]
+    assert gateway_env({"spec": spec})["REWARD_GATEWAY_REQUEST_TIMEOUT_SECONDS"] == "120"
 
 
 def test_transformer_names_the_model_as_vllm_serves_it():

@@ -22,12 +22,16 @@ model that answered it (the answer's ``identity.role``).
 
 `make canary-real` runs it; not in `make test`: three cold starts of vLLM, two of them beside each
 other on the node's 2 cores. The figures (agreement, time per step, time to roll back) are printed,
-never asserted.
+never asserted. `make canary-knative-real` runs the same rollouts in Knative mode (``CANARY_SERVING_MODE``):
+the candidate is a second InferenceService ``<name>-canary`` (a Knative Service of its own), both predictors
+and the gateway are Knative revisions reached through Kourier, and the share moves in the running gateway
+as in Standard mode.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -51,6 +55,7 @@ GATES = {"minPairs": 20, "minRequests": 10, "minAgreement": 0.8}
 GATEWAY_PORT = 8080  # render/gateway.py: where the operator reads /canary, and where /metrics answers
 PAIR_KINDS = ("concordant", "discordant", "candidate_tied", "stable_tied", "both_tied")
 STEP_TIMEOUT = 300  # a step's interval, plus the kubelet's projection of the share (about a minute)
+MODE = os.environ.get("CANARY_SERVING_MODE", "Standard")  # spec.serving.mode of every RewardModel here
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,13 @@ def served_namespace(cluster, operator, runtimes, plane) -> Iterator[str]:
         yield name
 
 
+def split_model(name: str, stable: str, candidate: str) -> dict:
+    """The RewardModel rolling ``candidate`` out beside ``stable`` in STEPS, behind the suite's gates."""
+    return canary_model(
+        name, stable, candidate, serving_mode=MODE, mode="split", steps=STEPS, interval=CANARY_MIN_INTERVAL, **GATES
+    )
+
+
 # ---- what the cluster and the gateway pods say ---------------------------------------------------
 
 
@@ -114,8 +126,24 @@ def warnings(cluster, namespace: str, name: str, reason: str) -> list[dict]:
 
 
 def pods_of(cluster, namespace: str, name: str, component: str | None = None) -> list[dict]:
-    selector = f"{ISVC_LABEL}={name}" + (f",component={component}" if component else "")
+    """The RewardModel's pods (gateway and predictors; in Knative mode the candidate InferenceService's too)."""
+    names = [name, f"{name}-canary"] if MODE == "Knative" else [name]
+    selector = f"{ISVC_LABEL} in ({','.join(names)})" + (f",component={component}" if component else "")
     return (get_json(cluster, "pods", "-n", namespace, "-l", selector) or {}).get("items", [])
+
+
+def candidate_pods(cluster, namespace: str, name: str) -> list[dict]:
+    """The candidate's predictor pods: Standard mode's KServe canary predictor, Knative mode's InferenceService."""
+    if MODE == "Knative":
+        return (get_json(cluster, "pods", "-n", namespace, "-l", f"{ISVC_LABEL}={name}-canary") or {}).get("items", [])
+    return [p for p in pods_of(cluster, namespace, name, "predictor") if "-canary-" in p["metadata"]["name"]]
+
+
+def candidate_served(cluster, namespace: str, name: str) -> bool:
+    """Whether KServe still runs the candidate: Standard mode's canary Deployment, Knative mode's InferenceService."""
+    if MODE == "Knative":
+        return get_json(cluster, "inferenceservice", f"{name}-canary", "-n", namespace) is not None
+    return get_json(cluster, "deployment", f"{name}-canary-predictor", "-n", namespace) is not None
 
 
 def from_pod(pod: dict, path: str) -> str | None:
@@ -234,7 +262,7 @@ def test_a_candidate_with_the_stable_weights_agrees_steps_up_to_complete_and_is_
     name, namespace = "good-rm", served_namespace
     same = {"stable": expected["stable"], "candidate": expected["stable"]}  # the same weights
     began = time.monotonic()
-    shadow_spec = canary_model(name, models.stable, models.copy, mode="shadow", **GATES)
+    shadow_spec = canary_model(name, models.stable, models.copy, serving_mode=MODE, mode="shadow", **GATES)
     served_rm = serve(cluster, namespace, shadow_spec)
     wait_for_condition(cluster, namespace, name, "CanaryProgressing", "True", "Shadowing", timeout=served.READY_TIMEOUT)
     print(f"\n[good] stable and candidate Ready, shadowing, {time.monotonic() - began:.0f} s after the apply")
@@ -262,9 +290,7 @@ def test_a_candidate_with_the_stable_weights_agrees_steps_up_to_complete_and_is_
 
         # 2. split into steps: a new gateway pod (the mode is in its environment) starts at the first step;
         # no traffic yet, so the step cannot move before the test has looked at it
-        split = canary_model(
-            name, models.stable, models.copy, mode="split", steps=STEPS, interval=CANARY_MIN_INTERVAL, **GATES
-        )
+        split = split_model(name, models.stable, models.copy)
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(split))
         split_began = time.monotonic()
         wait_for_condition(cluster, namespace, name, "CanaryProgressing", "True", "StepRunning", saying="step 1 of 2")
@@ -333,7 +359,7 @@ def test_a_candidate_with_the_stable_weights_agrees_steps_up_to_complete_and_is_
         print(f"[good] answers during the split: {counts}")
 
         # 3. promote in Git: the candidate's model becomes spec.model, spec.canary goes
-        promoted = canary_model(name, models.copy)
+        promoted = canary_model(name, models.copy, serving_mode=MODE)
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(promoted))
         promote_began = time.monotonic()
         traffic.resume()
@@ -343,9 +369,7 @@ def test_a_candidate_with_the_stable_weights_agrees_steps_up_to_complete_and_is_
             ready = condition(stored) or {}
             if ready.get("status") != "True" or ready.get("observedGeneration") != stored["metadata"]["generation"]:
                 return None
-            if "canary" in stored.get("status", {}) or get_json(
-                cluster, "deployment", f"{name}-canary-predictor", "-n", namespace
-            ):
+            if "canary" in stored.get("status", {}) or candidate_served(cluster, namespace, name):
                 return None
             latest = traffic.since(promote_began)[-Traffic.BATCH :]
             done = len(latest) == Traffic.BATCH and all(a.revision == models.copy for a in latest)
@@ -365,7 +389,7 @@ def test_a_candidate_with_the_stable_weights_agrees_steps_up_to_complete_and_is_
     wait_until("the rollout's ConfigMap pruned", lambda: configmap_share(cluster, namespace, name) is None)
     wait_until(
         "the candidate's pods gone",
-        lambda: not [p for p in pods_of(cluster, namespace, name, "predictor") if "-canary-" in p["metadata"]["name"]],
+        lambda: not candidate_pods(cluster, namespace, name),
         timeout=120,
     )
     want = references["sequence"]
@@ -383,15 +407,7 @@ def test_a_candidate_with_other_weights_disagrees_and_is_rolled_back_once(
     scored = {"stable": expected["stable"], "candidate": expected["other"]}
     predicted = agreement_of(expected["stable"], expected["other"])
     began = time.monotonic()
-    spec = canary_model(
-        name,
-        models.stable,
-        models.other,
-        mode="split",
-        steps=STEPS,
-        interval=CANARY_MIN_INTERVAL,
-        **GATES,
-    )
+    spec = split_model(name, models.stable, models.other)
     served_rm = serve(cluster, namespace, spec)
     wait_for_condition(
         cluster, namespace, name, "CanaryProgressing", "True", "StepRunning", timeout=served.READY_TIMEOUT

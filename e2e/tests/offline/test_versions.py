@@ -31,12 +31,12 @@ def test_every_line_is_a_key_and_a_value_make_and_the_shell_read_alike(tmp_path)
 
 @pytest.mark.parametrize("component", builds.COMPONENTS, ids=lambda component: component.module_dir)
 def test_each_wrapper_module_requires_the_release_pinned_for_it(component):
-    module, release = component.upstream
     go_mod = (builds.GO_DIR / component.module_dir / "go.mod").read_text()
-    written = set(re.findall(rf"{re.escape(module)} (v\d\S*)", go_mod))
-    assert written == {builds.go_module_version(module, release)}, (
-        f"go/{component.module_dir}/go.mod has {module} at {sorted(written)}; versions.env pins {release}"
-    )
+    for module, release in (component.upstream, *component.also_upstream):
+        written = set(re.findall(rf"{re.escape(module)} (v\d\S*)", go_mod))
+        assert written == {builds.go_module_version(module, release)}, (
+            f"go/{component.module_dir}/go.mod has {module} at {sorted(written)}; versions.env pins {release}"
+        )
 
 
 def test_every_vllm_image_tag_written_is_the_pin():

@@ -57,6 +57,7 @@ from ..api.naming import candidate_template_config_map_name as template_config_m
 from ..api.types import CanarySpec, ModelSpec, ResourcesSpec, RewardModelSpec
 from . import chat_template
 from .gateway_container import Mounts
+from .gateway_wait import gateway_wait
 from .judge import judge_setting
 from .metadata import child_metadata
 from .model_identity import identity_settings
@@ -177,6 +178,7 @@ def candidate_predictor(owner_name: str, spec: RewardModelSpec, served_name: str
             spec.get("nodeSelector", {}),
             spec.get("tolerations", []),
             [volume] if volume else None,
+            held_for=gateway_wait(spec),
         )
     entry: dict[str, Any] = {"name": CANARY_PREDICTOR, "minReplicas": canary["replicas"]}
     if volume:

@@ -11,7 +11,6 @@ from typing import Any
 
 from ..api.keda import scales_through_keda
 from ..api.kserve import cluster_local_url, predictor_name
-from ..api.schema.rewardmodel import GATEWAY_REQUEST_TIMEOUT_SECONDS, GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS
 from ..api.types import GatewaySpec, JudgeSpec, ModelSpec, ServingSpec
 from . import chat_template, scaler
 from .canary import GatewayRollout
@@ -26,6 +25,7 @@ from .gateway_container import (
     memory_limit_env,
 )
 from .gateway_scheduling import scheduling_settings
+from .gateway_wait import worst_case_seconds
 from .judge import judge_setting
 from .model_identity import generation_settings, identity_settings
 
@@ -125,7 +125,11 @@ def transformer(
     keda = scales_through_keda(serving)
     if keda:
         settings.update(scaler.gateway_env(isvc, namespace, serving))
-    env = [*gateway_env(settings), memory_limit_env()]
+    if serving["mode"] == "Knative":
+        # Knative's activator holds the call while the predictor wakes: the call may take the wait too
+        settings["REQUEST_TIMEOUT_SECONDS"] = str(worst_case_seconds(gateway))
+    # Knative's Service takes no downward API by default: the limit as a number there
+    env = [*gateway_env(settings), memory_limit_env(wanted["memory"] if serving["mode"] == "Knative" else None)]
     if rollout is not None:
         env += gateway_env(rollout.settings)
         mounts.volumes += rollout.mounts.volumes
@@ -150,10 +154,3 @@ def transformer(
     spec["containers"] = [container]
     spec["volumes"] = gateway_volumes(mounts)
     return spec
-
-
-def worst_case_seconds(gateway: GatewaySpec) -> int:
-    """How long the gateway may take to answer: the wait for vLLM to come up, then one call."""
-    return gateway.get("scaleFromZeroTimeoutSeconds", GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS) + gateway.get(
-        "requestTimeoutSeconds", GATEWAY_REQUEST_TIMEOUT_SECONDS
-    )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.kserve import CONTAINER_NAME
+from .runtime import quantity_bytes
 
 ENV_PREFIX = "REWARD_GATEWAY_"
 GATEWAY_PORT = 8080
@@ -49,10 +50,16 @@ def gateway_env(settings: Mapping[str, str]) -> list[dict[str, Any]]:
     return [{"name": f"{ENV_PREFIX}{key}", "value": value} for key, value in settings.items()]
 
 
-def memory_limit_env() -> dict[str, Any]:
-    """The container's memory limit through the downward API: the gateway sizes its request budget by it,
-    so a limit set in the spec moves the budget with it (runtimes/gateway/README.md, "Memory")."""
-    return {"name": f"{ENV_PREFIX}MEMORY_LIMIT_BYTES", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}}
+def memory_limit_env(limit: str | None = None) -> dict[str, Any]:
+    """The container's memory limit: the gateway sizes its request budget by it, so a limit set in the spec
+    moves the budget with it (runtimes/gateway/README.md, "Memory"). Read through the downward API, or where
+    ``limit`` is given, that limit written in bytes: Knative refuses the downward API in a Service's
+    environment ("must not set the field(s): ...valueFrom.resourceFieldRef") unless the cluster enables its
+    ``kubernetes.podspec-fieldref`` feature, which is off by default."""
+    name = f"{ENV_PREFIX}MEMORY_LIMIT_BYTES"
+    if limit is not None:
+        return {"name": name, "value": str(quantity_bytes(limit))}
+    return {"name": name, "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}}
 
 
 def gateway_container(

@@ -78,7 +78,13 @@ def predictor(
     node_selector: dict[str, str],
     tolerations: list[Toleration],
     volumes: list[dict[str, Any]] | None = None,
+    held_for: int | None = None,
 ) -> dict[str, Any]:
+    """``held_for``: how long its caller (the gateway) waits for an answer, a wake from zero included; in
+    Knative mode the predictor's revision timeout unless serving.timeoutSeconds sets one. Knative's activator
+    holds a request for a revision at zero only that long: past it, it answers 504 ("activator request
+    timeout") however far vLLM has come, so Knative's default (300 s) would cut a cold start the gateway
+    still waits for."""
     knative = serving["mode"] == "Knative"
     spec: dict[str, Any] = {
         "minReplicas": serving["minReplicas"],
@@ -91,6 +97,8 @@ def predictor(
         spec["scaleTarget"] = serving["targetConcurrency"]
     if "timeoutSeconds" in serving:
         spec["timeout"] = serving["timeoutSeconds"]
+    elif knative and held_for is not None:
+        spec["timeout"] = held_for
     if knative:
         spec["annotations"] = {KNATIVE_PROGRESS_DEADLINE: f"{KNATIVE_PROGRESS_DEADLINE_SECONDS}s"}
     elif GPU_RESOURCE in model_spec.get("resources", {}).get("limits", {}):

@@ -19,6 +19,7 @@ from . import canary as canary_render
 from . import chat_template, model_identity, networkpolicy, scaler
 from .canary import Candidate
 from .gateway import transformer
+from .gateway_wait import gateway_wait
 from .inferenceservice import annotations, inference_service, storage_secret
 from .metadata import child_metadata
 from .owned import Rendered
@@ -166,6 +167,7 @@ def reward_model_inference_service(
         spec.get("nodeSelector", {}),
         spec.get("tolerations", []),
         [chat_template.volume(name)] if templated else None,
+        held_for=gateway_wait(spec),
     )
     canary = spec.get("canary")
     rendered_transformer = None

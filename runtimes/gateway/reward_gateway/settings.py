@@ -198,7 +198,9 @@ class Env:
     REQUEST_TIMEOUT_SECONDS = Setting(
         seconds(),
         "180",
-        "per upstream call, and the longest a call waits for a free upstream slot (then 503 + `Retry-After`)",
+        "per upstream call, and the longest a call waits for a free upstream slot (then 503 + `Retry-After`); in "
+        "Knative mode the operator renders it as this plus `SCALE_FROM_ZERO_TIMEOUT_SECONDS`: Knative's activator "
+        "holds a call to a predictor at zero while it wakes",
     )
     SCALE_FROM_ZERO_TIMEOUT_SECONDS = Setting(
         seconds(allow_zero=True),
@@ -228,7 +230,8 @@ class Env:
     MEMORY_LIMIT_BYTES = Setting(
         integer(minimum=2 * PROCESS_RESERVE_BYTES, unit="bytes"),
         str(1024 * MIB),
-        "the container's memory limit (the operator renders it from the downward API, `limits.memory`); the "
+        "the container's memory limit (the operator renders it from the downward API, `limits.memory`, and in "
+        "Knative mode, whose Services take no downward API by default, as the number it sets); the "
         f"requests' memory budget is it less {PROCESS_RESERVE_BYTES // MIB} MiB (see [Memory](#memory))",
         note="(1 GiB)",
     )

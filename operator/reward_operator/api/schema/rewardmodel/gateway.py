@@ -172,9 +172,17 @@ GATEWAY = defaulted_obj(
             enum=["min", "last", "mean", "product"],
         ),
         "maxConcurrency": integer("vLLM calls in flight per gateway replica.", minimum=1, maximum=4096),
-        "requestTimeoutSeconds": integer("Timeout of one vLLM call.", minimum=1, maximum=3600),
+        "requestTimeoutSeconds": integer(
+            "Timeout of one vLLM call. In Knative mode Knative's activator holds a call to a predictor at zero "
+            "while it wakes, so a call may take scaleFromZeroTimeoutSeconds plus this.",
+            minimum=1,
+            maximum=3600,
+        ),
         "scaleFromZeroTimeoutSeconds": integer(
-            "How long a request waits for vLLM to come up (scale from zero) before a 503.", minimum=0, maximum=3600
+            "How long a request waits for vLLM to come up (scale from zero) before a 503 (Standard mode; in "
+            "Knative mode before the activator's 504, passed on as 502).",
+            minimum=0,
+            maximum=3600,
         ),
         "maxHeldRequests": integer(
             "Requests each gateway replica holds at once while vLLM is away (scaled to zero, starting); one "

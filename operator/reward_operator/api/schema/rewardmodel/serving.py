@@ -77,7 +77,9 @@ SERVING = defaulted_obj(
         ),
         "timeoutSeconds": integer(
             "Request timeout at the predictor, in seconds (at most 600 in Knative mode, Knative's "
-            "max-revision-timeout-seconds default).",
+            "max-revision-timeout-seconds default). In Knative mode it also bounds a wake from zero: Knative's "
+            "activator holds a request only this long while the predictor starts (default: as long as the "
+            "gateway waits, gateway.scaleFromZeroTimeoutSeconds + gateway.requestTimeoutSeconds).",
             minimum=1,
             maximum=3600,
         ),
