@@ -28,11 +28,15 @@ from testenv.helpers import condition, get_json
 
 pytestmark = pytest.mark.usefixtures("kserve_runs")  # skipped where the cluster has no KServe
 
-SAMPLE = yaml.safe_load((REPO / "manifests/samples/rlhfpipeline-ppo.yaml").read_text())
 REWARD_MODEL_SAMPLES = {
     "skywork-rm": "rewardmodel-sequence-standard.yaml",
     "internlm2-rm": "rewardmodel-token-standard.yaml",
 }
+SAMPLE = yaml.safe_load((REPO / "manifests/samples/rlhfpipeline-ppo.yaml").read_text())
+# The sample's judge reward (correctness-judge) is left out: every RewardModel the graph calls is served here by a
+# local gateway on a fake pooling vLLM, which has no judge's chat completions. A judge as a pipeline's reward step
+# is the gateway's unit tests' (test_gateway_judge*), on a fake vLLM that answers as a judge.
+SAMPLE["spec"]["rewards"] = [reward for reward in SAMPLE["spec"]["rewards"] if reward["name"] in REWARD_MODEL_SAMPLES]
 ROLES = ("actor", "reference", "critic")
 
 
@@ -316,7 +320,7 @@ def test_each_flow_of_the_graph_kserve_derives_answers_through_kserves_router(
     skywork, internlm2 = local_pipeline["skywork-rm"], local_pipeline["internlm2-rm"]
     # Authorization reaches the reward models only where the cluster's router.headers.propagate lists it
     with running_router(graph, tmp_path / "router.log", propagate="Authorization") as router:
-        # score: every part in parallel, combined by the sample's weights (0.8 raw, 0.2 running-normalised)
+        # score: every part in parallel, combined by the sample's weights (skywork-rm raw, internlm2-rm normalised)
         request = {"prompts": ["2+2=", "Name a prime.", "Say hi."], "responses": [" 4", " 7 is one", " hi there"]}
         answer = post(router, request)
         assert answer.status_code == 200, answer.text
@@ -329,7 +333,11 @@ def test_each_flow_of_the_graph_kserve_derives_answers_through_kserves_router(
         assert scored["parts"]["internlm2-rm"] != pytest.approx(scored["parts"]["skywork-rm"])
         normalised = scored["normalised"]["internlm2-rm"]
         assert sum(normalised) == pytest.approx(0, abs=1e-9)  # the first batch, standardised by its own figures
-        weighted = [0.8 * raw + 0.2 * z for raw, z in zip(scored["parts"]["skywork-rm"], normalised, strict=True)]
+        weight = {reward["name"]: reward["weight"] for reward in SAMPLE["spec"]["rewards"]}
+        weighted = [
+            weight["skywork-rm"] * raw + weight["internlm2-rm"] * z
+            for raw, z in zip(scored["parts"]["skywork-rm"], normalised, strict=True)
+        ]
         assert scored["rewards"] == pytest.approx(weighted)
         assert scored["values"] == direct(local_pipeline["ppo-critic"], "values", request)["values"]
         assert scored["logprobs"] == direct(local_pipeline["ppo-reference"], "logprobs", request)["logprobs"]
