@@ -54,6 +54,12 @@ def _clean_before() -> dict:
     return addons.host_state()
 
 
+def _assert_the_node_changed_the_host(before: dict) -> None:
+    """The comparison can fail: with the node up, the host differs from ``before`` in each kind of state."""
+    during = node.host_differences(before, addons.host_state())
+    assert {"iptables", "links", "mounts", "node_processes", "record"} <= during.keys(), during
+
+
 def test_a_pod_runs_and_down_leaves_the_host_as_it_found_it(tmp_path: Path) -> None:
     before = _clean_before()
     plane = ControlPlane(tmp_path / "plane")
@@ -62,9 +68,7 @@ def test_a_pod_runs_and_down_leaves_the_host_as_it_found_it(tmp_path: Path) -> N
         pod = _run_a_pod(plane, "host-check")
         assert pod["spec"]["nodeName"] == node.NAME
         assert node.in_pod_subnet(pod["status"]["podIP"]), pod["status"]
-        # the comparison can fail: with the node up, the host differs in each kind of state
-        during = node.host_differences(before, addons.host_state())
-        assert {"iptables", "links", "mounts", "node_processes", "record"} <= during.keys(), during
+        _assert_the_node_changed_the_host(before)
     finally:
         plane.down()
     assert node.host_differences(before, addons.host_state()) == {}
@@ -115,8 +119,7 @@ def test_knative_wakes_a_service_through_kourier_and_down_leaves_the_host_as_it_
         with urllib.request.urlopen(request, timeout=120) as answer:  # held by the activator while a pod starts
             assert answer.status == 200 and b"Directory listing" in answer.read()
         assert _pods(plane, selector), "answered with no pod of the Service"
-        during = node.host_differences(before, addons.host_state())
-        assert {"iptables", "links", "mounts", "node_processes", "record"} <= during.keys(), during
+        _assert_the_node_changed_the_host(before)
     finally:
         plane.down()
     assert node.host_differences(before, addons.host_state()) == {}
