@@ -28,6 +28,10 @@ def image_tar(name: str, force: bool = False) -> Path:
     out = tar_path(name)
     if out.is_file() and not force:
         return out
+    if image.base:
+        # what the image starts from, built first when missing, whoever asks: the demo, `testenv up`, a suite
+        # or `make images IMAGES=operator` (the image's key holds the base's, so the base's tar is there too)
+        image_tar(image.base)
     with one_build_of(name):
         if out.is_file() and not force:  # another process built it while we waited
             return out
@@ -84,5 +88,5 @@ def node_images(only: Iterable[str] | None = None) -> dict[str, Path]:
 
 
 def build_images(only: Iterable[str] | None = None, force: bool = False) -> dict[str, Path]:
-    """Build (or find) the named images, the base included when one needs it; name -> tar."""
+    """Build (or find) the named images (each one's base built first when missing); name -> tar."""
     return {image.name: image_tar(image.name, force=force) for image in select(only)}

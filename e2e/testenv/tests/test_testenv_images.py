@@ -4,6 +4,7 @@ debootstrap exist, the small images built and run for real."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import io
 import json
@@ -337,3 +338,29 @@ def test_a_new_tar_keeps_the_last_older_key_of_its_image_and_drops_the_rest(tmp_
         "vllm-cpu-bbbbbbbbbbbb.tar",
         "vllm-cpu-cccccccccccc.tar",
     ]
+
+
+@pytest.mark.parametrize("asked", ["operator", "storage-initializer"])
+def test_asking_for_an_image_with_no_base_tar_builds_the_base_first(tmp_path, monkeypatch, asked):
+    """`make images IMAGES=operator`, the demo and `testenv up` on a fresh cache: the base is built before
+    the image that starts from it, whoever asks, and once."""
+    monkeypatch.setenv("REWARD_OPERATOR_CACHE", str(tmp_path))
+    built: list[str] = []
+
+    def build_base(out: Path, log: Path) -> None:
+        built.append("base")
+        out.write_text("base")
+
+    def build_dockerfile(image, out: Path, log: Path) -> None:
+        assert keys.tar_path(image.base).is_file(), f"{image.name} built before its base"
+        built.append(image.name)
+        out.write_text(image.name)
+
+    monkeypatch.setitem(image_build._BUILDERS, "base", build_base)
+    monkeypatch.setattr(buildah, "build_dockerfile", build_dockerfile)
+    monkeypatch.setattr(buildah, "using_buildah", contextlib.nullcontext)
+    monkeypatch.setattr(image_build, "_drop_older_tars", lambda name, newest: None)
+
+    assert images.build_images([asked]) == {asked: keys.tar_path(asked)}
+    assert images.node_images([asked, "operator"])  # the base is there now: nothing is built twice
+    assert built == ["base", asked] + (["operator"] if asked != "operator" else [])
