@@ -12,8 +12,8 @@ TESTENV := $(PY) -m testenv
 # pytest exits 5 when a selection holds no tests; that is not a failure here.
 PYTEST = $(PY) -m pytest $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests selected"; [ $$rc -eq 5 ]; }
 
-.PHONY: help venv demo test lint unit integration testenv-build keda-build host-packages up down status \
-	kubeconfig crds bench clean
+.PHONY: help venv demo demo-plane test test-steps toolchain lint unit integration testenv-build keda-build \
+	host-packages up down status kubeconfig crds bench clean
 
 ##@ Start here
 
@@ -29,13 +29,31 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test,gateway,docs]'
 	touch $@
 
-demo: venv host-packages vllm-venv ## the control plane, the operator, a sample RewardModel; a tiny model scored
+# On a fresh machine `make demo` and `make test` build what they run, side by side: the Go builds keep both
+# cores busy, the images and vLLM's venv are mostly downloads. Each prints where its minutes go as it goes.
+demo: venv host-packages ## the control plane, the operator, a sample RewardModel; a tiny model scored
+	@# vLLM's venv (the tiny model and transformers' number) beside the control plane's binaries and images
+	$(MAKE) --no-print-directory -j2 vllm-venv demo-plane
 	$(PY) e2e/demo.py
+
+# the demo's control plane (KServe and the real node, not Knative's add-on), built and started
+demo-plane: venv host-packages
+	$(PY) e2e/demo.py --plane-only
+
+test: export REWARD_OPERATOR_REQUIRE_VLLM := 1
+test: toolchain ## everything CI runs (.ci/run), what it runs on built first
+	@# KEDA's build, needed only by scale-to-zero (the last step), niced beside the steps (mk/keda-beside.sh)
+	bash mk/keda-beside.sh $(MAKE) --no-print-directory test-steps
 
 # chaos and scale-to-zero mostly wait (kopf's and KEDA's timeouts, peer lifetimes, cooldowns), each on a
 # control plane of its own: they run side by side, each one's output printed whole when it ends.
-test: docs lint unit node-host integration fuzz ## everything CI runs (.ci/run)
+test-steps: docs lint unit node-host integration fuzz
 	$(MAKE) --no-print-directory -j2 --output-sync=target chaos scale-to-zero
+
+# The pinned vLLM checks the rendered vLLM args and the metric names we alert on (REWARD_OPERATOR_REQUIRE_VLLM:
+# `make test` fails without it; a test run alone skips those and says so).
+toolchain: venv host-packages ## what make test runs on: the binaries (all but KEDA's), the images, vLLM's venv
+	$(MAKE) --no-print-directory -j3 testenv-build images vllm-venv
 
 ##@ Tests by level (a test's level is its folder: docs/test-bed.md)
 

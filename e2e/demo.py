@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -22,9 +23,11 @@ from pathlib import Path
 import yaml
 
 from reward_testing.paths import REPO
-from reward_testing.tiny_models import make_tiny_models, tar_model
+from reward_testing.scoring_cases import TOLERANCE, prompt_response
+from reward_testing.tiny_models import make_tiny_models, reference_scores, tar_model
 from reward_testing.waiting import wait_until
-from testenv import node
+from testenv import node, wake
+from testenv.artifacts import heartbeat
 from testenv.helpers import condition
 from testenv.plane import controlplane
 
@@ -32,22 +35,43 @@ SAMPLE = REPO / "manifests" / "samples" / "rewardmodel-sequence-standard.yaml"
 NAMESPACE = "rlhf-demo"
 CPU_NAMESPACE = "rlhf-demo-cpu"  # pinned to the real node
 TINY = "tiny-rm"
-SCORE_REQUEST = {"items": [{"prompt": "What is 2+2?", "response": "4"}]}
+PROMPT, RESPONSE = "What is 2+2?", "4"
+SCORE_REQUEST = {"items": [{"prompt": PROMPT, "response": RESPONSE}]}
+# the images the demo loads onto the real node after the control plane is up, built beside its binaries
+DEMO_IMAGES = ("vllm-cpu",)
 
 
 def step(message: str) -> None:
     print(f"\n==> {message}", flush=True)
 
 
-def main() -> int:
+def control_plane() -> controlplane.ControlPlane:
+    """The control plane `make up` (or an earlier demo) started, else a new one with what the demo shows: KServe
+    and the real node, not Knative's add-on (a Standard-mode model); vLLM's image built beside the rest."""
     plane_dir = controlplane.default_state_dir()
     if (plane_dir / "state.json").exists():
         step(f"reusing the control plane in {plane_dir}")
-        plane = controlplane.ControlPlane.attach(plane_dir)
-    else:
-        step("starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok, KServe)")
-        plane = controlplane.ControlPlane(plane_dir)
-        plane.up()
+        return controlplane.ControlPlane.attach(plane_dir)
+    step("starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok, KServe)")
+    plane = controlplane.ControlPlane(plane_dir)
+    started = time.monotonic()
+    plane.up(also_images=DEMO_IMAGES, knative=False)
+    print(f"the control plane, its binaries and images ready in {time.monotonic() - started:.0f}s", flush=True)
+    return plane
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--plane-only",
+        action="store_true",
+        help="bring the control plane up (building what it runs) and stop there: `make demo` runs this beside "
+        "vLLM's venv, then the demo on that control plane",
+    )
+    args = parser.parse_args(argv)
+    plane = control_plane()
+    if args.plane_only:
+        return 0
     assert plane.state is not None
     kubectl = plane.kubectl
 
@@ -95,7 +119,8 @@ def main() -> int:
     print(kubectl("get", "events", "-n", NAMESPACE, "--field-selector", selector).stdout)
 
     if plane.running("node") and node.owned_by(plane.directory):
-        serve_a_tiny_model(plane)
+        if not serve_a_tiny_model(plane):
+            return 1
     else:
         step("no real node in this control plane (TESTENV_NODE=0): no model is served for real")
 
@@ -110,19 +135,22 @@ def main() -> int:
     return 0
 
 
-def serve_a_tiny_model(plane: controlplane.ControlPlane) -> None:
-    """A tiny random-weight sequence model through the whole data path, scored with curl."""
+def serve_a_tiny_model(plane: controlplane.ControlPlane) -> bool:
+    """A tiny random-weight sequence model through the whole data path, scored with curl; True where the reward
+    through its status.url is transformers' number for the same tokens."""
     assert plane.state is not None
     kubectl = plane.kubectl
     step("making a tiny random-weight reward model (no hub here) and putting it on the storage server")
     storage = node.storage_dir(plane.directory)
+    made = time.monotonic()
     models = make_tiny_models(plane.directory / "demo-models", ("sequence",))
     tar_model(models["sequence"], storage / f"{TINY}.tar.gz")
+    print(f"made in {time.monotonic() - made:.0f}s (most of it torch's and transformers' import)")
     uri = node.storage_url(node.host_address(), plane.state.ports[node.STORAGE], f"{TINY}.tar.gz")
     print(uri)
 
     step("loading vLLM's CPU image into the real node's containerd (built from runtimes/vllm-cpu/Dockerfile)")
-    plane.load_images(("vllm-cpu",))
+    plane.load_images(DEMO_IMAGES)
 
     step(f"applying RewardModel {TINY} (resources.gpus: 0: the vllm-reward-cpu runtime) in {CPU_NAMESPACE}")
     kubectl("apply", "-f", "-", input=json.dumps(node.namespace_for_real_node(CPU_NAMESPACE)))
@@ -147,8 +175,18 @@ def serve_a_tiny_model(plane: controlplane.ControlPlane) -> None:
 
     step("KServe's storage initializer downloads the model; containerd starts vLLM and the gateway")
     started = time.monotonic()
-    served = wait_until(f"RewardModel {TINY} Ready", ready, timeout=900, interval=2)
+    applied = time.time()
+    with heartbeat(lambda: print(f"  {time.monotonic() - started:.0f}s: {pods_now(plane)}", flush=True)):
+        served = wait_until(f"RewardModel {TINY} Ready", ready, timeout=900, interval=2)
     print(f"Ready after {time.monotonic() - started:.0f}s")
+    try:
+        timeline = wake.predictor_timeline(plane, CPU_NAMESPACE, TINY, since=applied)
+    except AssertionError:  # a demo run again on the same control plane: the pod is the first run's
+        print("  (its predictor pod was there before this run)")
+    else:
+        print("where the time went, from the apply:")
+        for event, at in sorted(timeline.items(), key=lambda item: item[1]):
+            print(f"  {at - applied:6.1f}s  {event}")
     print(kubectl("get", "pods", "-n", CPU_NAMESPACE, "-o", "wide").stdout)
     print(kubectl("get", "rewardmodels", "-n", CPU_NAMESPACE, "-o", "wide").stdout)
 
@@ -160,7 +198,38 @@ def serve_a_tiny_model(plane: controlplane.ControlPlane) -> None:
     curl = ["curl", "-sS", "--resolve", f"{host}:80:{cluster_ip}", f"{url}/v1/rewards",
             "-H", "Content-Type: application/json", "-d", json.dumps(SCORE_REQUEST)]  # fmt: skip
     print("$ " + shlex.join(curl))
-    print(subprocess.run(curl, capture_output=True, text=True, check=True).stdout)
+    answer = subprocess.run(curl, capture_output=True, text=True)
+    print(answer.stdout or answer.stderr)
+    return the_reward_is_transformers(answer.stdout, models["sequence"])
+
+
+def the_reward_is_transformers(answer: str, model) -> bool:
+    """The gateway's answer holds one reward, transformers' number for the same tokens (its chat template once)."""
+    try:
+        (reward,) = json.loads(answer)["rewards"]
+        got = float(reward)
+    except (ValueError, KeyError, TypeError) as error:
+        print(f"no reward in the answer ({error!r}): the demo failed", file=sys.stderr)
+        return False
+    (want,) = reference_scores(model, [{"messages": prompt_response(PROMPT, RESPONSE)}])
+    if abs(got - want["reward"]) > TOLERANCE:
+        print(f"the reward {got} is not transformers' {want['reward']} for the same tokens", file=sys.stderr)
+        return False
+    print(f"transformers gives {want['reward']} for the same tokens ({len(want['ids'])} of them): the same number")
+    return True
+
+
+def pods_now(plane: controlplane.ControlPlane) -> str:
+    """The demo's pods in one line, each with its phase and what its containers wait on: the wait's progress."""
+    listed = json.loads(plane.kubectl("get", "pods", "-n", CPU_NAMESPACE, "-o", "json", check=False).stdout or "{}")
+    described = []
+    for pod in listed.get("items", []):
+        statuses = pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", [])
+        waiting = {s["name"]: s["state"]["waiting"].get("reason", "") for s in statuses if "waiting" in s["state"]}
+        running = [s["name"] for s in statuses if "running" in s["state"] and not s.get("ready")]
+        detail = ", ".join([*(f"{name} {why}" for name, why in waiting.items()), *(f"{n} starting" for n in running)])
+        described.append(f"{pod['metadata']['name']} {pod['status'].get('phase')}" + (f" ({detail})" if detail else ""))
+    return "; ".join(described) or "no pod yet"
 
 
 if __name__ == "__main__":

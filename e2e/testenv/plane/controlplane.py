@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -46,6 +47,25 @@ def needed_components(add_ons: list[AddOn]) -> tuple[str, ...]:
     return ("kubernetes", "etcd", "kwok", *(component for add_on in add_ons for component in add_on.build_components))
 
 
+def provide(components: tuple[str, ...], image_names: tuple[str, ...]) -> None:
+    """Build what is missing of the binaries of ``components`` and the images ``image_names``: the Go builds
+    (both cores) beside the images built from Debian and Dockerfiles (mostly downloads), which need none of
+    them; then the images of one binary each (seconds), which need theirs. A failure is raised once both
+    sides have ended (a thread cannot be stopped half-way; each side's own lock leaves nothing half-made)."""
+    from_binaries = tuple(name for name in image_names if images.BY_NAME[name].binary)
+    from_debian = tuple(name for name in image_names if name not in from_binaries)
+    missing = builds.missing_binaries(components)
+    if missing:
+        log(f"binaries missing ({', '.join(missing)}): building them, the images beside them")
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="provide") as pool:
+        sides = [pool.submit(images.node_images, from_debian)]
+        if missing:
+            sides.append(pool.submit(builds.build, only=components))
+        for side in sides:
+            side.result()
+    images.node_images(from_binaries)
+
+
 class ControlPlane:
     """One control plane in one state folder."""
 
@@ -65,7 +85,7 @@ class ControlPlane:
 
     # ---- start -------------------------------------------------------------
 
-    def up(self, timeout: float = 120, **asked: bool | None) -> State:
+    def up(self, timeout: float = 120, also_images: tuple[str, ...] = (), **asked: bool | None) -> State:
         """Start everything and wait until it is ready. ``asked``: add-ons by name (``kube_router`` for
         kube-router), True or False; None, or not named: as its TESTENV_<NAME> variable says, else its default
         (``testenv.addons``): ``kserve`` (KServe's manager and webhooks: on), ``node`` (the real node: kubelet,
@@ -73,22 +93,18 @@ class ControlPlane:
         controller, localModel enabled; implies kserve), ``keda`` (KEDA's operator and external metrics API
         server), ``kube_router`` (NetworkPolicies enforced on the real node), ``prometheus``
         (prometheus-operator, its Prometheus on the real node), ``knative`` (Knative Serving with Kourier as pods
-        on the real node: on with the node)."""
+        on the real node: on with the node). ``also_images``: images a caller will load onto the real node later
+        (``load_images``), built now beside the rest."""
         if (self.directory / "state.json").exists():
             raise RuntimeError(
                 f"a control plane is already recorded in {self.directory}; "
                 "run `python -m testenv down` first (or set TESTENV_DIR)"
             )
         self.add_ons = addons.choose({name.replace("_", "-"): value for name, value in asked.items()})
-        components = needed_components(self.add_ons)
-        missing = builds.missing_binaries(components)
-        if missing:
-            log(f"binaries missing ({', '.join(missing)}): building them first")
-            builds.build(only=components)
-        if self.running("node"):
-            # like the binaries, before any start-up deadline runs: a changed Dockerfile or operator
-            # source rebuilds the operator image, minutes on a loaded machine
-            images.node_images(tuple(name for add_on in self.add_ons for name in add_on.images))
+        node_images = (*(name for add_on in self.add_ons for name in add_on.images), *also_images)
+        # before any start-up deadline runs: a cold cache builds for many minutes, and a changed Dockerfile or
+        # operator source rebuilds the operator's image
+        provide(needed_components(self.add_ons), node_images if self.running("node") else ())
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
         addresses = tuple(address for add_on in self.add_ons for address in add_on.serving_addresses())

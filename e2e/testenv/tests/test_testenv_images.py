@@ -340,7 +340,7 @@ def test_a_new_tar_keeps_the_last_older_key_of_its_image_and_drops_the_rest(tmp_
     ]
 
 
-@pytest.mark.parametrize("asked", ["operator", "storage-initializer"])
+@pytest.mark.parametrize("asked", [image.name for image in catalogue.IMAGES if image.base])
 def test_asking_for_an_image_with_no_base_tar_builds_the_base_first(tmp_path, monkeypatch, asked):
     """`make images IMAGES=operator`, the demo and `testenv up` on a fresh cache: the base is built before
     the image that starts from it, whoever asks, and once."""
