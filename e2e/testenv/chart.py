@@ -3,6 +3,7 @@ would run it), and installed on a cluster (the chart tests, the operator as a po
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from reward_testing import versions
 from reward_testing.paths import REPO
 
 from . import builds
+from .diagnose import kubectl_at, pods_report
 
 CHART = REPO / "charts" / "reward-operator"
 KUBE_VERSION = versions.KUBERNETES  # helm built without version stamps would assume 1.20
@@ -33,8 +35,19 @@ def run_helm(helm: Path, *args: str, env: dict | None = None, check: bool = True
     """``helm args...`` (against the cluster ``env``'s KUBECONFIG names); fails the test with helm's stderr."""
     result = subprocess.run([str(helm), *args], capture_output=True, text=True, env=env)
     if check and result.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        failure = AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        if "--wait" in args and (namespace := _namespace_of(args)):
+            # a --wait that timed out says only "context deadline exceeded": what the release's pods did
+            failure.add_note(pods_report(kubectl_at(helm.parent / "kubectl", env), namespace))
+        raise failure
     return result
+
+
+def _namespace_of(args: tuple[str, ...]) -> str | None:
+    for flag, value in itertools.pairwise(args):
+        if flag in ("-n", "--namespace"):
+            return value
+    return next((arg.split("=", 1)[1] for arg in args if arg.startswith("--namespace=")), None)
 
 
 def template(helm: Path, namespace: str, *values: str, release: str = "reward-operator") -> list[dict]:

@@ -9,6 +9,8 @@ import yaml
 
 from reward_testing.waiting import wait_until
 
+from .diagnose import explained
+
 # KServe's workloads for one InferenceService carry this label (its value: the InferenceService's name).
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
 GATEWAY_PREFIX = "REWARD_GATEWAY_"
@@ -47,7 +49,8 @@ def wait_for_ready(cluster, namespace: str, name: str, generation: int | None = 
         wanted = generation or obj["metadata"]["generation"]
         return obj if found.get("status") == "True" and found.get("observedGeneration") == wanted else None
 
-    return wait_until(f"{name} Ready=True through KServe", ready, timeout=timeout)
+    with explained(cluster.kubectl, namespace):
+        return wait_until(f"{name} Ready=True through KServe", ready, timeout=timeout)
 
 
 def wait_for_condition(
@@ -60,7 +63,8 @@ def wait_for_condition(
         matches = (found.get("status"), found.get("reason")) == (status, reason)
         return found if matches and saying in found.get("message", "") else None
 
-    return wait_until(f"{namespace}/{name} {type_}={status} ({reason}) {saying}", reached, timeout=timeout)
+    with explained(cluster.kubectl, namespace):
+        return wait_until(f"{namespace}/{name} {type_}={status} ({reason}) {saying}", reached, timeout=timeout)
 
 
 def predictor_pod(cluster, namespace: str, isvc: str, deployment: str | None = None) -> dict | None:

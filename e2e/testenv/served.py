@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from reward_gateway.settings import Env
 from reward_testing.scoring_cases import (
     CONVERSATION,
     OWN_QUERY,
@@ -30,6 +31,7 @@ from reward_testing.scoring_cases import (
 from reward_testing.waiting import wait_until
 
 from . import images, node
+from .diagnose import pods_report
 
 CLIENT = "client"  # the client pod's name
 READY_TIMEOUT = 900  # an image import, a download and vLLM's start on 2 shared cores
@@ -150,24 +152,21 @@ def model_files_differ(cluster, namespace: str, pod: str, local: Path, mounted: 
 
 
 def what_runs(cluster, namespace: str) -> str:
-    """For a failure's message: the namespace's pods (with each container's args and plain env, where they were
-    created, deleted, restarted) and its latest events."""
+    """For a failure's message: the namespace's pods as ``diagnose.pods_report`` gives them (state, conditions,
+    events, log tails), then what each container was started with (its image, args and plain env)."""
     pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False).stdout or "{}")
-    lines = []
+    lines = [pods_report(cluster.kubectl, namespace), "started with:"]
     for pod in pods.get("items", []):
-        meta, status = pod["metadata"], pod.get("status", {})
-        restarts = {c["name"]: c.get("restartCount", 0) for c in status.get("containerStatuses", [])}
-        where = f"{status.get('phase')} on {pod['spec'].get('nodeName')}"
-        when = f"created {meta.get('creationTimestamp')}, deleted {meta.get('deletionTimestamp')}"
-        lines.append(f"pod {meta['name']}: {where}, {when}, restarts {restarts}")
+        meta = pod["metadata"]
+        lines.append(f"pod {meta['name']}: created {meta.get('creationTimestamp')}")
         for container in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
             env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
             lines.append(f"  {container['name']} {container['image']} args {container.get('args')} env {env}")
-    events = cluster.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False).stdout
-    return "\n".join(lines) + "\n" + events[-4000:]
+    return "\n".join(lines)
 
 
-# Run in the client pod: one POST to the RewardModel's URL, the answer's status and body printed.
+# Run in the client pod: one POST to the RewardModel's URL, the answer's status and body printed; no answer at all
+# (refused, reset, the client's timeout) is status 0 with the reason, as ``call_all`` answers it.
 CALL = textwrap.dedent(
     """
     import json, sys, urllib.error, urllib.request
@@ -178,13 +177,21 @@ CALL = textwrap.dedent(
             print(json.dumps({"status": answer.status, "body": json.load(answer)}))
     except urllib.error.HTTPError as error:
         print(json.dumps({"status": error.code, "body": error.read().decode()}))
+    except OSError as error:
+        print(json.dumps({"status": 0, "body": f"no answer within {timeout:.0f} s: {error!r}"}))
     """
 )
+# The gateway holds a request while its predictor is away (at zero, or replaced) this long by default before it
+# answers 503: a probe that waits less would give up on a request the product is still keeping its promise on.
+GATEWAY_HOLD_S = float(Env.SCALE_FROM_ZERO_TIMEOUT_SECONDS.default or 0)
+PROBE_TIMEOUT_S = GATEWAY_HOLD_S + 30  # the hold, and the answer after it
 
 
 def call(cluster, namespace: str, url: str, path: str, body: dict, token: str = "", timeout: float = 120) -> dict:
     """POST from the client pod on the node to ``url`` + ``path``: by name, through CoreDNS and kube-proxy
-    (``timeout``: seconds the client waits for the answer)."""
+    (``timeout``: seconds the client waits for the answer; status 0 where none came: a readiness probe under
+    ``wait_until`` then retries, as for any answer but 200). A probe through a gateway that may be holding the
+    request passes ``PROBE_TIMEOUT_S``."""
     command = ["python", "-c", CALL, url.rstrip("/") + path, json.dumps(body), token, str(timeout)]
     printed = cluster.kubectl("exec", "-n", namespace, CLIENT, "--", *command)
     return json.loads(printed.stdout.strip().splitlines()[-1])

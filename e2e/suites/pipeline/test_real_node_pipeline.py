@@ -264,7 +264,7 @@ CRITIC = f"{NAME}-critic"
 SCORE = {"prompts": PROMPTS, "responses": RESPONSES}
 GRACE_S = {"force": 2, "plain": 30}  # the kubelet's least; KServe's pods keep Kubernetes' default
 ROUTER_DEAD_PEER_S = 30 + 9 * 15  # KServe v0.20's router: http.DefaultTransport's dialer, Go's probe defaults
-HOLD_S = 150  # a role's gateway: REWARD_GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS' default
+HOLD_S = served.GATEWAY_HOLD_S  # a role's gateway: REWARD_GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS' default
 SLACK_S = 20  # kubectl and the client pod's exec, the kubelet's sync, the replacement's answer
 INFLIGHT, HELD = "reward_gateway_inflight_requests", "reward_gateway_held_requests"
 DELETIONS = ("force", "plain")
@@ -294,8 +294,9 @@ def gateway_sample(cluster, namespace: str, isvc: str, name: str) -> float:
 
 
 def scores(cluster, pipeline: Pipeline) -> bool:
-    """Whether the score flow answers 200 now."""
-    answer, _ = through_graph(cluster, pipeline, SCORE)
+    """Whether the score flow answers 200 now: a probe that outwaits a role's gateway holding it for a replaced
+    vLLM (no answer within that is a "not yet" too)."""
+    answer, _ = through_graph(cluster, pipeline, SCORE, timeout=served.PROBE_TIMEOUT_S)
     return answer["status"] == 200
 
 

@@ -58,6 +58,11 @@ FED_BY_OTHER_EVENTS = {
     "Queue wait by client (p99)": "requests waiting behind a busy vLLM (coalescing on)",
 }
 ROLLOUT_ROW = "Rollout"  # every panel under it: a rollout in progress (the canary suites)
+# Every panel under it: a judge's verdicts (model.kind judge). A cluster that serves no judge shows them empty, as
+# Grafana's "No data": this suite scores a score-head model, whose gateway must export no judge series (a leak
+# would fill them with a score-head model's numbers); the judges' metrics and labels are checked against the
+# gateway's exports offline (e2e/tests/offline/test_monitoring.py), their values in the judge suite.
+JUDGE_ROW = "Judges"
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +216,8 @@ def test_every_dashboard_query_answers_and_the_scored_panels_have_series(prometh
         return panel_series(prometheus_api, scored, MODEL)
 
     def fed_and_empty(counts: dict[str, int]) -> list[str]:
-        return [t for t, n in counts.items() if not n and t not in FED_BY_OTHER_EVENTS and row_of[t] != ROLLOUT_ROW]
+        unfed = (ROLLOUT_ROW, JUDGE_ROW)
+        return [t for t, n in counts.items() if not n and t not in FED_BY_OTHER_EVENTS and row_of[t] not in unfed]
 
     def answers() -> dict[str, int] | None:
         counts = series_per_panel()
@@ -233,7 +239,9 @@ def test_every_dashboard_query_answers_and_the_scored_panels_have_series(prometh
     for query in dashboard.variable_queries():  # label_values(metric{...}, label) as Grafana asks: its series
         metric = query.removeprefix("label_values(").rsplit(",", 1)[0]
         assert prometheus_api.query(dashboard.with_values(metric, values)), query
-    empty = {t: FED_BY_OTHER_EVENTS.get(t, "a rollout") for t, n in counts.items() if not n}
+    judged = {t: n for t, n in counts.items() if row_of[t] == JUDGE_ROW and n}
+    assert not judged, f"a score-head model fed the judges' panels: {judged}"
+    empty = {t: FED_BY_OTHER_EVENTS.get(t, f"a {row_of[t].lower()} row's event") for t, n in counts.items() if not n}
     print(f"\n[prometheus] dashboard: {sum(1 for n in counts.values() if n)} of {len(counts)} panels with series "
           f"after the scoring run; empty: {empty}")  # fmt: skip
 

@@ -14,6 +14,7 @@ module), whose schemas check the chart's ServiceMonitor, PodMonitor and Promethe
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 
@@ -95,6 +96,21 @@ def test_install_upgrade_uninstall(cluster, namespace, helm, release, tmp_path, 
     assert get_json(cluster, "clusterroles", "-l", selector)["items"] == []
     assert get_json(cluster, "crd", "rewardmodels.serving.rlhf.dev") is not None
     assert get_json(cluster, "rewardmodel", "skywork-rm", "-n", namespace) is not None
+
+
+def test_a_wait_that_times_out_says_why_with_the_pods_state_and_events(
+    cluster, namespace, helm, release, crds_restored
+):
+    """A planted replica that cannot schedule: helm's --wait ends in "context deadline exceeded" alone, and the
+    failure carries what the pods did (diagnose.pods_report), the scheduler's reason among it."""
+    install = ["-n", namespace, "--take-ownership", "--wait", "--timeout=15s", "--set=resources.requests.cpu=1000"]
+    with pytest.raises(AssertionError) as failed:
+        run_helm(helm, "install", release, str(CHART), *install, env=cluster.env())
+    said = "\n".join([str(failed.value), *getattr(failed.value, "__notes__", [])])
+    assert "context deadline exceeded" in said
+    assert re.search(rf"pod {release}-\S+: Pending on \(no node\)", said), said
+    assert "condition PodScheduled=False (Unschedulable: " in said, said
+    assert re.search(r"event Warning FailedScheduling.*\[default-scheduler\].*Insufficient cpu", said), said
 
 
 # ---- least privilege, checked by the API server ----------------------------------
