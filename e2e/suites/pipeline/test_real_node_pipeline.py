@@ -44,7 +44,7 @@ from reward_testing.prometheus_text import sample_sum
 from reward_testing.scoring_cases import assert_close
 from reward_testing.tiny_models import TinyModel, tar_model
 from reward_testing.waiting import wait_until
-from testenv import images, node, served
+from testenv import images, node, served, wake
 from testenv.helpers import ISVC_LABEL, condition, get_json
 from testenv.node import pod_host
 from testenv.served import READY_TIMEOUT, call
@@ -322,6 +322,7 @@ class Vanished:
     into: float  # seconds into the request when the pod vanished
     after: float  # seconds from then to the answer
     teardown: pod_host.Teardown | None  # a deletion's order: the process first, or the link
+    at: float = 0.0  # when the pod vanished, epoch seconds (for the pods' own timestamps)
 
     def report(self, what: str) -> str:
         order = f"; teardown: {self.teardown}" if self.teardown else ""
@@ -340,6 +341,7 @@ class HeldRequest:
         self.sender = threading.Thread(target=lambda: self.answers.append(through_graph(cluster, pipeline, SCORE,
                                                                                         timeout)))  # fmt: skip
         self.sent = self.vanished = 0.0
+        self.vanished_at = 0.0  # the same moment as ``vanished``, as epoch seconds (the pods' timestamps)
 
     def engine(self, signal: str) -> None:
         pod_host.signal_engine(self.cluster, self.namespace, self.vllm, signal)
@@ -383,11 +385,25 @@ def deleted_mid_request(cluster, pipeline: Pipeline, component: str, deletion: s
         teardown = pod_host.Teardown(pid, pod_host.host_link(pid))
         force = ("--grace-period=0", "--force") if deletion == "force" else ()
         teardown.start()
-        held.vanished = time.monotonic()
+        held.vanished, held.vanished_at = time.monotonic(), time.time()
         cluster.kubectl("delete", "pod", "-n", namespace, victim["metadata"]["name"], "--wait=false", *force)
         vanished = held.answer(teardown)
+        vanished.at = held.vanished_at
         teardown.stop()
     return vanished
+
+
+def replacement_timeline(cluster, namespace: str, since: float) -> dict[str, float]:
+    """Where the critic's replacement vLLM spent the time from its pod's deletion (``since``, epoch seconds) to
+    the flow answering: its pod created, the kubelet finding its image, the download, vLLM started and ready."""
+    timeline = wake.predictor_timeline(cluster, namespace, CRITIC, since)
+    pod = wake.pods(cluster, namespace, CRITIC, "predictor")[0]["metadata"]["name"]
+    events = get_json(cluster, "events", "-n", namespace, "--field-selector", f"involvedObject.name={pod}") or {}
+    for event in events.get("items", []):
+        stamp = event.get("lastTimestamp") or event.get("eventTime")
+        if event.get("reason") == "Pulled" and "kserve-container" in event["involvedObject"].get("fieldPath", ""):
+            timeline["vLLM's image present (the kubelet)"] = wake.kubernetes_time(stamp)
+    return timeline
 
 
 @pytest.mark.parametrize("deletion", DELETIONS)
@@ -402,6 +418,11 @@ def test_a_roles_vllm_deleted_mid_request_is_answered_whole_or_with_an_error_wit
     print(vanished.report(f"critic's vLLM pod deleted ({deletion})"))
     assert_whole_or_an_error(vanished.answer, models, "replacement")
     assert vanished.after <= bound_s("predictor", deletion), vanished
+    # the recovery: from the deletion to the flow answering again, and where the replacement spent it
+    wait_until("the score flow answering again", lambda: scores(cluster, pipeline), timeout=READY_TIMEOUT, interval=5)
+    timeline = {**replacement_timeline(cluster, pipeline.namespace, vanished.at), "the flow answering": time.time()}
+    steps = ", ".join(f"{event} {at - vanished.at:.1f} s" for event, at in sorted(timeline.items(), key=lambda e: e[1]))
+    print(f"the critic's replacement ({deletion}), from the deletion: {steps}")
 
 
 @pytest.mark.parametrize("deletion", DELETIONS)
