@@ -29,6 +29,8 @@ order of its pod's teardown, the recovery) are printed.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 import urllib.request
@@ -423,6 +425,39 @@ def test_a_roles_vllm_deleted_mid_request_is_answered_whole_or_with_an_error_wit
     timeline = {**replacement_timeline(cluster, pipeline.namespace, vanished.at), "the flow answering": time.time()}
     steps = ", ".join(f"{event} {at - vanished.at:.1f} s" for event, at in sorted(timeline.items(), key=lambda e: e[1]))
     print(f"the critic's replacement ({deletion}), from the deletion: {steps}")
+
+
+ENGINE_DEATH_S = SLACK_S  # vLLM's API server answers its dead engine's 500 at once: the gateway's 502, the router's
+
+
+@pytest.mark.parametrize("first", ["engine", "api-server"])
+def test_a_roles_vllm_whose_processes_die_mid_request_in_either_order_is_answered_within_its_bound(
+    cluster, pipeline, models, first
+):
+    """The two orders in which a vLLM pod's processes go, each made to happen rather than left to the kubelet's
+    teardown. Its engine first: the API server answers the dead engine's 500 at once (the critic's gateway's 502,
+    passed on by the router), then exits, and the kubelet restarts its container. Its API server first (the
+    container's first process, killed from the host): the container goes with it, the gateway's connection
+    closes, and the gateway holds the request until the restarted vLLM answers it whole, or its hold ends in
+    503."""
+    namespace = pipeline.namespace
+    with request_held_at_the_critic(cluster, pipeline, HOLD_S + 2 * SLACK_S) as held:
+        api_server = pod_host.container_pid(role_pod(cluster, namespace, CRITIC, "predictor"), "kserve-container")
+        held.vanished, held.vanished_at = time.monotonic(), time.time()
+        if first == "engine":
+            held.engine("KILL")
+        else:
+            os.kill(api_server, signal.SIGKILL)
+        vanished = held.answer()
+    print(vanished.report(f"critic's vLLM, its {first} killed first"))
+    if first == "engine":
+        assert_an_error(vanished.answer)
+        assert vanished.after <= ENGINE_DEATH_S, vanished
+    else:
+        assert_whole_or_an_error(vanished.answer, models, "the restarted vLLM")
+        assert vanished.after <= HOLD_S + SLACK_S, vanished
+    wait_until("the score flow answering again", lambda: scores(cluster, pipeline), timeout=READY_TIMEOUT, interval=5)
+    print(f"the score flow answered again {time.time() - held.vanished_at:.1f} s after the kill (its container anew)")
 
 
 @pytest.mark.parametrize("deletion", DELETIONS)
