@@ -110,6 +110,7 @@ SUITE_FLAGS_network-policy := $(LONG)
 SUITE_NEEDS_pipeline := $(REAL_NODE) vllm-venv
 SUITE_FLAGS_pipeline := $(LONG)
 SUITE_NEEDS_judge := $(REAL_NODE) vllm-venv
+SUITE_ENV_judge := $(NO_KNATIVE)
 SUITE_FLAGS_judge := $(LONG)
 SUITE_NEEDS_knative := $(REAL_NODE) keda-build vllm-venv
 SUITE_ENV_knative := TESTENV_KEDA=1

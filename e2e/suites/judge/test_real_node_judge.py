@@ -39,6 +39,7 @@ from reward_testing.tiny_models import TinyModel, make_tiny_models, tar_model
 from reward_testing.waiting import wait_until
 from testenv import node, served
 from testenv.addons import keda
+from testenv.diagnose import explained
 from testenv.helpers import condition, get_json, predictor_pod
 from testenv.served import rewards, serve
 
@@ -112,7 +113,8 @@ def served_judge(cluster, namespace: str, judge: str) -> str:
         pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)["items"]
         return len(pods) == 1 and all(judge_of(pod) == wanted and ready_pod(pod) for pod in pods)
 
-    wait_until("the gateway rolled to the new judge", rolled, timeout=300, interval=2)
+    with explained(cluster.kubectl, namespace, f"serving.kserve.io/inferenceservice={NAME}"):
+        wait_until("the gateway rolled to the new judge", rolled, timeout=300, interval=2)
     return url
 
 
