@@ -28,6 +28,7 @@ from reward_testing.tiny_models import make_tiny_models, reference_scores, tar_m
 from reward_testing.waiting import wait_until
 from testenv import node, wake
 from testenv.artifacts import heartbeat
+from testenv.diagnose import pods_line
 from testenv.helpers import condition
 from testenv.plane import controlplane
 
@@ -176,7 +177,11 @@ def serve_a_tiny_model(plane: controlplane.ControlPlane) -> bool:
     step("KServe's storage initializer downloads the model; containerd starts vLLM and the gateway")
     started = time.monotonic()
     applied = time.time()
-    with heartbeat(lambda: print(f"  {time.monotonic() - started:.0f}s: {pods_now(plane)}", flush=True)):
+
+    def progress() -> None:
+        print(f"  {time.monotonic() - started:.0f}s: {pods_line(kubectl, CPU_NAMESPACE)}", flush=True)
+
+    with heartbeat(progress):
         served = wait_until(f"RewardModel {TINY} Ready", ready, timeout=900, interval=2)
     print(f"Ready after {time.monotonic() - started:.0f}s")
     try:
@@ -217,19 +222,6 @@ def the_reward_is_transformers(answer: str, model) -> bool:
         return False
     print(f"transformers gives {want['reward']} for the same tokens ({len(want['ids'])} of them): the same number")
     return True
-
-
-def pods_now(plane: controlplane.ControlPlane) -> str:
-    """The demo's pods in one line, each with its phase and what its containers wait on: the wait's progress."""
-    listed = json.loads(plane.kubectl("get", "pods", "-n", CPU_NAMESPACE, "-o", "json", check=False).stdout or "{}")
-    described = []
-    for pod in listed.get("items", []):
-        statuses = pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", [])
-        waiting = {s["name"]: s["state"]["waiting"].get("reason", "") for s in statuses if "waiting" in s["state"]}
-        running = [s["name"] for s in statuses if "running" in s["state"] and not s.get("ready")]
-        detail = ", ".join([*(f"{name} {why}" for name, why in waiting.items()), *(f"{n} starting" for n in running)])
-        described.append(f"{pod['metadata']['name']} {pod['status'].get('phase')}" + (f" ({detail})" if detail else ""))
-    return "; ".join(described) or "no pod yet"
 
 
 if __name__ == "__main__":

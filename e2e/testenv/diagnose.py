@@ -31,15 +31,35 @@ def kubectl_at(binary: Path, env: dict | None) -> Kubectl:
     return kubectl
 
 
-def _container_lines(kubectl: Kubectl, namespace: str, pod: dict) -> list[str]:
+def _statuses(pod: dict) -> list[dict]:
     status = pod.get("status", {})
+    return [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]
+
+
+def _state(status_of: dict) -> tuple[str, str]:
+    """A container's state (``waiting``, ``running``, ``terminated``) and what it says: "" or " (reason, code)"."""
+    (what, detail), *_ = status_of.get("state", {}).items() or [("unknown", {})]
+    said = ", ".join(str(detail[key]) for key in ("reason", "exitCode", "message") if key in detail)
+    return what, f" ({said})" if said else ""
+
+
+def pods_line(kubectl: Kubectl, namespace: str) -> str:
+    """The namespace's pods in one line, each with its phase and its containers that are not ready: a long wait's
+    progress."""
+    listed = kubectl("get", "pods", "-n", namespace, "-o", "json", check=False)
+    described = []
+    for pod in json.loads(listed.stdout or "{}").get("items", []) if listed.returncode == 0 else []:
+        unready = [f"{s['name']} {''.join(_state(s))}" for s in _statuses(pod) if not s.get("ready")]
+        detail = f" ({'; '.join(unready)})" if unready else ""
+        described.append(f"{pod['metadata']['name']} {pod.get('status', {}).get('phase')}{detail}")
+    return ", ".join(described) or "no pod yet"
+
+
+def _container_lines(kubectl: Kubectl, namespace: str, pod: dict) -> list[str]:
     lines = []
-    for status_of in (*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])):
-        name, state = status_of["name"], status_of.get("state", {})
-        (what, detail), *_ = state.items() or [("unknown", {})]
-        said = ", ".join(str(detail[key]) for key in ("reason", "exitCode", "message") if key in detail)
-        restarts = status_of.get("restartCount", 0)
-        said = f" ({said})" if said else ""
+    for status_of in _statuses(pod):
+        name, restarts = status_of["name"], status_of.get("restartCount", 0)
+        what, said = _state(status_of)
         lines.append(f"  {name}: {what}{said}, ready {status_of.get('ready')}, restarts {restarts}")
         if status_of.get("ready") or (what == "waiting" and not restarts):
             continue  # a ready container, or one that never ran, has no log to tell

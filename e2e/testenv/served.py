@@ -165,22 +165,6 @@ def what_runs(cluster, namespace: str) -> str:
     return "\n".join(lines)
 
 
-# Run in the client pod: one POST to the RewardModel's URL, the answer's status and body printed; no answer at all
-# (refused, reset, the client's timeout) is status 0 with the reason, as ``call_all`` answers it.
-CALL = textwrap.dedent(
-    """
-    import json, sys, urllib.error, urllib.request
-    url, body, token, timeout = sys.argv[1], sys.argv[2].encode(), sys.argv[3], float(sys.argv[4])
-    headers = {"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})}
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=timeout) as answer:
-            print(json.dumps({"status": answer.status, "body": json.load(answer)}))
-    except urllib.error.HTTPError as error:
-        print(json.dumps({"status": error.code, "body": error.read().decode()}))
-    except OSError as error:
-        print(json.dumps({"status": 0, "body": f"no answer within {timeout:.0f} s: {error!r}"}))
-    """
-)
 # The gateway holds a request while its predictor is away (at zero, or replaced) this long by default before it
 # answers 503: a probe that waits less would give up on a request the product is still keeping its promise on.
 GATEWAY_HOLD_S = float(Env.SCALE_FROM_ZERO_TIMEOUT_SECONDS.default or 0)
@@ -192,9 +176,8 @@ def call(cluster, namespace: str, url: str, path: str, body: dict, token: str = 
     (``timeout``: seconds the client waits for the answer; status 0 where none came: a readiness probe under
     ``wait_until`` then retries, as for any answer but 200). A probe through a gateway that may be holding the
     request passes ``PROBE_TIMEOUT_S``."""
-    command = ["python", "-c", CALL, url.rstrip("/") + path, json.dumps(body), token, str(timeout)]
-    printed = cluster.kubectl("exec", "-n", namespace, CLIENT, "--", *command)
-    return json.loads(printed.stdout.strip().splitlines()[-1])
+    (answer,) = call_all(cluster, namespace, url, path, [body], token, timeout)
+    return answer
 
 
 def container_logs(cluster, namespace: str, container: str = "kserve-container", tail: int = 30) -> str:
@@ -211,30 +194,34 @@ def container_logs(cluster, namespace: str, container: str = "kserve-container",
 
 
 # Run in the client pod: POSTs one after another to one URL (a trainer's steady traffic), each answer's
-# status and body printed as one JSON list at the end.
+# status and body printed as one JSON list at the end; no answer at all (refused, reset, the client's timeout)
+# is status 0 with the reason.
 CALLS = textwrap.dedent(
     """
     import json, sys, urllib.error, urllib.request
-    url, bodies = sys.argv[1], json.loads(sys.argv[2])
+    url, bodies, token, timeout = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+    headers = {"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})}
     answers = []
     for body in bodies:
-        request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        request = urllib.request.Request(url, json.dumps(body).encode(), headers)
         try:
-            with urllib.request.urlopen(request, timeout=120) as answer:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
                 answers.append({"status": answer.status, "body": json.load(answer)})
         except urllib.error.HTTPError as error:
             answers.append({"status": error.code, "body": error.read().decode()})
         except OSError as error:
-            answers.append({"status": 0, "body": str(error)})
+            answers.append({"status": 0, "body": f"no answer within {timeout:.0f} s: {error!r}"})
     print(json.dumps(answers))
     """
 )
 
 
-def call_all(cluster, namespace: str, url: str, path: str, bodies: list[dict]) -> list[dict]:
+def call_all(
+    cluster, namespace: str, url: str, path: str, bodies: list[dict], token: str = "", timeout: float = 120
+) -> list[dict]:
     """POST each of ``bodies`` in turn from the client pod (one exec for all): each answer's status (0: no
     answer at all) and body, in order."""
-    command = ["python", "-c", CALLS, url.rstrip("/") + path, json.dumps(bodies)]
+    command = ["python", "-c", CALLS, url.rstrip("/") + path, json.dumps(bodies), token, str(timeout)]
     printed = cluster.kubectl("exec", "-n", namespace, CLIENT, "--", *command)
     return json.loads(printed.stdout.strip().splitlines()[-1])
 

@@ -302,6 +302,12 @@ def scores(cluster, pipeline: Pipeline) -> bool:
     return answer["status"] == 200
 
 
+def answering(cluster, pipeline: Pipeline) -> float:
+    """Once the score flow answers 200 again after a pod was taken away: when (epoch seconds)."""
+    wait_until("the score flow answering again", lambda: scores(cluster, pipeline), timeout=READY_TIMEOUT, interval=5)
+    return time.time()
+
+
 def assert_an_error(answer: dict) -> None:
     """A 5xx whose body is an error, with no rewards in it."""
     body = answer["body"] if isinstance(answer["body"], str) else json.dumps(answer["body"])
@@ -324,7 +330,7 @@ class Vanished:
     into: float  # seconds into the request when the pod vanished
     after: float  # seconds from then to the answer
     teardown: pod_host.Teardown | None  # a deletion's order: the process first, or the link
-    at: float = 0.0  # when the pod vanished, epoch seconds (for the pods' own timestamps)
+    at: float  # when the pod vanished, epoch seconds (for the pods' own timestamps)
 
     def report(self, what: str) -> str:
         order = f"; teardown: {self.teardown}" if self.teardown else ""
@@ -345,6 +351,10 @@ class HeldRequest:
         self.sent = self.vanished = 0.0
         self.vanished_at = 0.0  # the same moment as ``vanished``, as epoch seconds (the pods' timestamps)
 
+    def vanish(self) -> None:
+        """Mark now as the moment the test takes the pod (or its process, or its link) away."""
+        self.vanished, self.vanished_at = time.monotonic(), time.time()
+
     def engine(self, signal: str) -> None:
         pod_host.signal_engine(self.cluster, self.namespace, self.vllm, signal)
 
@@ -360,7 +370,7 @@ class HeldRequest:
         self.sender.join(timeout=self.timeout + 30)
         assert self.answers, "no answer through the graph"
         answer, took = self.answers[0]
-        return Vanished(answer, self.vanished - self.sent, self.sent + took - self.vanished, teardown)
+        return Vanished(answer, self.vanished - self.sent, self.sent + took - self.vanished, teardown, self.vanished_at)
 
 
 @contextmanager
@@ -387,10 +397,9 @@ def deleted_mid_request(cluster, pipeline: Pipeline, component: str, deletion: s
         teardown = pod_host.Teardown(pid, pod_host.host_link(pid))
         force = ("--grace-period=0", "--force") if deletion == "force" else ()
         teardown.start()
-        held.vanished, held.vanished_at = time.monotonic(), time.time()
+        held.vanish()
         cluster.kubectl("delete", "pod", "-n", namespace, victim["metadata"]["name"], "--wait=false", *force)
         vanished = held.answer(teardown)
-        vanished.at = held.vanished_at
         teardown.stop()
     return vanished
 
@@ -420,9 +429,10 @@ def test_a_roles_vllm_deleted_mid_request_is_answered_whole_or_with_an_error_wit
     print(vanished.report(f"critic's vLLM pod deleted ({deletion})"))
     assert_whole_or_an_error(vanished.answer, models, "replacement")
     assert vanished.after <= bound_s("predictor", deletion), vanished
-    # the recovery: from the deletion to the flow answering again, and where the replacement spent it
-    wait_until("the score flow answering again", lambda: scores(cluster, pipeline), timeout=READY_TIMEOUT, interval=5)
-    timeline = {**replacement_timeline(cluster, pipeline.namespace, vanished.at), "the flow answering": time.time()}
+    # the recovery: from the deletion to the flow answering again (vLLM's ready line is there by then), and where
+    # the replacement spent it
+    answered_again = answering(cluster, pipeline)
+    timeline = {**replacement_timeline(cluster, pipeline.namespace, vanished.at), "the flow answering": answered_again}
     steps = ", ".join(f"{event} {at - vanished.at:.1f} s" for event, at in sorted(timeline.items(), key=lambda e: e[1]))
     print(f"the critic's replacement ({deletion}), from the deletion: {steps}")
 
@@ -443,7 +453,7 @@ def test_a_roles_vllm_whose_processes_die_mid_request_in_either_order_is_answere
     namespace = pipeline.namespace
     with request_held_at_the_critic(cluster, pipeline, HOLD_S + 2 * SLACK_S) as held:
         api_server = pod_host.container_pid(role_pod(cluster, namespace, CRITIC, "predictor"), "kserve-container")
-        held.vanished, held.vanished_at = time.monotonic(), time.time()
+        held.vanish()
         if first == "engine":
             held.engine("KILL")
         else:
@@ -456,8 +466,7 @@ def test_a_roles_vllm_whose_processes_die_mid_request_in_either_order_is_answere
     else:
         assert_whole_or_an_error(vanished.answer, models, "the restarted vLLM")
         assert vanished.after <= HOLD_S + SLACK_S, vanished
-    wait_until("the score flow answering again", lambda: scores(cluster, pipeline), timeout=READY_TIMEOUT, interval=5)
-    print(f"the score flow answered again {time.time() - held.vanished_at:.1f} s after the kill (its container anew)")
+    print(f"the score flow answered again {answering(cluster, pipeline) - vanished.at:.1f} s after the kill")
 
 
 @pytest.mark.parametrize("deletion", DELETIONS)
@@ -470,9 +479,7 @@ def test_a_roles_gateway_deleted_mid_request_ends_the_flow_with_the_routers_erro
     assert vanished.after <= bound_s("transformer", deletion), vanished
 
     # KServe's Deployment starts another gateway; the flow answers again once it is Ready
-    answered_at = time.monotonic()
-    wait_until("the score flow answering again", lambda: scores(cluster, pipeline), timeout=READY_TIMEOUT, interval=5)
-    print(f"the score flow answered again {vanished.after + time.monotonic() - answered_at:.1f} s after the deletion")
+    print(f"the score flow answered again {answering(cluster, pipeline) - vanished.at:.1f} s after the deletion")
 
 
 def test_a_roles_vllm_cut_off_mid_request_is_noticed_by_its_gateway_and_the_call_sent_again(cluster, pipeline, models):
@@ -483,7 +490,7 @@ def test_a_roles_vllm_cut_off_mid_request_is_noticed_by_its_gateway_and_the_call
     with request_held_at_the_critic(cluster, pipeline, bound_s("predictor", None) + SLACK_S) as held:
         pid = pod_host.container_pid(role_pod(cluster, namespace, CRITIC, "predictor"), "kserve-container")
         with pod_host.cut_link(pod_host.host_link(pid)):
-            held.vanished = time.monotonic()
+            held.vanish()
             wait_until(
                 "the critic's gateway holding the request for its vLLM",
                 lambda: gateway_sample(cluster, namespace, CRITIC, HELD) >= 1,
@@ -507,9 +514,9 @@ def test_a_roles_gateway_cut_off_mid_request_ends_the_flow_with_the_routers_erro
     with request_held_at_the_critic(cluster, pipeline, bound_s("transformer", None) + SLACK_S) as held:
         pid = pod_host.container_pid(role_pod(cluster, namespace, CRITIC, "transformer"), "kserve-container")
         with pod_host.cut_link(pod_host.host_link(pid)):
-            held.vanished = time.monotonic()
+            held.vanish()
             vanished = held.answer()
     print(vanished.report("critic's gateway pod cut off"))
     assert_an_error(vanished.answer)
     assert vanished.after <= bound_s("transformer", None), vanished
-    wait_until("the score flow answering again", lambda: scores(cluster, pipeline), timeout=READY_TIMEOUT, interval=5)
+    answering(cluster, pipeline)
