@@ -26,8 +26,11 @@ from plan import (
     CONCURRENCY,
     FAIR_SHARE_GOAL,
     GROUP,
+    PROMPT_WORDS,
     SCHEDULER_GOALS,
     SCHEDULER_THROUGHPUT_GOALS,
+    SLEEP_ENV,
+    SLEEP_LEVEL,
     TOLERANCES,
     ParityBatch,
     Rendered,
@@ -40,6 +43,7 @@ from plan import (
     render,
     sentence,
     settings,
+    with_sleep_mode,
 )
 from preflight import FAILED_EXIT, GATEWAY_PYTHON_ENV, SOURCE_PATHS, parse, progress
 from transformers import AutoTokenizer, Qwen3ForSequenceClassification
@@ -248,10 +252,21 @@ def _percent(ratio: float | None) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
-def healthy_vllm(stack: ExitStack, rendered: Rendered, model_dir: Path, workdir: Path, chosen: Settings, summary):
+def healthy_vllm(
+    stack: ExitStack,
+    rendered: Rendered,
+    model_dir: Path,
+    workdir: Path,
+    chosen: Settings,
+    summary,
+    name: str = "vllm",
+    extra_env: dict[str, str] | None = None,
+):
     """vLLM with the predictor's rendered command line, once /health answers; its log's tail where not."""
     started = time.monotonic()
-    vllm = stack.enter_context(started_vllm(rendered.isvc, model_dir, workdir / "vllm", device=chosen.device))
+    vllm = stack.enter_context(
+        started_vllm(rendered.isvc, model_dir, workdir / name, extra_env=extra_env, device=chosen.device)
+    )
     progress(f"vLLM starting (log: {vllm.log}): {' '.join(vllm.args[1:])}")
     try:
         wait_healthy(vllm, timeout=chosen.start_timeout_s)
@@ -260,7 +275,7 @@ def healthy_vllm(stack: ExitStack, rendered: Rendered, model_dir: Path, workdir:
         progress(f"vLLM's log, its last lines:\n{tail}")
         last = (tail.splitlines() or ["no output"])[-1][:300]
         raise RuntimeError(f"vLLM did not become healthy ({last}); its log: {vllm.log}") from error
-    summary.add("vLLM start", f"{time.monotonic() - started:.0f} s to /health 200 ({vllm.url})")
+    summary.add(f"{name} start", f"{time.monotonic() - started:.0f} s to /health 200 ({vllm.url})")
     progress(f"vLLM healthy after {time.monotonic() - started:.0f} s")
     return vllm
 
@@ -289,7 +304,8 @@ class Gateways:
 
 def gateways_for(rendered: Rendered, upstream: str, workdir: Path) -> Gateways:
     env, args = rendered_gateway(rendered.isvc)
-    env["PYTHONPATH"] = os.pathsep.join(str(path) for path in SOURCE_PATHS)
+    # the repository's packages, then what the caller's PYTHONPATH adds (packages carried beside a machine's own)
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, SOURCE_PATHS), *filter(None, [os.environ.get("PYTHONPATH")])])
     cpus = sorted(os.sched_getaffinity(0))
     pinned = set(cpus[-rendered.gateway_cpus :]) if len(cpus) > rendered.gateway_cpus else None
     return Gateways(env, args, upstream, workdir, pinned)
@@ -338,6 +354,53 @@ def scheduler_step(stack: ExitStack, gateways: Gateways, forward: str, model_nam
     scheduler_summary(figures, summary)
 
 
+def gpu_memory_used() -> float:
+    """GiB in use on the device, every process's (vLLM's engine is another process)."""
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**30
+
+
+def sleep_step(rendered: Rendered, model_dir: Path, workdir: Path, chosen: Settings, summary, model_name: str):
+    """Step 7: vLLM's sleep mode at level 1 on the served reward model, after the first vLLM has stopped.
+    It compiles from the first one's cache (the same command line but the flag)."""
+    env = {**SLEEP_ENV, "VLLM_CACHE_ROOT": str(workdir / "vllm" / "vllm-cache")}
+    text = query_text("sleep: " + sentence(random.Random(3), PROMPT_WORDS), sentence(random.Random(4), 64))
+    with ExitStack() as stack, httpx.Client(timeout=300) as client:
+        vllm = healthy_vllm(stack, with_sleep_mode(rendered), model_dir, workdir, chosen, summary, "sleep-mode", env)
+        url, body, _ = Vllm(vllm.url, model_name).classify([text])
+
+        def reward() -> tuple[float, float]:
+            asked = time.monotonic()
+            answer = client.post(url, json=body)
+            answer.raise_for_status()
+            return float(answer.json()["data"][0]["probs"][-1]), time.monotonic() - asked
+
+        def call(method: str, path: str) -> float:
+            asked = time.monotonic()
+            client.request(method, vllm.url + path).raise_for_status()
+            return time.monotonic() - asked
+
+        awake_score, awake_call_s = [reward() for _ in range(3)][-1]  # the first ones warm up
+        awake_memory = gpu_memory_used()
+        asleep_s = call("POST", f"/sleep?level={SLEEP_LEVEL}")
+        sleeping = client.get(vllm.url + "/is_sleeping").json().get("is_sleeping")
+        asleep_memory = gpu_memory_used()
+        woken = time.monotonic()
+        wake_s = call("POST", "/wake_up")
+        woken_score, woken_call_s = reward()
+        first_s = time.monotonic() - woken
+        woken_memory = gpu_memory_used()
+    same = "the same reward" if woken_score == awake_score else f"|diff| {abs(woken_score - awake_score):.3g}"
+    line = (
+        f"/sleep?level={SLEEP_LEVEL} {asleep_s:.2f} s (is_sleeping {sleeping}); GPU memory in use {awake_memory:.1f} "
+        f"GiB awake, {asleep_memory:.1f} asleep ({awake_memory - asleep_memory:.1f} freed), {woken_memory:.1f} woken; "
+        f"/wake_up {wake_s:.2f} s; first reward {first_s:.2f} s after the wake began (that call "
+        f"{woken_call_s * 1000:.0f} ms, awake {awake_call_s * 1000:.0f} ms), {same} as before the sleep"
+    )
+    progress(f"sleep mode: {line}")
+    summary.add("sleep mode", line, "figures")
+
+
 def run_check(arguments: argparse.Namespace) -> int:
     chosen = settings(arguments)
     summary = Summary()
@@ -377,6 +440,10 @@ def run_check(arguments: argparse.Namespace) -> int:
             template = _template_renderer(model_dir, prompt_response)
             forwarding_bench(Vllm(vllm.url, model_name), forward, chosen, template, summary)
             scheduler_step(stack, gateways, forward, model_name, chosen, summary)
+        if chosen.device == "cuda" and not arguments.no_sleep_mode:
+            sleep_step(rendered, model_dir, workdir, chosen, summary, model_name)
+        else:
+            progress("sleep mode: skipped (a GPU only; --no-sleep-mode skips it there)")
     except Exception as error:  # a step that broke: say which, keep the folder with the logs
         failed = True
         arguments.keep = True

@@ -82,6 +82,14 @@ SCHEDULER_GOALS = (
 )
 
 
+# Step 7, on a GPU only: vLLM's sleep mode at level 1 on the served reward model (the weights offloaded to
+# host memory, the KV cache dropped), the figure a sleep tier between training bursts would stand on.
+# The same rendered command line plus the flag; /sleep and /wake_up are endpoints of vLLM's dev mode.
+SLEEP_ARGS = ["--enable-sleep-mode"]
+SLEEP_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+SLEEP_LEVEL = 1
+
+
 @dataclass
 class Summary:
     rows: list[tuple[str, str, str]] = field(default_factory=list)
@@ -154,6 +162,13 @@ class Rendered:
         limits = self.isvc["spec"]["transformer"]["containers"][0].get("resources", {}).get("limits", {})
         cpu = str(limits.get("cpu", "1"))
         return max(1, int(float(cpu[:-1]) / 1000) if cpu.endswith("m") else int(float(cpu)))
+
+
+def with_sleep_mode(rendered: Rendered) -> Rendered:
+    """The same InferenceService with vLLM's sleep mode enabled (step 7), the rendered one left as it is."""
+    isvc = json.loads(json.dumps(rendered.isvc))
+    isvc["spec"]["predictor"]["model"]["args"] = [*rendered.predictor["args"], *SLEEP_ARGS]
+    return Rendered(isvc, rendered.template_file)
 
 
 def render(gpus: int, dtype: str, workdir: Path) -> Rendered:

@@ -26,7 +26,11 @@ a CUDA build of the pinned vLLM already importable in ``VLLM_PYTHON`` (else the 
    (straight, forward, coalesce, with vLLM's prefix-cache hit ratios), TRL's groups of 8, and a light
    client beside a flood through each (its p99 against its p99 alone).
 
-Steps 5 and 6 print figures and ratios, never asserted: SCHEDULER_GOALS says what they are for.
+7. on a GPU (``--no-sleep-mode`` skips it): vLLM again with the same command line and its sleep mode
+   enabled, one reward, ``/sleep?level=1``, ``/wake_up``: the GPU memory asleep and awake, each call's
+   time, the time to the first reward after the wake and whether that reward is the one before the sleep.
+
+Steps 5 to 7 print figures and ratios, never asserted: SCHEDULER_GOALS says what 6 is for.
 
 Where something is missing (no CUDA device, no vLLM, another release, the gateway's dependencies) it
 stops within seconds with one line naming it, exit status 2. Parity failing: exit status 1.
@@ -219,6 +223,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (model, logs)")
     parser.add_argument(
         "--cpu-rehearsal", action="store_true", help="run every step on vLLM's CPU build with a small model"
+    )
+    parser.add_argument(
+        "--no-sleep-mode", action="store_true", help="skip step 7, vLLM's sleep mode (a GPU only; about a minute)"
     )
     return parser.parse_args(argv)
 

@@ -186,6 +186,16 @@ def test_vllm_runs_the_gpu_predictors_rendered_command_line_unchanged(tmp_path, 
     assert rendered.gateway_cpus == 1
 
 
+def test_the_sleep_mode_step_serves_the_same_command_line_plus_the_flag(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_PYTHON", sys.executable)
+    rendered = plan.render(1, "bfloat16", tmp_path)
+    plain = predictor_command(rendered.isvc, Path("/models/m"), 8080)
+    sleepy = predictor_command(plan.with_sleep_mode(rendered).isvc, Path("/models/m"), 8080)
+    assert sleepy == [*plain, "--enable-sleep-mode"]
+    assert "--enable-sleep-mode" not in rendered.predictor["args"]  # the measured rendering is left as it is
+    assert plan.SLEEP_ENV == {"VLLM_SERVER_DEV_MODE": "1"}  # /sleep and /wake_up are dev-mode endpoints
+
+
 def test_the_parity_batch_is_what_trainers_send():
     batch = plan.parity_batch()
     assert len(batch.items) == 2 + 2 * plan.GROUP and len(batch.queries) == 8
@@ -264,6 +274,7 @@ def test_a_cpu_rehearsal_runs_every_step_end_to_end():
     assert "light client's p99 vs alone (" in summary and "(goal: on <= 2x)" in summary
     assert "requests failed" not in summary
     assert plan.SCHEDULER_GOALS in output and "not built yet" not in output
+    assert "sleep mode: skipped (a GPU only" in output
 
 
 def _imports(path: Path) -> tuple[set[str], list[str]]:
