@@ -144,7 +144,7 @@ class FakeVllm:
     """
 
     # What ``misbehaviour`` may be set to, for tests of the gateway's failure answers.
-    MISBEHAVIOURS = ("429", "cut", "duplicate_index", "index_out_of_range", "oversized", "hang")
+    MISBEHAVIOURS = ("429", "cut", "duplicate_index", "index_out_of_range", "oversized", "hang", "empty_404")
 
     def __init__(self, delay_s: float = 0.0, engine: EngineSteps | None = None):
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -155,6 +155,7 @@ class FakeVllm:
         # "oversized": a valid answer padded far past what its request could need.
         # "hang": no answer until the caller gives up and closes the connection
         # (counted in ``abandoned``): a model too slow for a shadow call's wait.
+        # "empty_404": a 404 with an empty body (what answered is not vLLM's API, or not yet).
         self.misbehaviour: str | None = None
         # A process model's step rows as vLLM answers them under a wrong setting: None, the
         # [p_negative, p_positive] pair; "one_label": [sigmoid(logit)] (returnedTokenIds of one id);
@@ -202,7 +203,7 @@ class FakeVllm:
             status, answer = 200, self._tokenize(json.loads(await _read(receive)))
         else:
             status, answer = 404, {"error": {"message": f"no route {path}", "code": 404}}
-        payload = json.dumps(answer).encode()
+        payload = b"" if answer is None else json.dumps(answer).encode()
         cuttable = path in self.scorers or path in ("/v1/completions", "/v1/chat/completions")
         length = len(payload) + (100 if self.misbehaviour == "cut" and cuttable else 0)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(length).encode())]
@@ -210,7 +211,7 @@ class FakeVllm:
         # Cut: uvicorn closes a connection whose app returned before its answer's length was sent.
         await send({"type": "http.response.body", "body": payload})
 
-    async def _refusal(self, path, body, texts, receive) -> tuple[int, dict[str, Any]] | None:
+    async def _refusal(self, path, body, texts, receive) -> tuple[int, dict[str, Any] | None] | None:
         """The call recorded; the answer of a fake that misbehaves, is loading, or gets texts too long."""
         self.calls.append((path, body))
         if self.misbehaviour == "hang":
@@ -222,6 +223,8 @@ class FakeVllm:
             return 503, {"error": {"message": "loading", "code": 503}}
         if self.misbehaviour == "429":
             return 429, {"error": {"message": "the engine's queue is full", "code": 429}}
+        if self.misbehaviour == "empty_404":
+            return 404, None
         if body.get("truncate_prompt_tokens") is None:
             for text in texts:
                 if len(text) > self.max_chars:

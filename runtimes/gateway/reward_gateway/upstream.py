@@ -223,7 +223,9 @@ class VllmClient:
         if status >= 400:
             # vLLM's 4xx are about the input (over-long prompts most often), so
             # they go back to the client as its own fault, with vLLM's message.
-            raise self._failed(UpstreamError("status_4xx", 400, f"vLLM rejected the input: {_message(payload)}"))
+            # the status and "an empty body" say what answered where vLLM's message is empty
+            message = f"vLLM rejected the input ({status}): {_message(payload) or 'an empty body'}"
+            raise self._failed(UpstreamError("status_4xx", 400, message))
         try:
             return orjson.loads(payload)
         except orjson.JSONDecodeError:

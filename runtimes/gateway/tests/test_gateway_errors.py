@@ -203,3 +203,11 @@ def test_a_vllm_error_without_a_message_is_named_by_its_type_and_code():
         "no message; BadRequestError 400"
     )
     assert _message(b'{"error": {"message": "too long", "code": 400}}') == "too long"
+
+
+def test_a_4xx_with_an_empty_body_names_its_status_and_the_empty_body(start_gateway, backend):
+    # seen once at a wake from zero: a 4xx with an empty body reached the client as "rejected the input: "
+    backend.misbehaviour = "empty_404"
+    answer = start_gateway().post("/get_reward", json={"query": ["a"]})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == "vLLM rejected the input (404): an empty body"
