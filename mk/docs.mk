@@ -2,7 +2,7 @@
 # API reference generated from the CRDs. The site's pages are docs/, plus the README,
 # ARCHITECTURE.md and the component READMEs as they are (docs/_hooks/repo_pages.py).
 # `make test`, and so CI, builds the site first.
-.PHONY: docs api-reference
+.PHONY: docs api-reference suites-list
 
 ##@ The documentation
 
@@ -12,3 +12,6 @@ docs: venv ## the site into site/, strictly: a broken link, a page off the nav f
 
 api-reference: venv ## regenerate docs/reference/ from the CRDs (a unit test fails on drift)
 	$(PY) -m reward_operator.api.reference docs/reference
+
+suites-list: ## regenerate docs/test-bed.md's list of suites from their READMEs and the Makefile (a test fails on drift)
+	$(PYTHON) e2e/suites/catalogue.py docs/test-bed.md
