@@ -10,9 +10,8 @@ add_generation_prompt=True)`` gives). One call per item, at temperature 0:
 - label probabilities: one generated token, with ``logprob_token_ids`` the labels' token ids, so vLLM
   answers their log-probabilities over the whole vocabulary at the verdict position (one forward pass;
   reward_gateway.verdict renormalises them over the labels). The ids come from vLLM's ``/tokenize`` of
-  each label without special tokens: a label that is not exactly one token of the judge's tokenizer (or
-  two labels that are the same token) would be silently split or merged, so the gateway refuses to run
-  with it, naming the label. It checks as soon as vLLM answers after start (without waking a predictor
+  each label without special tokens, where the label rule (docs/judges.md#the-label-rule) is checked: a
+  label that breaks it would be silently split or merged. It checks as soon as vLLM answers after start (without waking a predictor
   at zero; before it listens, where vLLM is up already, as for a restarted gateway), and before the first
   verdict in any case; a refusal ends the process with the message, which Kubernetes keeps as the
   container's termination message (the RewardModel's Ready says it: CrashLoopBackOff, the message's tail).

@@ -9,9 +9,9 @@ field names), so the schema's description of each field is also the gateway's:
   model's own chat template to them, once (reward_gateway.judge).
 - the verdict, one of:
   - ``labels`` (``[{"token": "Yes", "value": 1}, ...]``): the judge's next-token probabilities of the
-    labels after the prompt, renormalised over the labels; the reward is the value they expect. Each
-    label must be one token of the judge's tokenizer, which only vLLM knows: checked at start
-    (reward_gateway.judge, a refusal names the label);
+    labels after the prompt, renormalised over the labels; the reward is the value they expect. The
+    label rule (docs/judges.md#the-label-rule) needs the judge's tokenizer, which only vLLM knows, so
+    reward_gateway.judge checks it at start;
   - ``structured``: generation at temperature 0 under vLLM's structured output, either ``jsonSchema``
     with the ``field`` read as the score, or ``choices`` (``[{"text", "value"}]``), within
     ``minimum``/``maximum`` where set, in at most ``maxTokens`` tokens.

@@ -55,9 +55,9 @@ def judge_fields(prefix: str) -> dict[str, Schema]:
         "labels": array(
             "Label probabilities: the judge's next-token probabilities of these labels after the prompt, "
             "renormalised over them; the reward is the value they expect, sum(value * p) / sum(p), from one "
-            "forward pass. Each label must be exactly one token of the judge's tokenizer (as the judge writes it "
-            "first, with no space before it): the gateway checks at start and refuses to serve a label the "
-            "tokenizer splits, naming it. E.g. [{token: 'Yes', value: 1}, {token: 'No', value: 0}], or '1'..'9'.",
+            "forward pass. Each label must be one token of the judge's tokenizer, which the gateway checks at "
+            "start (docs/judges.md, 'The label rule'). E.g. [{token: 'Yes', value: 1}, {token: 'No', value: 0}], "
+            "or '1'..'9'.",
             _labelled("token", "A label, one token of the judge's tokenizer", "The reward this label stands for."),
             minItems=2,
             maxItems=MAX_LABELS,
