@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,7 @@ def _field(field: Schema, required: bool) -> list[str]:
         facts.append("each value: " + ", ".join(_bounds(values)))
     lines = [" · ".join(facts), ""]
     if field.get("description"):
-        lines += [_text(field["description"]), ""]
+        lines += [_paragraph(field["description"]), ""]
     lines += _rules(field, "")
     if items:
         lines += _rules(items, "each item")
@@ -199,6 +200,22 @@ def _code_list(values: list[str]) -> str:
 def _text(text: str) -> str:
     """One paragraph of schema prose as Markdown: '<' would open an HTML tag, '*' an emphasis."""
     return " ".join(text.split()).replace("<", "&lt;").replace("*", "\\*")
+
+
+# Where a wrapped line would begin a Markdown block (a list item, a heading, a quote, a heading's underline), it
+# stays on the line before
+_BLOCK_START = re.compile(r"^([-+*>#]|\d+[.)])(\s|$)|^[-=]+\s*$")
+
+
+def _paragraph(text: str, width: int = 110) -> str:
+    """:func:`_text` wrapped at ``width``: a long description reads as lines in the page's source too."""
+    wrapped: list[str] = []
+    for line in textwrap.wrap(_text(text), width=width, break_long_words=False, break_on_hyphens=False):
+        if wrapped and _BLOCK_START.match(line):
+            wrapped[-1] += " " + line
+        else:
+            wrapped.append(line)
+    return "\n".join(wrapped)
 
 
 def _cell(text: str) -> str:
