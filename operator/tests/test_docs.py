@@ -113,3 +113,26 @@ def test_the_sites_links_follow_the_repositorys():
     )
     fenced = "```\n[not a link](docs/trainers.md)\n```"
     assert hook.rewrite_links(fenced, "index.md") == fenced
+
+
+# The prose a reader scrolls through: the guides, the repository's READMEs, ARCHITECTURE.md
+PROSE = [*GUIDES, REPO / "ARCHITECTURE.md", *sorted(REPO.glob("*/**/README.md"))]
+LONGEST = 400  # characters in a line of prose or a table's cell: past it, a page reads as a wall
+
+
+def _too_long(page: Path) -> list[str]:
+    found, fenced = [], False
+    for number, line in enumerate(page.read_text().split("\n"), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if fenced:
+            continue
+        pieces = re.split(r"(?<!\\)\|", line) if line.lstrip().startswith("|") else [line]
+        found += [f"{page.relative_to(REPO)}:{number} ({len(p.strip())})" for p in pieces if len(p.strip()) > LONGEST]
+    return found
+
+
+def test_no_line_of_prose_or_table_cell_is_over_400_characters():
+    pages = [page for page in PROSE if ".venv" not in page.parts and "site" not in page.parts[:1]]
+    too_long = [place for page in pages for place in _too_long(page)]
+    assert not too_long, f"over {LONGEST} characters (wrap the line, or move the detail out of the cell): {too_long}"

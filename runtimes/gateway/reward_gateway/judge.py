@@ -11,10 +11,11 @@ add_generation_prompt=True)`` gives). One call per item, at temperature 0:
   answers their log-probabilities over the whole vocabulary at the verdict position (one forward pass;
   reward_gateway.verdict renormalises them over the labels). The ids come from vLLM's ``/tokenize`` of
   each label without special tokens, where the label rule (docs/judges.md#the-label-rule) is checked: a
-  label that breaks it would be silently split or merged. It checks as soon as vLLM answers after start (without waking a predictor
-  at zero; before it listens, where vLLM is up already, as for a restarted gateway), and before the first
-  verdict in any case; a refusal ends the process with the message, which Kubernetes keeps as the
-  container's termination message (the RewardModel's Ready says it: CrashLoopBackOff, the message's tail).
+  label that breaks it would be silently split or merged. It checks as soon as vLLM answers after start
+  (without waking a predictor at zero; before it listens, where vLLM is up already, as for a restarted
+  gateway), and before the first verdict in any case; a refusal ends the process with the message, which
+  Kubernetes keeps as the container's termination message (the RewardModel's Ready says it:
+  CrashLoopBackOff, the message's tail).
 - a structured verdict: up to ``maxTokens`` tokens under vLLM's structured output (the JSON schema, or
   the choices), read by reward_gateway.verdict.
 

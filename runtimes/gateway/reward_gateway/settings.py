@@ -144,10 +144,8 @@ class Env:
         integer(minimum=0),
         None,
         "`token` models only: the id of the reward token the model's own scorer appends after the templated "
-        "conversation and reads the score at (InternLM2-Reward's `get_score`, its `config.json` `reward_token_id`). "
-        "Each item is tokenized by vLLM's `/tokenize` (the text as given or the gateway's rendering, or `messages` "
-        "with vLLM's template, no generation prompt, no added special tokens), the id appended unless the ids "
-        "already end with it, and `/pooling` is sent those ids (see [Reward tokens](#reward-tokens)). Unset: texts "
+        "conversation and reads the score at (InternLM2-Reward's `config.json` `reward_token_id`): each item's ids "
+        "from vLLM's `/tokenize` end in it, and go to `/pooling` ([Reward tokens](#reward-tokens)). Unset: texts "
         "or `messages` go as they are (Qwen2.5-Math-RM's scorer appends nothing)",
         REWARD_MODEL,
     )
@@ -212,13 +210,10 @@ class Env:
     DRAIN_SECONDS = Setting(
         seconds(allow_zero=True),
         "5",
-        "after SIGTERM (a pod's end), how long the gateway goes on answering, each answer with `Connection: close`, "
-        "before its graceful shutdown: the Service's endpoints drop a terminating pod a moment after the kubelet "
-        "signals it, and requests sent meanwhile would otherwise get no answer; `0` stops at once, as Ctrl-C "
-        "(SIGINT) always does. From SIGTERM on, the gateway holds no request for a predictor that is not up: those "
-        "it holds, and those that would wait, are answered 503 with `Retry-After: 1` at once, so their clients "
-        "retry on a pod that stays (a cold start outlasts the graceful shutdown, which would cut them without an "
-        "answer)",
+        "after SIGTERM (a pod's end), how long the gateway goes on answering, with `Connection: close`, before "
+        "its graceful shutdown: the Service drops a terminating pod a moment after the kubelet signals it. `0` "
+        "stops at once, as SIGINT does. Held requests, and those that would wait, get 503 + `Retry-After: 1` at "
+        "once, so their clients retry on a pod that stays",
     )
     MAX_HELD_REQUESTS = Setting(
         integer(minimum=1),
@@ -356,11 +351,10 @@ class Env:
     MODEL_GENERATION_FILE = Setting(
         path(),
         None,
-        "the generation followed from this file instead of `_MODEL_GENERATION` (set one of the two): read at start "
-        "and about every second, a new one taken up without a restart (`reward_gateway.generation`); empty: "
-        "unknown (null); bad content or a missing file keeps the last good one with one warning. The operator "
-        "mounts the RewardModel's `<name>-identity` ConfigMap here, so a spec edit that changes no pod rolls no "
-        "gateway. A candidate without `_CANARY_MODEL_GENERATION` follows it too",
+        "the generation followed from this file instead of `_MODEL_GENERATION` (set one of the two), about every "
+        "second without a restart (`reward_gateway.generation`); empty: null; bad content or no file keeps the "
+        "last good one, with one warning. The operator mounts the `<name>-identity` ConfigMap here "
+        "([Identity](#identity)). A candidate without `_CANARY_MODEL_GENERATION` follows it too",
     )
     CANARY_URL = Setting(
         url(),
@@ -401,11 +395,10 @@ class Env:
     CANARY_PERCENT_FILE = Setting(
         path(),
         None,
-        "a file holding the share instead (what the operator renders: its rollout ConfigMap `<name>-rollout`, key "
-        "`percent`, mounted at `/etc/reward-rollout`): read at start and about every second after, a new share "
-        "taken up without a restart (the figures keep counting). Content that is not an integer 0..100 (or "
-        "non-zero with `shadow`), or a file that cannot be read, keeps the last good share (0 at start) with one "
-        "warning per bad content, never a stop",
+        "a file holding the share instead (the operator's `<name>-rollout` ConfigMap, key `percent`, at "
+        "`/etc/reward-rollout`), read about every second, a new share taken up without a restart. Content that is "
+        "not an integer 0..100 (or non-zero with `shadow`), or no file, keeps the last good share (0 at start) with "
+        "one warning, never a stop",
         REWARD_MODEL,
     )
     CANARY_STICKY = Setting(
