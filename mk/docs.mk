@@ -14,4 +14,4 @@ api-reference: venv ## regenerate docs/reference/ from the CRDs (a unit test fai
 	$(PY) -m reward_operator.api.reference docs/reference
 
 suites-list: ## regenerate docs/test-bed.md's list of suites from their READMEs and the Makefile (a test fails on drift)
-	$(PYTHON) e2e/suites/catalogue.py docs/test-bed.md
+	$(PYTHON) -m reward_testing.suites_catalogue docs/test-bed.md

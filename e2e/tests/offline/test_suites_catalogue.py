@@ -1,9 +1,10 @@
-"""docs/test-bed.md's list of suites is made from the suites' READMEs and the Makefile (e2e/suites/catalogue.py)."""
+"""docs/test-bed.md's list of suites, made from their READMEs and the Makefile (reward_testing.suites_catalogue)."""
 
 from __future__ import annotations
 
 import pytest
-from suites import catalogue
+
+from reward_testing import suites_catalogue as catalogue
 
 
 def test_the_pages_list_is_the_one_the_suites_make():
@@ -27,7 +28,7 @@ def test_a_suite_added_appears_and_one_without_its_heading_is_named(tmp_path, mo
     (tmp_path / "fresh" / "README.md").write_text("# fresh: a suite added today\n")
     monkeypatch.setattr(catalogue, "SUITES", tmp_path)
     section = catalogue.section()
-    assert "- [fresh](../e2e/suites/fresh/README.md) (`make suite-fresh`): a suite added today" in section
+    assert "- [fresh](" in section and "(`make suite-fresh`): a suite added today" in section
     assert "(`make wake-real`): a RewardModel woken from zero" in section
     (tmp_path / "fresh" / "README.md").write_text("Fresh suite\n")
     with pytest.raises(ValueError, match="must open with '# <suite>: <what it shows>'"):
