@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import pytest
 
 from reward_gateway.http_pool import DEAD_PEER_S
+from reward_operator.render.predictor import PREDICTOR_GRACE_SECONDS
 from reward_testing.pipeline_cases import PROMPTS, RESPONSES, expected_rows, largest_diff, pipeline_models
 from reward_testing.prometheus_text import sample_sum
 from reward_testing.scoring_cases import assert_close
@@ -258,13 +259,16 @@ def test_best_of_n_picks_the_candidate_with_the_highest_combined_reward(cluster,
 # still there resets or closes the connection: noticed at once. A pod whose network goes first, or is cut off,
 # sends nothing more, and only TCP keep-alive ends the wait: the role's gateway's on its calls to vLLM
 # (DEAD_PEER_S, 20 s) and KServe's router's on its calls to a gateway (Go's dialer: 30 s idle, then 9 probes
-# 15 s apart). A deletion first waits out the pod's grace: the kubelet's least (2 s) forced, Kubernetes' default
-# (30 s) plain. A call whose vLLM went away is held for the replacement KServe starts (the gateway's
-# scale-from-zero wait, 150 s from the call's start), which answers it whole, or ends with 503.
+# 15 s apart). A deletion first waits out the pod's grace: the kubelet's least (2 s) forced; plain, the operator's
+# for a predictor (PREDICTOR_GRACE_SECONDS, 10 s), Kubernetes' default (30 s) for a gateway. A call whose vLLM
+# went away is held for the replacement KServe starts (the gateway's scale-from-zero wait, 150 s from the call's
+# start), which answers it whole, or ends with 503.
 
 CRITIC = f"{NAME}-critic"
 SCORE = {"prompts": PROMPTS, "responses": RESPONSES}
-GRACE_S = {"force": 2, "plain": 30}  # the kubelet's least; KServe's pods keep Kubernetes' default
+FORCED_GRACE_S = 2  # the kubelet's least
+# plain: the operator's for a predictor; a gateway's pod keeps Kubernetes' default
+PLAIN_GRACE_S = {"predictor": PREDICTOR_GRACE_SECONDS, "transformer": 30}
 ROUTER_DEAD_PEER_S = 30 + 9 * 15  # KServe v0.20's router: http.DefaultTransport's dialer, Go's probe defaults
 HOLD_S = served.GATEWAY_HOLD_S  # a role's gateway: REWARD_GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS' default
 SLACK_S = 20  # kubectl and the client pod's exec, the kubelet's sync, the replacement's answer
@@ -275,7 +279,7 @@ DELETIONS = ("force", "plain")
 def bound_s(component: str, deletion: str | None) -> float:
     """The longest a request may wait after the role's ``component`` pod is deleted (``deletion``) or its link
     cut (None)."""
-    grace = GRACE_S[deletion] if deletion else 0
+    grace = (FORCED_GRACE_S if deletion == "force" else PLAIN_GRACE_S[component]) if deletion else 0
     if component == "transformer":
         return grace + ROUTER_DEAD_PEER_S + SLACK_S
     return grace + DEAD_PEER_S + HOLD_S + SLACK_S

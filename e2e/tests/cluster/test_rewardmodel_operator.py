@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 import yaml
 
+from reward_operator.render.predictor import PREDICTOR_GRACE_SECONDS
 from reward_testing.paths import REPO
 from reward_testing.waiting import wait_until
 from testenv.helpers import ISVC_LABEL, condition, get_json, wait_for_ready
@@ -180,6 +181,8 @@ def test_spec_change_rolls_the_predictor(cluster, namespace, operator):
     wait_for_ready(cluster, namespace, "skywork-rm")
     before = get_json(cluster, "deployment", "skywork-rm-predictor", "-n", namespace)
     assert before["spec"]["strategy"]["type"] == "Recreate"
+    # the operator's grace reaches the pods through KServe (a predictor pod deleted mid-call stays that long)
+    assert before["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == PREDICTOR_GRACE_SECONDS
     merge_patch(cluster, namespace, "rewardmodel", {"spec": {"model": {"maxModelLen": 8192}}})
 
     def rolled():
