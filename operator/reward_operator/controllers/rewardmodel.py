@@ -11,7 +11,7 @@
    with the decided share, and the sets of children it owns; the canary's candidate is
    rendered once before the decision, which reads its identity;
 4. **apply** (:func:`apply_children`): one pass over the children in order, then the
-   pruning of what is owned and no longer rendered (controllers/prune.py);
+   pruning of what is owned and no longer rendered (:func:`.apply.prune`);
 5. **report** (:func:`report`): one :class:`Outcome` (Ready, the status fields, the
    conditions and events, the versions of the InferenceServices it decided from), which
    the runner writes; the predictor's replicas and its pods are read here, only once

@@ -4,7 +4,7 @@ deletes what it owns and no longer renders (kubectl's ApplySet idea: prune = own
 Each builder of a child that comes and goes with the spec declares an :class:`Owned` set beside
 the child (render/networkpolicy.py, render/scaler.py, render/canary.py, render/model_identity.py,
 render/rlhfpipeline.py); the controller lists each set once and deletes the objects of it that the
-render did not return (controllers/prune.py). A child no builder declares a set for (a chat
+render did not return (controllers/apply.py, `prune`). A child no builder declares a set for (a chat
 template's ConfigMap, the InferenceGraph) lives as long as its owner, or until the garbage
 collector removes it with the owner.
 """
