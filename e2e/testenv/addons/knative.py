@@ -42,7 +42,7 @@ from reward_testing import versions
 
 from .. import builds, images
 from ..node.facts import namespace_for_real_node
-from ..plane.addon import AddOn, Leftovers, Plane, log, wait_by
+from ..plane.addon import AddOn, Leftovers, Plane, kubectl_wait, log, wait_by
 
 SERVING_MODULE = "knative.dev/serving"
 KOURIER_MODULE = "knative.dev/net-kourier"
@@ -286,9 +286,7 @@ class Knative(AddOn):
         """Each Deployment Available (Envoy's pod is Ready once Kourier's controller has configured it), then
         Knative's webhook defaulting a dry-run Knative Service through the API server."""
         for namespace, names in DEPLOYMENTS.items():
-            remaining = max(5, int(deadline - time.monotonic()))
-            plane.kubectl("wait", "--for=condition=Available", f"--timeout={remaining}s", "-n", namespace,
-                          *[f"deployment/{name}" for name in names])  # fmt: skip
+            kubectl_wait(plane, deadline, "condition=Available", "-n", namespace, *[f"deployment/{n}" for n in names])
         log(f"Knative's and Kourier's pods ready {time.monotonic() - self.started:.1f}s after the start")
         probe = json.dumps(probe_service())
 

@@ -12,7 +12,7 @@ from reward_testing import pki
 from reward_testing.ports import free_port
 
 from .. import images
-from ..plane.addon import AddOn, Leftovers, Plane, log, wait_by
+from ..plane.addon import AddOn, Leftovers, Plane, kubectl_wait, log, wait_by
 from .configs import (
     CONTAINERD,
     COREDNS,
@@ -101,8 +101,7 @@ class RealNode(AddOn):
         storage.mkdir(parents=True, exist_ok=True)
         ports[STORAGE] = free_port()
         plane.spawn(STORAGE, storage_command(sys.executable, storage, self.address, ports[STORAGE]))
-        remaining = max(5, int(deadline - time.monotonic()))
-        plane.kubectl("wait", "--for=condition=Ready", f"--timeout={remaining}s", f"node/{NAME}")
+        kubectl_wait(plane, deadline, "condition=Ready", f"node/{NAME}")
         log(f"real node Ready {time.monotonic() - started:.1f}s after its start")
 
     @staticmethod

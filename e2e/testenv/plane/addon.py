@@ -33,9 +33,20 @@ def log(message: str) -> None:
     print(f"[testenv] {message}", file=sys.stderr, flush=True)
 
 
+def left_before(deadline: float) -> float:
+    """What is left before ``deadline``, 5 s at least: a late step still gets a try."""
+    return max(5.0, deadline - time.monotonic())
+
+
 def wait_by(deadline: float, what: str, predicate: Callable[[], Any], interval: float = 0.2) -> Any:
-    """``wait_until`` with what is left before ``deadline`` (5 s at least: a late step still gets a try)."""
-    return wait_until(what, predicate, timeout=max(5.0, deadline - time.monotonic()), interval=interval)
+    """``wait_until`` with what is left before ``deadline``."""
+    return wait_until(what, predicate, timeout=left_before(deadline), interval=interval)
+
+
+def kubectl_wait(plane: Plane, deadline: float, condition: str, *objects: str, check: bool = True):
+    """``kubectl wait --for=<condition>`` on ``objects`` (names and flags) with what is left before ``deadline``."""
+    timeout = f"--timeout={int(left_before(deadline))}s"
+    return plane.kubectl("wait", f"--for={condition}", timeout, *objects, check=check)
 
 
 @dataclass(frozen=True)

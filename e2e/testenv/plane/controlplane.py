@@ -33,7 +33,7 @@ from ..addons import kserve
 from ..helpers import condition
 from ..node import RealNode
 from . import core, processes
-from .addon import AddOn, log
+from .addon import AddOn, kubectl_wait, log
 from .kubectl import kubeconfig, run_kubectl
 from .state import REPO_ROOT, State, default_state_dir
 
@@ -287,13 +287,10 @@ class ControlPlane:
         log("registering fake GPU nodes (kwok)")
         self.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", str(core.FAKE_NODES))
         names = [node["metadata"]["name"] for node in self.fake_nodes()]
-        remaining = max(5, int(deadline - time.monotonic()))
-        self.kubectl("wait", "--for=condition=Ready", f"--timeout={remaining}s", *[f"node/{n}" for n in names])
+        kubectl_wait(self, deadline, "condition=Ready", *[f"node/{n}" for n in names])
         # The ServiceAccount admission plugin rejects pods until the controller
         # manager has made the namespace's default ServiceAccount.
-        remaining = max(5, int(deadline - time.monotonic()))
-        account = ["serviceaccount/default", "-n", "default"]
-        made = self.kubectl("wait", "--for=create", f"--timeout={remaining}s", *account, check=False)
+        made = kubectl_wait(self, deadline, "create", "serviceaccount/default", "-n", "default", check=False)
         if made.returncode != 0:
             raise TimeoutError("the default ServiceAccount never appeared: is kube-controller-manager running?")
 
