@@ -68,8 +68,8 @@ def targets() -> dict[str, tuple[str, str]]:
     return found
 
 
-def suites() -> list[Suite]:
-    rules = targets()
+def suites(rules: dict[str, tuple[str, str]] | None = None) -> list[Suite]:
+    rules = targets() if rules is None else rules
     listed = []
     for folder in sorted(path for path in SUITES.iterdir() if (path / "README.md").exists()):
         name, shows = heading(folder / "README.md")
@@ -81,16 +81,18 @@ def suites() -> list[Suite]:
     return listed
 
 
-def in_make_test() -> set[str]:
+def in_make_test(listed: list[Suite] | None = None, rules: dict[str, tuple[str, str]] | None = None) -> set[str]:
     """The suites ``make test`` runs: those of ``test-steps``, by alias or by name."""
-    text, _ = targets()["test-steps"]
-    words = set(re.findall(r"[a-z][a-z0-9-]*", text))
-    return {suite.name for suite in suites() if words & {*suite.aliases, f"suite-{suite.name}"}}
+    rules = targets() if rules is None else rules
+    words = set(re.findall(r"[a-z][a-z0-9-]*", rules["test-steps"][0]))
+    return {suite.name for suite in listed or suites(rules) if words & {*suite.aliases, f"suite-{suite.name}"}}
 
 
 def section() -> str:
     """The list between the markers: those ``make test`` runs, then the others, one line a suite."""
-    listed, tested = suites(), in_make_test()
+    rules = targets()  # the Makefiles read once
+    listed = suites(rules)
+    tested = in_make_test(listed, rules)
     lines = []
     for title, chosen in (("In `make test`:", True), ("Not in `make test`:", False)):
         lines += ["" if lines else None, title, "", *(f"- {s.line()};" for s in listed if (s.name in tested) == chosen)]
