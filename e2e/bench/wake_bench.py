@@ -37,7 +37,7 @@ import grpc
 import httpx
 from gateway_bench import GATEWAY_CPUS, cpu_seconds, start, stop
 
-from reward_gateway.scaler import MESSAGES, stub
+from reward_gateway.scale.scaler import MESSAGES, stub
 from reward_testing.fake_vllm import FakeVllm, serve_in_thread
 from reward_testing.ports import free_port
 

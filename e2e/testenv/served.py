@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reward_gateway.settings import Env
+from reward_gateway.config.settings import Env
 from reward_testing.scoring_cases import (
     CONVERSATION,
     OWN_QUERY,

@@ -1,6 +1,6 @@
 """What an RLHFPipeline's reference and critic must answer: transformers' numbers for the response tokens.
 
-The roles' gateways (reward_gateway.pipeline) score ``prompt + response`` with the BOS vLLM adds, and cut
+The roles' gateways (reward_gateway.pipeline.routes) score ``prompt + response`` with the BOS vLLM adds, and cut
 each row where the prompt's own tokens (with that BOS) end; ``expected_rows`` does the same with the
 model's tokenizer and transformers' forward pass (tiny_model_maker: a causal model's ``logprobs``, a
 token model's ``values``). Shared by the local test (test_real_vllm_pipeline.py) and the real node's

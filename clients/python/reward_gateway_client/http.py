@@ -91,7 +91,7 @@ class GatewayError(Exception):
 @dataclass(frozen=True)
 class ItemFailure:
     """One item the gateway answered without a reward: why (``reason``, one of the gateway's
-    reward_gateway.outcomes.REASONS), in words, and whether sending it again can help."""
+    reward_gateway.items.outcomes.REASONS), in words, and whether sending it again can help."""
 
     index: int
     reason: str

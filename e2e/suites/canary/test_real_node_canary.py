@@ -229,7 +229,7 @@ def assert_scored_by_their_model(answers: list[Answer], want: dict[str, dict[tup
 
 
 def agreement_of(stable: dict[tuple[str, str], float], candidate: dict[tuple[str, str], float]) -> float:
-    """(C + Tc/2) / (C + D + Tc) over the pairs of each prompt's responses (reward_gateway.agreement), from
+    """(C + Tc/2) / (C + D + Tc) over the pairs of each prompt's responses (reward_gateway.rollout.agreement), from
     transformers' scores: what the gateway should count for these groups."""
     concordant = discordant = candidate_tied = 0
     for prompt in PROMPTS:

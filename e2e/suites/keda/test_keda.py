@@ -12,7 +12,7 @@ it holds for a predictor at zero. Each waits on the Deployment's
 kwok runs the pods, so nothing here waits on a container.
 
 The messages and the service's method handlers are the gateway's own
-(``reward_gateway.scaler``, built from a descriptor written out after KEDA's
+(``reward_gateway.scale.scaler``, built from a descriptor written out after KEDA's
 ``pkg/scalers/externalscaler/externalscaler.proto``).
 """
 
@@ -32,7 +32,7 @@ import httpx
 import pytest
 import yaml
 
-from reward_gateway.scaler import MESSAGES, method_handlers
+from reward_gateway.scale.scaler import MESSAGES, method_handlers
 from reward_testing.fake_vllm import FakeVllm, logit, serve_in_thread
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from reward_gateway.http_pool import DEAD_PEER_S
+from reward_gateway.upstream.http_pool import DEAD_PEER_S
 from reward_operator.render.predictor import PREDICTOR_GRACE_SECONDS
 from reward_testing.pipeline_cases import PROMPTS, RESPONSES, expected_rows, largest_diff, pipeline_models
 from reward_testing.prometheus_text import sample_sum

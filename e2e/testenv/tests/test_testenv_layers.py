@@ -4,12 +4,12 @@ which imported every add-on."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from reward_testing.import_contracts import copy_for_lint, plant
 from reward_testing.import_contracts import lint_imports as check_imports
 from reward_testing.paths import REPO
 
@@ -23,9 +23,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def copy_of_the_test_bed(tmp_path: Path) -> Path:
-    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    shutil.copytree(REPO / "e2e" / "testenv", tmp_path / "e2e" / "testenv", ignore=shutil.ignore_patterns("tests"))
-    return tmp_path
+    return copy_for_lint(REPO, tmp_path, Path("e2e") / "testenv")
 
 
 def test_the_test_bed_keeps_its_layers():
@@ -46,8 +44,7 @@ def test_the_test_bed_keeps_its_layers():
     ],
 )
 def test_a_planted_upward_import_breaks_the_lint(copy_of_the_test_bed, module, upward_import):
-    path = copy_of_the_test_bed / "e2e" / "testenv" / module
-    path.write_text(path.read_text() + f"\n{upward_import}  # deliberately upward\n")
+    plant(copy_of_the_test_bed / "e2e" / "testenv" / module, upward_import)
     result = lint_imports(copy_of_the_test_bed)
     assert result.returncode != 0
     assert CONTRACT in result.stdout and "BROKEN" in result.stdout, result.stdout

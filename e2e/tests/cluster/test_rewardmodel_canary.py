@@ -24,10 +24,10 @@ import uvicorn
 import yaml
 from prometheus_client import CollectorRegistry
 
-from reward_gateway.app import build_app
-from reward_gateway.config import load_config
-from reward_gateway.gateway import Gateway
-from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.config.gateway import load_config
+from reward_gateway.http.app import build_app
+from reward_gateway.http.routes import Gateway
+from reward_gateway.signals.metrics import GatewayMetrics
 from reward_testing.operator_metrics import metric_sum
 from reward_testing.paths import REPO
 from reward_testing.projected_volume import project

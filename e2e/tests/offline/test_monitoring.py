@@ -272,13 +272,13 @@ def _used(holder, value: float) -> None:
 
 
 def _gateway_registry():
-    """(registry, declared) of the gateway's metrics (reward_gateway.metrics, reward_gateway.canary_metrics), every
-    one used once with a negative value, and the rollout window's gauges, computed at scrape time: one
-    stable/candidate pair with ordered pairs and both roles' calls shows them."""
+    """(registry, declared) of the gateway's metrics (reward_gateway.signals.metrics,
+    reward_gateway.rollout.canary_metrics), every one used once with a negative value, and the rollout window's
+    gauges, computed at scrape time: one stable/candidate pair with ordered pairs and both roles' calls shows them."""
     from prometheus_client import CollectorRegistry
 
-    from reward_gateway.canary_metrics import CanaryMetrics
-    from reward_gateway.metrics import GatewayMetrics
+    from reward_gateway.rollout.canary_metrics import CanaryMetrics
+    from reward_gateway.signals.metrics import GatewayMetrics
 
     registry = CollectorRegistry()
     gateway, canary = GatewayMetrics(registry), CanaryMetrics(registry, half_life_s=None)
@@ -360,7 +360,9 @@ def test_operator_exports(name, spec):
 @pytest.mark.parametrize(("name", "spec"), _contract_params("gateway"))
 def test_gateway_exports(name, spec):
     declared = _exported_by_the_gateway()
-    assert name in declared, f"reward_gateway.metrics and reward_gateway.canary_metrics export no {name}"
+    assert name in declared, (
+        f"reward_gateway.signals.metrics and reward_gateway.rollout.canary_metrics export no {name}"
+    )
     assert declared[name] == (spec["type"], set(spec["labels"]))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from reward_gateway.config import ConfigError, load_config, parse_kserve_args
+from reward_gateway.config.gateway import ConfigError, load_config, parse_kserve_args
 
 logger = logging.getLogger("reward_gateway")
 
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"reward-gateway: {error}", file=sys.stderr)
         return 2
-    from reward_gateway.server import serve  # the server's imports only when serving
+    from reward_gateway.http.server import serve  # the server's imports only when serving
 
     return serve(config)
 

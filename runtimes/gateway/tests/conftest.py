@@ -10,10 +10,10 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reward_gateway.app import build_app
-from reward_gateway.config import load_config
-from reward_gateway.gateway import Gateway
-from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.config.gateway import load_config
+from reward_gateway.http.app import build_app
+from reward_gateway.http.routes import Gateway
+from reward_gateway.signals.metrics import GatewayMetrics
 from reward_testing.fake_vllm import FakeVllm, serve_in_thread
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until

@@ -1,5 +1,5 @@
-"""The canary statistics (reward_gateway.agreement), each checked against a computation by hand, and their
-export to Prometheus (reward_gateway.canary_metrics)."""
+"""The canary statistics (reward_gateway.rollout.agreement), each checked against a computation by hand, and their
+export to Prometheus (reward_gateway.rollout.canary_metrics)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from itertools import combinations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from reward_gateway import agreement
-from reward_gateway.agreement import (
+from reward_gateway.rollout import agreement
+from reward_gateway.rollout.agreement import (
     DIRECT_MAX_ITEMS,
     CanaryWindow,
     PairCounts,
@@ -21,7 +21,7 @@ from reward_gateway.agreement import (
     compare,
     group_pairs,
 )
-from reward_gateway.canary_metrics import PAIR_KINDS, CanaryMetrics
+from reward_gateway.rollout.canary_metrics import PAIR_KINDS, CanaryMetrics
 
 NAN = float("nan")
 

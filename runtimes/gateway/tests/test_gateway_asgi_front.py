@@ -7,10 +7,10 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reward_gateway.asgi import ScoringFront
-from reward_gateway.config import load_config
-from reward_gateway.gateway import Gateway
-from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.config.gateway import load_config
+from reward_gateway.http.asgi import ScoringFront
+from reward_gateway.http.routes import Gateway
+from reward_gateway.signals.metrics import GatewayMetrics
 
 
 def call(front: ScoringFront, method: str, path: str, body: bytes = b"", chunks: int = 1) -> tuple[int, bytes]:

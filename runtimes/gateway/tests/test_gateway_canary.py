@@ -1,4 +1,4 @@
-"""Rolling out a candidate reward model (reward_gateway.canary): shadow scoring and sticky splits,
+"""Rolling out a candidate reward model (reward_gateway.rollout.canary): shadow scoring and sticky splits,
 against two real HTTP fake vLLMs whose scores differ, through the real gateway app."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from itertools import pairwise
 
 import pytest
 
-from reward_gateway.canary import BUCKETS, bucket, sticky_key, takes_candidate
-from reward_gateway.gateway import MODEL_HEADER
+from reward_gateway.http.routes import MODEL_HEADER
+from reward_gateway.rollout.canary import BUCKETS, bucket, sticky_key, takes_candidate
 from reward_testing.fake_vllm import logit
 from reward_testing.ports import free_port
 from reward_testing.projected_volume import project

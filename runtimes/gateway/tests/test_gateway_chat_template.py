@@ -143,8 +143,8 @@ CONVERSATIONS = [
 
 @pytest.mark.parametrize("name", sorted(TEMPLATE_SHAPES))
 def test_gateway_renders_real_world_template_shapes_as_transformers_does(tokenizer_dir, name):
-    from reward_gateway.chat_template import ChatTemplateRenderer
-    from reward_gateway.config import ChatTemplate
+    from reward_gateway.config.gateway import ChatTemplate
+    from reward_gateway.scoring.chat_template import ChatTemplateRenderer
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
     source = TEMPLATE_SHAPES[name]
@@ -155,9 +155,9 @@ def test_gateway_renders_real_world_template_shapes_as_transformers_does(tokeniz
 
 
 def test_a_template_that_refuses_a_conversation_is_a_bad_request(tokenizer_dir):
-    from reward_gateway.chat_template import ChatTemplateRenderer
-    from reward_gateway.config import ChatTemplate
-    from reward_gateway.errors import BadRequest
+    from reward_gateway.config.gateway import ChatTemplate
+    from reward_gateway.items.errors import BadRequest
+    from reward_gateway.scoring.chat_template import ChatTemplateRenderer
 
     source = TEMPLATE_SHAPES["system-default-trim-raise"]
     messages = [{"role": "user", "content": "hi"}, {"role": "tool", "content": "{}"}]

@@ -1,4 +1,4 @@
-"""Coalescing and fair share against the fake vLLM (reward_gateway.coalesce, reward_gateway.fair_queue).
+"""Coalescing and fair share against the fake vLLM (reward_gateway.scoring.coalesce, reward_gateway.scoring.fair_queue).
 
 The real vLLM's side (scores, its refusal of an over-long text, prefix-cache hits): test_gateway_coalesce_vllm.py."""
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from reward_gateway.coalesce import QueueObserver
-from reward_gateway.fair_queue import FairQueue
+from reward_gateway.scoring.coalesce import QueueObserver
+from reward_gateway.scoring.fair_queue import FairQueue
 from reward_testing.fake_vllm import MAX_CHARS, EngineSteps, logit
 from reward_testing.gated_upstream import GatedUpstream
 from reward_testing.prometheus_text import sample_sum

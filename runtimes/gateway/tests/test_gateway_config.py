@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from reward_gateway.config import ConfigError, KServeArgs, load_config, parse_kserve_args
+from reward_gateway.config.gateway import ConfigError, KServeArgs, load_config, parse_kserve_args
 
 BASE = {"REWARD_GATEWAY_UPSTREAM_URL": "rm-predictor.ns", "REWARD_GATEWAY_MODEL_NAME": "rm"}
 
@@ -158,7 +158,7 @@ def test_bad_canary_values_are_refused_with_the_variable_named(override, message
 def test_the_canary_share_may_come_from_a_file_followed_at_run_time():
     env = {**CANARY, "REWARD_GATEWAY_CANARY_MODE": "split", "REWARD_GATEWAY_CANARY_PERCENT_FILE": "/etc/r/percent"}
     canary = load_config(env).canary
-    # read by the running gateway (reward_gateway.share), not here: a bad file never stops it from starting
+    # read by the running gateway (reward_gateway.config.share), not here: a bad file never stops it from starting
     assert (canary.percent_file, canary.percent) == (Path("/etc/r/percent"), 0)
     assert load_config(CANARY).canary.percent_file is None
 

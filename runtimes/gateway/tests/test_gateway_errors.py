@@ -109,7 +109,7 @@ def test_missing_or_wrong_bearer_token_answers_401(start_gateway, backend, tmp_p
 
 
 def test_an_item_count_over_the_limit_is_refused_before_validation(start_gateway, backend, monkeypatch):
-    from reward_gateway.wire import OpenRLHFRequest
+    from reward_gateway.items.wire import OpenRLHFRequest
 
     def not_validated(*args, **kwargs):
         raise AssertionError("validated before the item count was checked")
@@ -185,7 +185,7 @@ def test_wrong_indexes_in_vllms_answer_are_a_502_not_swapped_rewards(start_gatew
 def test_the_access_line_filter_escapes_and_leaves_out_the_query():
     import logging
 
-    from reward_gateway.logs import SafeAccessLine
+    from reward_gateway.http.logs import SafeAccessLine
 
     record = logging.LogRecord("uvicorn.access", 20, "", 0, '%s - "%s %s HTTP/%s" %d', None, None)
     record.args = ("1.2.3.4:5", "GET", "/health\r\nFORGED?token=s3cret", "1.1", 404)
@@ -197,7 +197,7 @@ def test_the_access_line_filter_escapes_and_leaves_out_the_query():
 
 def test_a_vllm_error_without_a_message_is_named_by_its_type_and_code():
     # vLLM answers a raw exception without text as `{"error": {"message": "", ...}}` (seen once at a cold start)
-    from reward_gateway.upstream import _message
+    from reward_gateway.upstream.client import _message
 
     assert _message(b'{"error": {"message": "", "type": "BadRequestError", "code": 400}}') == (
         "no message; BadRequestError 400"

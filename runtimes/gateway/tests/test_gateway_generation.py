@@ -1,4 +1,4 @@
-"""The RewardModel's generation followed from the identity ConfigMap as mounted (reward_gateway.generation):
+"""The RewardModel's generation followed from the identity ConfigMap as mounted (reward_gateway.config.generation):
 in every answer from the start, a new one taken up without a restart, bad content kept out."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from reward_gateway.config import ConfigError, load_config
-from reward_gateway.generation import followed, parse_generation
+from reward_gateway.config.gateway import ConfigError, load_config
+from reward_gateway.config.generation import followed, parse_generation
 from reward_testing.projected_volume import project
 from reward_testing.waiting import wait_until
 

@@ -99,7 +99,7 @@ def test_held_calls_leave_their_upstream_slots_free(start_gateway, predictor):
 def test_held_calls_go_as_soon_as_vllm_takes_connections(start_gateway, predictor, monkeypatch):
     """A probe tells them all; they make no attempts of their own meanwhile. Were they to
     retry on their own (30 s apart here), the 10 s this test waits would not do."""
-    monkeypatch.setattr("reward_gateway.upstream.RETRY_PAUSE_S", 30.0)
+    monkeypatch.setattr("reward_gateway.upstream.client.RETRY_PAUSE_S", 30.0)
     gateway = start_gateway(upstream=predictor.url, scale_from_zero_timeout_seconds="60")
     held = [Sent(gateway, "/get_reward", {"query": [text]}) for text in ("a", "b")]
     wait_until("two requests held", lambda: _held(gateway, 2), timeout=10, interval=0.05)

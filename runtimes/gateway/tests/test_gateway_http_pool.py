@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reward_gateway.http_pool import DEAD_PEER_S, BrokenAnswer, HttpPool
+from reward_gateway.upstream.http_pool import DEAD_PEER_S, BrokenAnswer, HttpPool
 from reward_testing import pki
 from reward_testing.ports import free_port
 

@@ -21,9 +21,9 @@ from reward_gateway_client.http import ItemFailure, _outcomes
 from reward_gateway_client.trl import GatewayReward
 from reward_gateway_client.verl import _Batcher
 
-from reward_gateway.config import load_config
-from reward_gateway.gateway import Gateway
-from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.config.gateway import load_config
+from reward_gateway.http.routes import Gateway
+from reward_gateway.signals.metrics import GatewayMetrics
 from reward_testing.fake_vllm import MAX_CHARS, STEP_TAG, conversation_text, logit
 from reward_testing.prometheus_text import sample_sum
 

@@ -12,14 +12,16 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from reward_gateway.app import build_app
-from reward_gateway.config import ConfigError, load_config
-from reward_gateway.errors import GatewayError
-from reward_gateway.gateway import Gateway
-from reward_gateway.judge_config import Label, Structured
-from reward_gateway.metrics import GatewayMetrics
-from reward_gateway.verdict import VLLM_NO_PROBABILITY, label_verdict, structured_verdict
+from reward_gateway.config.gateway import ConfigError, load_config
+from reward_gateway.config.judge import Label, Structured
+from reward_gateway.http import server
+from reward_gateway.http.app import build_app
+from reward_gateway.http.routes import Gateway
+from reward_gateway.items.errors import GatewayError
+from reward_gateway.judge.verdict import VLLM_NO_PROBABILITY, label_verdict, structured_verdict
+from reward_gateway.signals.metrics import GatewayMetrics
 from reward_testing.fake_vllm import conversation_text, judge_reward, judge_verdict, logit, serve_in_thread, token_id
+from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
 TEMPLATE = "Question: {{ prompt }}\nAnswer: {{ response }}{% if reference %}\nReference: {{ reference }}{% endif %}"
@@ -175,17 +177,25 @@ def test_eight_items_whose_verdicts_fail_for_one_answer_seven_rewards_and_one_fa
     assert "the verdict 42 is outside [0, 10]" in answer.json()["failures"][0]["message"]
 
 
-def test_a_label_that_is_not_one_token_is_refused_naming_it(start_gateway, backend):
-    refused: list[str] = []
+def test_a_label_that_is_not_one_token_is_refused_naming_it(backend, tmp_path, monkeypatch):
     judge = {"prompt": TEMPLATE, "labels": [{"token": "Yes", "value": 1}, {"token": "Not really", "value": 0}]}
     env = {"REWARD_GATEWAY_UPSTREAM_URL": backend.url, "REWARD_GATEWAY_MODEL_NAME": "rm"}
     env.update({"REWARD_GATEWAY_MODEL_KIND": "judge", "REWARD_GATEWAY_JUDGE": json.dumps(judge)})
+    env["REWARD_GATEWAY_PORT"] = str(free_port())
+    monkeypatch.setattr(server, "TERMINATION_LOG", str(tmp_path / "termination-log"))
 
-    gateway = Gateway(load_config(env), GatewayMetrics(CollectorRegistry()), on_refused=refused.append)
-    with serve_in_thread(build_app(gateway)) as url:
-        # checked at start, with no request: vLLM answers, the label is two tokens
-        wait_until("the labels checked", lambda: bool(refused), timeout=10, interval=0.02)
-        assert "judge label 'Not really' is 2 tokens" in refused[0]
+    # the gateway's own server, with no request: vLLM answers the check at start, the label is two tokens,
+    # and the server stops itself with the message kept for Kubernetes
+    gateway_server = server.server_of(Gateway(load_config(env), GatewayMetrics(CollectorRegistry())))
+    running = threading.Thread(target=gateway_server.run, daemon=True)
+    running.start()
+    running.join(timeout=20)
+    assert not running.is_alive(), "the server did not stop on the refusal"
+    assert "judge label 'Not really' is 2 tokens" in (gateway_server.refused or "")
+    assert "'Not really'" in (tmp_path / "termination-log").read_text()
+
+    # a request meets the refusal too (the check at the first request, where none ran at start)
+    with serve_in_thread(build_app(Gateway(load_config(env), GatewayMetrics(CollectorRegistry())))) as url:
         answer = httpx.post(f"{url}/v1/rewards", json={"items": [{"prompt": "p", "response": "r"}]})
     assert answer.status_code == 500 and "'Not really'" in answer.json()["error"]
     assert not [path for path, _ in backend.calls if path == "/v1/chat/completions"]

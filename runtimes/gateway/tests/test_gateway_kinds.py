@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from reward_gateway.config import MODEL_KINDS
-from reward_gateway.extract import process_score, sequence_score, token_score
-from reward_gateway.kinds import CLASSIFY_KINDS, KINDS
+from reward_gateway.config.gateway import MODEL_KINDS
+from reward_gateway.items.extract import process_score, sequence_score, token_score
+from reward_gateway.items.kinds import CLASSIFY_KINDS, KINDS
 
 
 def test_every_configurable_kind_has_exactly_one_entry():

@@ -1,6 +1,6 @@
 """A request's objects die with its answer, by reference counting alone.
 
-The server tunes the garbage collector down (reward_gateway.server: frozen
+The server tunes the garbage collector down (reward_gateway.http.server: frozen
 start-up objects, young collections every 100 000 allocations): anything a
 request leaves in a reference cycle is promoted past the young generation
 while other requests run, and then waits for a full collection that hardly
@@ -21,12 +21,12 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reward_gateway.config import load_config
-from reward_gateway.gateway import Gateway
-from reward_gateway.http_pool import HttpPool
-from reward_gateway.metrics import GatewayMetrics
-from reward_gateway.pipeline import PipelineRole
-from reward_gateway.scorer import Scorer
+from reward_gateway.config.gateway import load_config
+from reward_gateway.http.routes import Gateway
+from reward_gateway.pipeline.routes import PipelineRole
+from reward_gateway.scoring.scorer import Scorer
+from reward_gateway.signals.metrics import GatewayMetrics
+from reward_gateway.upstream.http_pool import HttpPool
 from reward_testing.fake_vllm import MAX_CHARS
 
 OVER_LONG = "x" * (MAX_CHARS + 1)  # the fake vLLM answers 400 for it

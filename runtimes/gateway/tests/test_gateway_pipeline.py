@@ -1,4 +1,4 @@
-"""The RLHFPipeline roles' routes (reward_gateway.pipeline) over real HTTP against the fake vLLM.
+"""The RLHFPipeline roles' routes (reward_gateway.pipeline.routes) over real HTTP against the fake vLLM.
 
 Each route is called as KServe's InferenceGraph router calls it (a JSON object in, a
 JSON object out); the expected figures come from the fake's own functions.

@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 
-from reward_gateway.combine import Combiner, Part, RunningStats, best_by_group
-from reward_gateway.config import ConfigError, PipelineReward, load_config, parse_kserve_args
-from reward_gateway.outcomes import Failure
+from reward_gateway.config.gateway import ConfigError, PipelineReward, load_config, parse_kserve_args
+from reward_gateway.items.outcomes import Failure
+from reward_gateway.pipeline.combine import Combiner, Part, RunningStats, best_by_group
 from reward_testing.paths import golden_children
 
 BASE = {"REWARD_GATEWAY_UPSTREAM_URL": "policy-predictor.ns", "REWARD_GATEWAY_MODEL_NAME": "policy"}

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from reward_gateway.config import ChatTemplate, CoalesceConfig, GatewayConfig
-from reward_gateway.outcomes import Failure
-from reward_gateway.reward_token import with_reward_token
-from reward_gateway.scorer import Scorer
-from reward_gateway.wire import ScoringItem
+from reward_gateway.config.gateway import ChatTemplate, CoalesceConfig, GatewayConfig
+from reward_gateway.items.outcomes import Failure
+from reward_gateway.items.wire import ScoringItem
+from reward_gateway.scoring.reward_token import with_reward_token
+from reward_gateway.scoring.scorer import Scorer
 
 REWARD = 99
 BOS = 1
@@ -49,6 +49,9 @@ class StubVllm:
         # texts and messages (no reward token set) score 0 at their one "token"
         inputs = [ids if isinstance(ids, list) else [0] for ids in body.get("input", [[0]])]
         return {"data": [{"index": i, "data": [[float(t)] for t in ids]} for i, ids in enumerate(inputs)]}
+
+    async def tokenize(self, body: dict[str, Any]) -> Any:
+        return await self.post("/tokenize", body)
 
     def sent(self, path: str) -> list[dict[str, Any]]:
         return [body for called, body in self.calls if called == path]

@@ -188,7 +188,7 @@ def test_metrics_count_requests_items_and_scores(start_gateway, backend):
 def test_the_mean_score_is_read_from_two_growing_sums_since_the_histogram_has_no_sum():
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from reward_gateway.metrics import GatewayMetrics
+    from reward_gateway.signals.metrics import GatewayMetrics
 
     registry = CollectorRegistry()
     recorder = GatewayMetrics(registry).score_recorder("rm")

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from reward_gateway.config import ConfigError, load_config
-from reward_gateway.scaler import MESSAGES, stub
+from reward_gateway.config.gateway import ConfigError, load_config
+from reward_gateway.scale.scaler import MESSAGES, stub
 from reward_testing.fake_vllm import logit
 from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
@@ -204,10 +204,10 @@ def test_without_a_scaler_port_no_grpc_is_loaded():
     import sys
 
     code = (
-        "import sys; from reward_gateway.app import build_app; from reward_gateway.gateway import Gateway;"
-        "from reward_gateway.config import load_config;"
+        "import sys; from reward_gateway.http.app import build_app; from reward_gateway.http.routes import Gateway;"
+        "from reward_gateway.config.gateway import load_config;"
         "env = {'REWARD_GATEWAY_UPSTREAM_URL': 'http://v', 'REWARD_GATEWAY_MODEL_NAME': 'rm'};"
-        "build_app(Gateway(load_config(env))); import reward_gateway.server;"
+        "build_app(Gateway(load_config(env))); import reward_gateway.http.server;"
         "print('grpc' in sys.modules)"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

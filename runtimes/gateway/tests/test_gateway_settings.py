@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from reward_gateway.config import GatewayConfig, load_config
-from reward_gateway.settings import SETTINGS, ConfigError, Env, readme_table, with_table
+from reward_gateway.config.gateway import GatewayConfig, load_config
+from reward_gateway.config.settings import SETTINGS, ConfigError, Env, readme_table, with_table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 MINIMAL = {"REWARD_GATEWAY_UPSTREAM_URL": "http://vllm:8000", "REWARD_GATEWAY_MODEL_NAME": "rm"}

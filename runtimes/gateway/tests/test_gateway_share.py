@@ -1,4 +1,4 @@
-"""The candidate's share followed from the rollout's ConfigMap as mounted (reward_gateway.share): read at
+"""The candidate's share followed from the rollout's ConfigMap as mounted (reward_gateway.config.share): read at
 start, taken up on change, and bad content kept out with one warning each."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from reward_gateway.share import Share, followed, parse_share
+from reward_gateway.config.share import Share, followed, parse_share
 from reward_testing.projected_volume import project
 
 

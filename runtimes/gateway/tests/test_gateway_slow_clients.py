@@ -10,10 +10,10 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reward_gateway import server
-from reward_gateway.config import load_config
-from reward_gateway.gateway import Gateway
-from reward_gateway.metrics import GatewayMetrics
+from reward_gateway.config.gateway import load_config
+from reward_gateway.http import server
+from reward_gateway.http.routes import Gateway
+from reward_gateway.signals.metrics import GatewayMetrics
 from reward_testing.fake_vllm import serve_in_thread
 
 

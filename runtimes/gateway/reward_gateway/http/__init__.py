@@ -1,0 +1,2 @@
+"""What a client meets: the server, the ASGI front, the routes, the wire formats' rows, authentication and
+log hygiene."""
