@@ -1,4 +1,5 @@
-"""What the operator writes of the gateway's settings is the gateway's own (reward_gateway.settings, its one table).
+"""What the operator writes of the gateway's settings is the gateway's own
+(reward_gateway.config.settings, its one table).
 
 The two programs never import each other, so the operator keeps copies: the two timeouts (the Knative timeout
 rule, render's worst case), the defaults its schema's prose quotes, and the variables it renders. These tests
@@ -8,9 +9,9 @@ are what keep the copies honest.
 import pytest
 import yaml
 
-from reward_gateway.config import GatewayConfig, load_config
-from reward_gateway.kinds import KINDS
-from reward_gateway.settings import BY_NAME, PREFIX, Env, Setting
+from reward_gateway.config.gateway import GatewayConfig, load_config
+from reward_gateway.config.settings import BY_NAME, PREFIX, Env, Setting
+from reward_gateway.items.kinds import KINDS
 from reward_operator.api.crd import all_crds
 from reward_operator.api.schema.rewardmodel.gateway import (
     GATEWAY_REQUEST_TIMEOUT_SECONDS,
@@ -37,7 +38,7 @@ def test_the_gateways_config_defaults_agree_with_its_reader():
 
 def test_every_weighted_client_keeps_its_own_metric_series_and_its_name_fits_the_gateways():
     """spec.gateway.scheduling.clients is bounded by what the gateway labels and reads of a client's name."""
-    from reward_gateway.identity import MAX_CLIENT_CHARS, MAX_CLIENT_LABELS
+    from reward_gateway.config.identity import MAX_CLIENT_CHARS, MAX_CLIENT_LABELS
     from reward_operator.api.schema.rewardmodel.gateway import CLIENT_NAME_MAX_LENGTH, MAX_WEIGHTED_CLIENTS
 
     assert MAX_WEIGHTED_CLIENTS <= MAX_CLIENT_LABELS
@@ -72,7 +73,7 @@ def test_every_variable_the_operator_renders_is_one_the_gateway_reads():
             rendered |= {match for match in _env_names(child) if match.startswith(PREFIX)}
     assert rendered, "no gateway variables found in the goldens"
     unknown = sorted(name for name in rendered if name.removeprefix(PREFIX) not in BY_NAME)
-    assert not unknown, f"rendered but not in reward_gateway.settings: {unknown}"
+    assert not unknown, f"rendered but not in reward_gateway.config.settings: {unknown}"
 
 
 def _env_names(node) -> set[str]:

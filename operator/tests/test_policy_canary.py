@@ -28,7 +28,7 @@ SHADOW = canary(minPairs=100, minRequests=20)
 
 def summary(percent=10, mode="split", candidate=CANDIDATE, concordant=90.0, discordant=10.0, tied=0.0,
             requests=40.0, errors=0.0, items=60.0, shift=0.5) -> dict:  # fmt: skip
-    """One replica's GET /canary, as reward_gateway.canary.CanaryRouter.summary answers."""
+    """One replica's GET /canary, as reward_gateway.rollout.canary.CanaryRouter.summary answers."""
     return {
         "model": "rm",
         "candidate": candidate,

@@ -95,7 +95,7 @@ def test_the_gateways_memory_budget_follows_its_container_limit():
     """The gateway reads its limit through the downward API: the default per kind, or the spec's."""
     import copy
 
-    from reward_gateway.config import PROCESS_RESERVE_BYTES, load_config
+    from reward_gateway.config.gateway import PROCESS_RESERVE_BYTES, load_config
 
     gib = 1024**3
     for case, limit in (("sequence-standard", gib), ("token-standard", 2 * gib), ("process-knative", gib)):
@@ -117,7 +117,7 @@ def test_gateway_auth_token_is_mounted_from_the_secret_never_inlined():
 
 def test_rendered_gateway_environment_is_one_the_gateway_accepts(tmp_path):
     """The operator's half of the transformer contract, checked by the gateway's own config loader."""
-    from reward_gateway.config import load_config
+    from reward_gateway.config.gateway import load_config
 
     token = tmp_path / "token"
     token.write_text("secret\n")
@@ -152,7 +152,7 @@ def test_every_optional_gateway_setting_reaches_the_gateway():
     an unknown REWARD_GATEWAY_* name would be ignored there and fall back to a default."""
     import copy
 
-    from reward_gateway.config import load_config
+    from reward_gateway.config.gateway import load_config
     from reward_operator.render.gateway import _OPTIONAL_ENV
 
     reward_model = copy.deepcopy(CASES["process-standard"])

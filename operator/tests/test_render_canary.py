@@ -7,6 +7,7 @@ import copy
 
 import pytest
 
+from reward_operator.api.defaults import apply_defaults
 from reward_operator.api.duration import interval_seconds
 from reward_operator.render import canary_identity, render_reward_model, rendered_reward_model, reward_model_candidate
 from reward_testing.paths import golden_input
@@ -99,7 +100,8 @@ def test_the_gateway_mounts_the_rollout_config_map_which_is_applied_first():
 def test_pruning_the_rollouts_config_maps_selects_it_and_never_a_chat_template():
     """The controller prunes the rollout's ConfigMaps by the owner's labels plus the set's own."""
     owner_labels = {"app.kubernetes.io/managed-by": "reward-operator", "serving.rlhf.dev/rewardmodel": "internlm2-rm"}
-    rendered = rendered_reward_model(SPLIT, reward_model_candidate(SPLIT))
+    split = apply_defaults(SPLIT)  # as the runner prepares it
+    rendered = rendered_reward_model(split, reward_model_candidate(split))
     (owned,) = [o for o in rendered.owned if (o.api_version, o.kind) == ("v1", "ConfigMap")]
     selector = {**owner_labels, **owned.labels}
     config_maps = [c for c in rendered.children if (c["apiVersion"], c["kind"]) == ("v1", "ConfigMap")]
@@ -110,8 +112,8 @@ def test_pruning_the_rollouts_config_maps_selects_it_and_never_a_chat_template()
 
 def test_the_gateway_takes_the_rendered_share_from_the_mounted_config_map(tmp_path):
     """The operator's half of the share's contract, read by the gateway's own loader and share reader."""
-    from reward_gateway.config import load_config
-    from reward_gateway.share import followed
+    from reward_gateway.config.gateway import load_config
+    from reward_gateway.config.share import followed
     from reward_testing.projected_volume import project
 
     env = {f"REWARD_GATEWAY_{key}": value for key, value in gateway_env(SPLIT, canary_percent=50).items() if value}

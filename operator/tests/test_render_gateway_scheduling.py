@@ -9,7 +9,7 @@ import copy
 import pytest
 from rendered_gateway_settings import PREFIX, env, loadable
 
-from reward_gateway.config import ConfigError, load_config
+from reward_gateway.config.gateway import ConfigError, load_config
 from reward_operator.api.schema.rewardmodel.gateway import SCHEDULING
 from reward_operator.api.validation import validate
 from reward_testing.paths import golden_input

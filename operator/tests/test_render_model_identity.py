@@ -9,8 +9,9 @@ import copy
 import pytest
 from rendered_gateway_settings import PREFIX, env, loadable
 
-from reward_gateway.config import load_config
-from reward_gateway.generation import followed
+from reward_gateway.config.gateway import load_config
+from reward_gateway.config.generation import followed
+from reward_operator.api.defaults import apply_defaults
 from reward_operator.render import render_reward_model, rendered_reward_model
 from reward_operator.render.model_identity import digest, revision
 from reward_testing.paths import golden_input
@@ -106,11 +107,11 @@ def test_the_identitys_prune_labels_select_it_and_never_a_chat_template():
     """The controller prunes it, once the gateway is disabled, by the owner's labels plus its set's own (a
     set declared only then: while the gateway is on, its one name is rendered)."""
     enabled = golden_input("sequence-gateway-auth")
-    assert not any(owned.kind == "ConfigMap" for owned in rendered_reward_model(enabled, None).owned)
+    assert not any(owned.kind == "ConfigMap" for owned in rendered_reward_model(apply_defaults(enabled), None).owned)
     config_maps = [c for c in render_reward_model(enabled) if c["kind"] == "ConfigMap"]  # as applied before
     disabled = copy.deepcopy(enabled)
     disabled["spec"]["gateway"] = {"enabled": False, "chatTemplateMode": "upstream"}
-    rendered = rendered_reward_model(disabled, None)
+    rendered = rendered_reward_model(apply_defaults(disabled), None)
     (owned,) = [o for o in rendered.owned if o.kind == "ConfigMap"]
     selected = [c["metadata"]["name"] for c in config_maps if owned.labels.items() <= c["metadata"]["labels"].items()]
     assert selected == ["guarded-rm-identity"] and len(config_maps) == 2

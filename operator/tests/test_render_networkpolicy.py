@@ -128,7 +128,7 @@ def test_removing_allowed_clients_renders_no_policies_and_they_are_a_pruned_kind
     assert policies(without_allowed_clients(KNATIVE)) == {}
     assert (
         Owned("networking.k8s.io/v1", "NetworkPolicy")
-        in rendered_reward_model(without_allowed_clients(STANDARD), None).owned
+        in rendered_reward_model(apply_defaults(without_allowed_clients(STANDARD)), None).owned
     )
 
 

@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from reward_gateway.config import load_config
+from reward_gateway.config.gateway import load_config
 from reward_operator.api.defaults import apply_defaults
 from reward_operator.controllers.apply import prune
 from reward_operator.policy.dependencies import Observed, missing, references

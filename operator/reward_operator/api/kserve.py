@@ -22,6 +22,9 @@ INFERENCE_GRAPH_VERSION = "v1alpha1"
 INFERENCE_GRAPH_API_VERSION = f"{GROUP}/{INFERENCE_GRAPH_VERSION}"
 INFERENCE_GRAPH_KIND = "InferenceGraph"
 INFERENCE_GRAPH_PLURAL = "inferencegraphs"
+# As a watch of the kind names it, with the kind: (group, version, plural, kind).
+INFERENCE_SERVICE_RESOURCE = (GROUP, INFERENCE_SERVICE_VERSION, INFERENCE_SERVICE_PLURAL, INFERENCE_SERVICE_KIND)
+INFERENCE_GRAPH_RESOURCE = (GROUP, INFERENCE_GRAPH_VERSION, INFERENCE_GRAPH_PLURAL, INFERENCE_GRAPH_KIND)
 # The one node every graph must have; the router starts there (v1alpha1.GraphRootNodeName).
 GRAPH_ROOT_NODE = "root"
 # A Sequence step with exactly this data is sent the previous step's answer; any other value (or none)

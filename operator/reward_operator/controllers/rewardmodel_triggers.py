@@ -4,8 +4,9 @@ InferenceService, its predictor's replicas and the shared model caches, and the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
@@ -22,16 +23,22 @@ from ..policy.status import recheck
 from ..settings import Settings
 from . import rewardmodel
 from .rewardmodel import CACHE_KINDS, DEPLOYMENT_KIND
-from .runner import Runner, register_object_handlers
-from .seen import SeenChildren
+from .runner import Owns, Runner, register_object_handlers, register_owned
+from .seen import SeenChildren, SeenReplicas
 
 KIND = REWARD_MODEL_KIND
+# The children a RewardModel makes and watches (runner.child_event): its InferenceService, decided from
+# the watch's copy. Its ConfigMaps, NetworkPolicy and the rest are not watched: the drift backstop restores
+# them. The id is the one kopf gave the handler this row replaced: its log lines name it.
+OWNS = (Owns(kserve.INFERENCE_SERVICE_RESOURCE, "register.<locals>.inference_service_event", hand_over=True),)
 
 
 def register(
     registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics, cluster: Cluster
 ) -> Runner:
-    """Wire the RewardModel handlers into ``registry``; returns the runner they share."""
+    """Wire the RewardModel handlers into ``registry``; returns the runner they share: the object's own
+    (runner.register_object_handlers), the children it owns (OWNS), and what else it watches (the predictor's
+    replicas, the shared model caches), and the rollout's timer."""
     seen = SeenChildren()
     runner = Runner(
         API_VERSION,
@@ -42,12 +49,6 @@ def register(
         cluster,
     )
     resource = (GROUP, VERSION, REWARD_MODEL_PLURAL)
-
-    async def release_cache(body: dict[str, Any]) -> None:
-        if (used := cache_identity(body)) is not None:
-            # its last user gone, the cache goes (or waits for KServe to see its InferenceService go)
-            await asyncio.to_thread(cluster.sweep_cache, *used, logging.getLogger(__name__))
-
     register_object_handlers(
         registry,
         resource,
@@ -56,62 +57,47 @@ def register(
         settings.recheck_interval,
         recheck=recheck,  # its Ready reads the pods: re-checked while they may fail unseen
         event_id="register.<locals>.reward_model_event",  # as kopf named it here before: its log lines
-        deleted=release_cache,
+        deleted=functools.partial(_release_cache, cluster),
     )
-
-    @kopf.timer(
+    register_owned(registry, runner, seen, OWNS)
+    kopf.on.event(
+        "apps",
+        "v1",
+        "deployments",
+        id="register.<locals>.predictor_deployment_event",  # as kopf named it here before: its log lines
+        labels={**MANAGED_BY, owner_label(KIND): kopf.PRESENT, kserve.COMPONENT_LABEL: kserve.PREDICTOR_COMPONENT},
+        registry=registry,
+    )(_predictor_deployment_event(runner))
+    for cache_kind in CACHE_KINDS:
+        _register_cache_watch(registry, runner, cache_kind, cluster)
+    # Only for objects with spec.canary (kopf stops it without): the gateways' figures read, the gates
+    # judged and the next step taken on time, with no change to the object to wake it.
+    kopf.timer(
         *resource,
         id="canary",
         interval=settings.canary_interval,
         initial_delay=settings.canary_interval,
         when=lambda spec, **_: "canary" in spec,
         registry=registry,
-    )
-    def canary_rollout(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-        """Only for objects with spec.canary (kopf stops it without): the gateways' figures read, the
-        gates judged and the next step taken on time, with no change to the object to wake it."""
-        runner.reconcile(namespace, name, logger)
+    )(functools.partial(_reconcile, runner))
+    return runner
 
-    @kopf.on.event(
-        kserve.GROUP,
-        kserve.INFERENCE_SERVICE_VERSION,
-        kserve.INFERENCE_SERVICE_PLURAL,
-        labels={**MANAGED_BY, owner_label(KIND): kopf.PRESENT},
-        registry=registry,
-    )
-    def inference_service_event(
-        event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger, **_: Any
-    ) -> None:
-        """A child changed (status, a hand edit) or vanished: reconcile its owner promptly, unless the
-        change is in nothing a reconcile reads (see :mod:`.seen`)."""
-        owner = labels[owner_label(KIND)]
-        started = time.monotonic()
-        deleted = event.get("type") == "DELETED"
-        if deleted:
-            seen.forget(namespace, body["metadata"]["name"])  # first: the reconcile records the one it restores
-            if runner.reconcile(namespace, owner, logger) != "deleted":
-                logger.info("InferenceService %s was deleted; restored in %.2fs", owner, time.monotonic() - started)
-            return
-        child = dict(body)
-        runner.remember_child(namespace, owner, child)  # every copy: how far the watch got (see the runner)
-        if seen.unchanged(child):
-            return
-        runner.reconcile(namespace, owner, logger, changed_child=child)
-        seen.record(child)
 
-    # The predictor's replicas as last seen, per Deployment (uid): KEDA, KServe's HPA and Knative scale it
-    # without a word to the RewardModel or its InferenceService, so status.replicas and ScaledToZero follow
-    # this watch. Only a change of the replicas wanted or ready refreshes the status; a Deployment first seen
-    # (the watch's initial listing, a new revision) is only recorded: the reconcile that made it reads it.
-    seen_replicas: dict[str, tuple[int | None, int]] = {}
+def _reconcile(runner: Runner, namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
+    runner.reconcile(namespace, name, logger)
 
-    @kopf.on.event(
-        "apps",
-        "v1",
-        "deployments",
-        labels={**MANAGED_BY, owner_label(KIND): kopf.PRESENT, kserve.COMPONENT_LABEL: kserve.PREDICTOR_COMPONENT},
-        registry=registry,
-    )
+
+async def _release_cache(cluster: Cluster, body: dict[str, Any]) -> None:
+    """A RewardModel gone: its last user gone, the cache goes (or waits for KServe to see its InferenceService go)."""
+    if (used := cache_identity(body)) is not None:
+        await asyncio.to_thread(cluster.sweep_cache, *used, logging.getLogger(__name__))
+
+
+def _predictor_deployment_event(runner: Runner) -> Callable[..., Awaitable[None]]:
+    """The predictor's Deployments (the stable one's): a move of its replicas wanted or ready refreshes the
+    owner's status.replicas and ScaledToZero (SeenReplicas says why this watch, and what a move is)."""
+    replicas = SeenReplicas()
+
     async def predictor_deployment_event(
         event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger, **_: Any
     ) -> None:
@@ -122,21 +108,10 @@ def register(
         # Deployment, carry the owner's label too
         if labels.get(kserve.ISVC_LABEL) != owner or body["metadata"]["name"] == kserve.canary_predictor_name(owner):
             return
-        uid = body["metadata"]["uid"]
-        if event.get("type") == "DELETED":
-            changed = seen_replicas.pop(uid, None) is not None
-        else:
-            now = (body.get("spec", {}).get("replicas"), body.get("status", {}).get("readyReplicas") or 0)
-            previous = seen_replicas.get(uid)
-            seen_replicas[uid] = now
-            changed = previous is not None and previous != now
-        if changed:
+        if replicas.changed(body, deleted=event.get("type") == "DELETED"):
             await asyncio.to_thread(runner.reconcile, namespace, owner, logger, {**body, "kind": DEPLOYMENT_KIND})
 
-    for cache_kind in CACHE_KINDS:
-        _register_cache_watch(registry, runner, cache_kind, cluster)
-
-    return runner
+    return predictor_deployment_event
 
 
 class _ObjectLogger(logging.LoggerAdapter):

@@ -19,31 +19,29 @@ from ..api import (
     kserve,
 )
 from ..api.defaults import apply_defaults
-from ..api.names import MANAGED_BY, owner_label
 from ..api.schema import RLHF_PIPELINE
 from ..cluster import Cluster, Logger
 from ..metrics import OperatorMetrics
 from ..settings import Settings
 from . import rlhfpipeline
-from .runner import Runner, register_object_handlers
+from .runner import Owns, Runner, register_object_handlers, register_owned
 from .seen import SeenChildren
 
 KIND = RLHF_PIPELINE_KIND
-# The children watched, (version, plural) in KServe's group, by handler id (kopf's log lines name it; the
-# ids kopf gave the two handlers this one replaced).
-CHILD_WATCHES = {
-    "register.<locals>.pipeline_inference_service_event": (
-        kserve.INFERENCE_SERVICE_VERSION,
-        kserve.INFERENCE_SERVICE_PLURAL,
-    ),
-    "register.<locals>.pipeline_inference_graph_event": (kserve.INFERENCE_GRAPH_VERSION, kserve.INFERENCE_GRAPH_PLURAL),
-}
+# The children a pipeline makes and watches (runner.child_event): its roles' InferenceServices and its
+# InferenceGraph, each read by the sync itself. The ids are those kopf gave the two handlers these rows
+# replaced: its log lines name them.
+OWNS = (
+    Owns(kserve.INFERENCE_SERVICE_RESOURCE, "register.<locals>.pipeline_inference_service_event"),
+    Owns(kserve.INFERENCE_GRAPH_RESOURCE, "register.<locals>.pipeline_inference_graph_event"),
+)
 
 
 def register(
     registry: kopf.OperatorRegistry, settings: Settings, runner_metrics: OperatorMetrics, cluster: Cluster
 ) -> Runner:
-    """Wire the RLHFPipeline handlers into ``registry``; returns the runner they share."""
+    """Wire the RLHFPipeline handlers into ``registry``; returns the runner they share: the object's own
+    (runner.register_object_handlers), the children it owns (OWNS), and the RewardModels it names."""
     seen = SeenChildren()
     runner = Runner(
         API_VERSION,
@@ -63,26 +61,7 @@ def register(
         event_id="register.<locals>.rlhf_pipeline_event",  # as kopf named it here before: its log lines
     )
 
-    def owned_child_event(
-        event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger, **_: Any
-    ) -> None:
-        """A child changed (KServe's report, a hand edit) or vanished: reconcile its owner, which restores
-        it, unless the change is in nothing a reconcile reads (see :mod:`.seen`)."""
-        if event.get("type") == "DELETED":
-            seen.forget(namespace, body["metadata"]["name"])  # first: the reconcile records the one it restores
-        elif seen.unchanged(dict(body)):
-            return
-        runner.reconcile(namespace, labels[owner_label(KIND)], logger)
-
-    for handler_id, (version, plural) in CHILD_WATCHES.items():
-        kopf.on.event(
-            kserve.GROUP,
-            version,
-            plural,
-            id=handler_id,
-            labels={**MANAGED_BY, owner_label(KIND): kopf.PRESENT},
-            registry=registry,
-        )(owned_child_event)
+    register_owned(registry, runner, seen, OWNS)
 
     # On the event loop: it sees every RewardModel's every event, and a sync handler would make each wait
     # for a thread of kopf's pool behind the queued reconciles (at N = 1000 RewardModels that held kopf's

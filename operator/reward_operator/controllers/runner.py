@@ -22,15 +22,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
+from ..api.names import MANAGED_BY, owner_label
 from ..cluster import Cluster, ClusterError, Logger
 from ..metrics import OperatorMetrics
 from ..policy import status
+from .seen import SeenChildren
 
 # The versions of each child kept as delivered by the watch: a decision's read is usually among the
 # last (the echo of its apply, or a write the watch delivered just before the read).
@@ -341,3 +344,60 @@ def register_object_handlers(
         when=lambda body, **_: recheck(body),
         registry=registry,
     )(reconcile)
+
+
+@dataclass(frozen=True)
+class Owns:
+    """A child kind a kind makes and watches (controller-runtime's ``Owns``): an event of a child labelled with
+    its owner reconciles the owner, unless it changed nothing a reconcile reads (:mod:`.seen`); a deletion
+    reconciles it at once, which restores the child."""
+
+    resource: tuple[str, str, str, str]  # group, version, plural and kind (api/kserve.py's *_RESOURCE)
+    handler_id: str  # kopf's id of the watch: its log lines name it (each kind keeps the one it had)
+    # The reconcile decides from the changed child as the watch delivered it (Runner.remember_child, the
+    # ``changed_child`` of a reconcile), and what it decided from is recorded here; otherwise the kind's sync
+    # reads its children and records them itself.
+    hand_over: bool = False
+
+
+def register_owned(registry: kopf.OperatorRegistry, runner: Runner, seen: SeenChildren, owned: Sequence[Owns]) -> None:
+    """One watch per owned kind, each served by :func:`child_event`."""
+    for owns in owned:
+        group, version, plural, _ = owns.resource
+        kopf.on.event(
+            group,
+            version,
+            plural,
+            id=owns.handler_id,
+            labels={**MANAGED_BY, owner_label(runner.kind): kopf.PRESENT},
+            registry=registry,
+        )(child_event(runner, seen, owns))
+
+
+def child_event(runner: Runner, seen: SeenChildren, owns: Owns) -> Callable[..., None]:
+    """The handler of an owned child's events, the same for every kind (in kopf's threads: it reconciles)."""
+    owner_key = owner_label(runner.kind)
+
+    def child_event(
+        event: dict[str, Any], body: kopf.Body, namespace: str, labels: dict[str, str], logger: Logger, **_: Any
+    ) -> None:
+        owner = labels[owner_key]
+        name = body["metadata"]["name"]
+        if event.get("type") == "DELETED":
+            started = time.monotonic()
+            seen.forget(namespace, name)  # first: the reconcile records the one it restores
+            if runner.reconcile(namespace, owner, logger) != "deleted":
+                logger.info("%s %s was deleted; restored in %.2fs", owns.resource[3], name, time.monotonic() - started)
+            return
+        child = dict(body)
+        if owns.hand_over:
+            runner.remember_child(namespace, owner, child)  # every copy: how far the watch got (see the runner)
+        if seen.unchanged(child):
+            return
+        if not owns.hand_over:
+            runner.reconcile(namespace, owner, logger)
+            return
+        runner.reconcile(namespace, owner, logger, changed_child=child)
+        seen.record(child)
+
+    return child_event

@@ -44,7 +44,7 @@ PROGRESSING = "Progressing"
 COMPLETE = "Complete"
 ROLLED_BACK = "RolledBack"
 
-# The gateway's GET /canary pair kinds (reward_gateway.agreement.PairCounts).
+# The gateway's GET /canary pair kinds (reward_gateway.rollout.agreement.PairCounts).
 PAIR_KINDS = ("concordant", "discordant", "candidate_tied", "stable_tied", "both_tied")
 
 
@@ -75,7 +75,7 @@ class Figures:
 
     @property
     def agreement(self) -> float | None:
-        """(C + Tc/2) / (C + D + Tc): as reward_gateway.agreement defines it."""
+        """(C + Tc/2) / (C + D + Tc): as reward_gateway.rollout.agreement defines it."""
         ordered = self.ordered_by_stable
         if not ordered:
             return None

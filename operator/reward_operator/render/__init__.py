@@ -2,7 +2,10 @@
 
 One entry per kind returns every child, in apply order, with the sets of children it
 owns (render/owned.py); the controller and the offline ``reward-operator render`` both
-call it, so what is tested is what ships.
+call it, so what is tested is what ships. The controller's entries (``rendered_*``,
+:func:`reward_model_candidate`) take the object with its schema defaults applied, as the
+runner prepares it once per reconcile; ``render_*`` and :func:`canary_identity` take it as
+written and apply them first.
 """
 
 from __future__ import annotations
@@ -34,14 +37,14 @@ __all__ = [
 
 
 def reward_model_candidate(reward_model: dict[str, Any]) -> Candidate | None:
-    """spec.canary's candidate, rendered (defaults applied first), or None without spec.canary: computed
+    """spec.canary's candidate of a defaulted RewardModel, rendered, or None without spec.canary: computed
     once per reconcile, for the decision (its identity) and for :func:`rendered_reward_model`."""
-    return rewardmodel.candidate(apply_defaults(reward_model))
+    return rewardmodel.candidate(reward_model)
 
 
 def canary_identity(reward_model: dict[str, Any]) -> CanaryIdentity | None:
     """(candidate: its name in the gateways' figures, revision: the rollout's), or None without spec.canary."""
-    found = reward_model_candidate(reward_model)
+    found = reward_model_candidate(apply_defaults(reward_model))
     return None if found is None else found.identity
 
 
@@ -54,8 +57,7 @@ def rendered_reward_model(
     keda_namespace: str = DEFAULT_KEDA_NAMESPACE,
     cache_bound: bool = True,
 ) -> Rendered:
-    """Every child of a RewardModel, in apply order (defaults applied first, as the API server would), and
-    the sets of them it owns.
+    """Every child of a defaulted RewardModel, in apply order, and the sets of them it owns.
 
     ``candidate``: :func:`reward_model_candidate` of it. ``canary_percent``: the candidate's current share
     (the rollout's ConfigMap); None takes the one in the object's status.canary (what the operator last
@@ -64,7 +66,7 @@ def rendered_reward_model(
     if canary_percent is None:
         canary_percent = ((reward_model.get("status") or {}).get("canary") or {}).get("percent", 0)
     return rewardmodel.reward_model_children(
-        apply_defaults(reward_model),
+        reward_model,
         candidate,
         gateway_image,
         canary_percent,
@@ -82,7 +84,9 @@ def render_reward_model(
     keda_namespace: str = DEFAULT_KEDA_NAMESPACE,
     cache_bound: bool = True,
 ) -> list[dict[str, Any]]:
-    """Every child of a RewardModel, in apply order: :func:`rendered_reward_model`'s children."""
+    """Every child of a RewardModel as written, in apply order (defaults applied first, as the API server
+    would): :func:`rendered_reward_model`'s children."""
+    reward_model = apply_defaults(reward_model)
     candidate = reward_model_candidate(reward_model)
     return rendered_reward_model(
         reward_model, candidate, gateway_image, canary_percent, operator_namespace, keda_namespace, cache_bound
@@ -92,15 +96,15 @@ def render_reward_model(
 def rendered_rlhf_pipeline(
     pipeline: dict[str, Any], gateway_image: str = DEFAULT_GATEWAY_IMAGE, with_graph: bool = True
 ) -> Rendered:
-    """Every child of an RLHFPipeline, in apply order (defaults applied first, as the API server would), and
-    the sets of them it owns.
+    """Every child of a defaulted RLHFPipeline, in apply order, and the sets of them it owns.
 
     ``with_graph`` False leaves the InferenceGraph out (while a RewardModel it would call is missing)."""
-    return pipeline_children(apply_defaults(pipeline, RLHF_PIPELINE), gateway_image, with_graph)
+    return pipeline_children(pipeline, gateway_image, with_graph)
 
 
 def render_rlhf_pipeline(
     pipeline: dict[str, Any], gateway_image: str = DEFAULT_GATEWAY_IMAGE, with_graph: bool = True
 ) -> list[dict[str, Any]]:
-    """Every child of an RLHFPipeline, in apply order: :func:`rendered_rlhf_pipeline`'s children."""
-    return rendered_rlhf_pipeline(pipeline, gateway_image, with_graph).children
+    """Every child of an RLHFPipeline as written, in apply order (defaults applied first, as the API server
+    would): :func:`rendered_rlhf_pipeline`'s children."""
+    return rendered_rlhf_pipeline(apply_defaults(pipeline, RLHF_PIPELINE), gateway_image, with_graph).children

@@ -70,7 +70,7 @@ def _settings(
         "CHAT_TEMPLATE_MODE": gateway["chatTemplateMode"],
         "PORT": str(GATEWAY_PORT),
     }
-    if "rewardTokenId" in model:  # vLLM appends nothing: the gateway appends it (reward_gateway.reward_token)
+    if "rewardTokenId" in model:  # vLLM appends nothing: the gateway appends it (reward_gateway.scoring.reward_token)
         settings["REWARD_TOKEN_ID"] = str(model["rewardTokenId"])
     if judge is not None:
         settings["JUDGE"] = judge_setting(judge)

@@ -8,7 +8,7 @@ from ..api.types import JudgeSpec
 
 
 def judge_setting(judge: JudgeSpec) -> str:
-    """REWARD_GATEWAY_JUDGE (or CANARY_JUDGE): the object as it is, as JSON (reward_gateway.judge_config).
+    """REWARD_GATEWAY_JUDGE (or CANARY_JUDGE): the object as it is, as JSON (reward_gateway.config.judge).
 
     An environment variable, not a mounted file: a new prompt or verdict changes the gateway's pod template,
     so its pods roll (a new revision in Knative mode) and none goes on serving the old judge. KServe reads only

@@ -12,7 +12,7 @@ hub as the revision). A branch or tag there (``:main``, ``:v1``) moves, so it na
 do s3, gs, pvc and http(s), whose content the URI does not fix.
 
 The generation is not in the gateway's environment but in a ConfigMap ``<owner>-identity`` (key
-``generation``) that the gateway's pods mount and follow (reward_gateway.generation). It moves with every
+``generation``) that the gateway's pods mount and follow (reward_gateway.config.generation). It moves with every
 spec edit, and most change no pod (replicas, a rollout's start or gates): in the pod template it would roll
 every gateway on each. The ConfigMap is rewritten in place and the kubelet projects it into the running
 pods within its sync period, so an answer may carry the previous generation for about a minute. The

@@ -6,7 +6,7 @@ nor combine answers, and vLLM's generate and pooling servers answer neither
 KServe's v1 predict path nor one another's shapes, so every step of the graph
 (render/inferencegraph.py) calls a gateway route under ``/v1/pipeline/``. The
 environment below is the contract between the operator and those roles; the
-routes themselves are the gateway's (reward_gateway.pipeline).
+routes themselves are the gateway's (reward_gateway.pipeline.routes).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ GATEWAY_SCALE_FROM_ZERO_TIMEOUT_SECONDS = 150
 GATEWAY_REQUEST_TIMEOUT_SECONDS = 180
 
 # The gateway's metrics label at most this many clients, those with a weight first
-# (reward_gateway.identity.MAX_CLIENT_LABELS): every client given a weight keeps its own series.
+# (reward_gateway.config.identity.MAX_CLIENT_LABELS): every client given a weight keeps its own series.
 MAX_WEIGHTED_CLIENTS = 32
 # A client's name as the gateway knows it: a bearer token's name (a word of the token file's
 # `name token` line) or the X-Reward-Client header, which the gateway cuts at 128 characters.

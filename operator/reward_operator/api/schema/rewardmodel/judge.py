@@ -1,7 +1,7 @@
 """spec.judge (and the candidate's canary.judge): a generative judge's prompt and how its verdict becomes a reward.
 
 Only with model.kind: judge. The operator hands the object to the reward gateway unchanged (its
-REWARD_GATEWAY_JUDGE, reward_gateway.judge_config), so these descriptions are the gateway's contract too.
+REWARD_GATEWAY_JUDGE, reward_gateway.config.judge), so these descriptions are the gateway's contract too.
 What only the judge's tokenizer can tell (each label one token) the gateway checks against vLLM as it
 starts, and refuses naming the label.
 """
