@@ -120,6 +120,15 @@ Outcome = float | ItemFailure
 
 
 @dataclass(frozen=True)
+class Answer:
+    """One request's answer: each item's outcome, and the identity of the model that scored them (the
+    gateway's ``identity`` object: model, revision, digest, generation, role; None where it sent none)."""
+
+    outcomes: list[Outcome]
+    identity: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class GatewaySettings:
     """Where the gateway is and how hard to try. Plain, hashable data: adapters holding it pickle,
     and verl's adapter keys its batches by it.
@@ -300,19 +309,28 @@ class AsyncRewardClient:
 
     async def outcomes(self, items: Sequence[dict[str, Any]]) -> list[Outcome]:
         """Each item's reward, or its `ItemFailure`; a request that fails as a whole raises `GatewayError`."""
+        answer = await self.answer(items)
+        self.last_identity = answer.identity
+        return answer.outcomes
+
+    async def answer(self, items: Sequence[dict[str, Any]], http: httpx.AsyncClient | None = None) -> Answer:
+        """The outcomes with the identity of the model that scored them, which concurrent requests cannot mix
+        up (``last_identity`` is the last answer's, whichever that was). ``http``: connections to reuse, where
+        the caller keeps them open across requests (a batch); by default one client for this request."""
         if not items:
-            return []
+            return Answer([], None)
+        if http is None:
+            async with async_http_client(self.settings.timeout_s) as own:
+                return await self.answer(items, own)
         settings, attempts = self.settings, _Attempts(self.settings)
         url = settings.base_url() + REWARDS_PATH
-        async with async_http_client(settings.timeout_s) as http:
-            while True:
-                response, failure = None, None
-                try:
-                    response = await http.post(url, json=settings.body(items), headers=settings.request_headers())
-                except httpx.TransportError as error:
-                    failure = error
-                outcome = attempts.after(response, failure, len(items))
-                if isinstance(outcome, list):
-                    self.last_identity = attempts.identity
-                    return outcome
-                await self.sleep(outcome)
+        while True:
+            response, failure = None, None
+            try:
+                response = await http.post(url, json=settings.body(items), headers=settings.request_headers())
+            except httpx.TransportError as error:
+                failure = error
+            outcome = attempts.after(response, failure, len(items))
+            if isinstance(outcome, list):
+                return Answer(outcome, attempts.identity)
+            await self.sleep(outcome)

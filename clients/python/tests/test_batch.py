@@ -1,0 +1,205 @@
+"""Scoring a dataset through the real gateway process and the fake vLLM (``reward-gateway-client score``):
+every row's reward or its failure, best-of-N, a worker killed with SIGKILL resumed row for row, a re-run that
+does no work until the model changes, and the errors a user meets."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from reward_gateway_client.batch import layout
+from reward_gateway_client.batch.cli import main
+from reward_gateway_client.batch.rows import Fields
+from reward_gateway_client.batch.selection import Selection
+from reward_gateway_client.batch.worker import BatchError, Job, ShardWorker
+from reward_gateway_client.http import GatewaySettings
+
+from reward_testing.fake_vllm import MAX_CHARS, conversation_text, logit
+from reward_testing.paths import REPO
+from reward_testing.waiting import wait_until
+
+CLIENT_SOURCE = REPO / "clients" / "python"
+
+
+def dataset(path: Path, prompts: int = 12, bad_rows: bool = True) -> list[dict]:
+    """Prompts with 4 to 8 responses each (a group per prompt); with ``bad_rows``, a malformed row, a line
+    that is not JSON, and one response over the model's context."""
+    rows: list[dict | str] = []
+    for p in range(prompts):
+        for r in range(4 + p % 5):
+            rows.append({"id": f"p{p}-r{r}", "group": f"p{p}", "prompt": f"question {p}", "response": f"answer {r}"})
+    if bad_rows:
+        rows.insert(3, {"id": "no-response", "group": "p0", "prompt": "question 0"})
+        rows.insert(10, "{not json")
+        rows.append({"id": "too-long", "prompt": "q", "response": "x" * (MAX_CHARS + 1)})
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return [row for row in rows if isinstance(row, dict)]
+
+
+def reward_of(row: dict) -> float:
+    return logit(
+        conversation_text(
+            [{"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": row["response"]}]
+        )
+    )
+
+
+def output_rows(directory: Path) -> list[dict]:
+    return [
+        json.loads(line) for part in sorted(directory.glob("part-*.jsonl")) for line in part.read_text().splitlines()
+    ]
+
+
+def score(url: str, source: Path, out: Path, *extra: str) -> int:
+    return main(["score", "--url", url, "--input", str(source), "--output", str(out), *extra])
+
+
+def test_every_row_has_its_reward_or_its_failure_and_the_best_of_each_group_is_selected(gateway, tmp_path, capsys):
+    running = gateway(model_revision="s3://models/rm-v1")
+    source = tmp_path / "data.jsonl"
+    good = [row for row in dataset(source) if "response" in row and row["id"] != "too-long"]
+    assert score(running.url, source, tmp_path / "out", "--best-of-group", "--chunk-rows", "16") == 0
+
+    rows = output_rows(tmp_path / "out")
+    assert [row["row"] for row in rows] == list(range(len(rows))), "every input row, once, in input order"
+    by_id = {row["id"]: row for row in rows}
+    for row in good:
+        assert by_id[row["id"]]["reward"] == pytest.approx(reward_of(row), abs=1e-6)
+        assert by_id[row["id"]]["failure"] is None
+        assert by_id[row["id"]]["model"] == {"model": "rm", "revision": "s3://models/rm-v1"}
+    assert by_id["no-response"]["reward"] is None and by_id["no-response"]["failure"]["reason"] == "invalid"
+    (not_json,) = [row for row in rows if row["id"] is None]
+    assert "is not JSON" in not_json["failure"]["message"]
+    assert by_id["too-long"]["failure"]["reason"] == "too_long" and by_id["too-long"]["reward"] is None
+    for group in {row["group"] for row in good}:
+        members = [row for row in good if row["group"] == group]
+        best = max(members, key=reward_of)
+        assert [m["id"] for m in members if by_id[m["id"]]["selected"]] == [best["id"]], group
+
+    manifest = layout.read_json(tmp_path / "out" / layout.MANIFEST)
+    assert manifest["rows"] == len(rows) and manifest["scored"] == len(good)
+    assert manifest["failures"] == {"invalid": 2, "too_long": 1} and manifest["selected"] == 12
+    # the rows the model answered: its rewards, and the over-long row it refused
+    assert manifest["models"] == [{"identity": {"model": "rm", "revision": "s3://models/rm-v1"}, "rows": len(good) + 1}]
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["scored_now"] == len(rows) and result["scored_twice"] == 0
+
+
+def test_a_worker_killed_mid_way_resumes_row_for_row_scoring_one_chunk_again(gateway, backend, tmp_path):
+    running = gateway()
+    source = tmp_path / "data.jsonl"
+    dataset(source, prompts=120)
+    assert score(running.url, source, tmp_path / "whole", "--chunk-rows", "40") == 0
+
+    backend.delay_s = 0.05  # slow enough to be caught between two chunks
+    command = [sys.executable, "-m", "reward_gateway_client.batch.cli", "score", "--url", running.url,
+               "--input", str(source), "--output", str(tmp_path / "killed"), "--chunk-rows", "40"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CLIENT_SOURCE), os.environ.get("PYTHONPATH", "")])}
+    worker = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    checkpoint = tmp_path / "killed" / layout.CHECKPOINT
+    wait_until("three chunks committed", lambda: (layout.read_json(checkpoint) or {}).get("chunks", 0) >= 3,
+               timeout=120, interval=0.01)  # fmt: skip
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    left = layout.read_json(checkpoint)
+    assert not left.get("done")
+
+    log = io.StringIO()
+    job = Job(source, tmp_path / "killed", chunk_rows=40)
+    summary = asyncio.run(ShardWorker(job, GatewaySettings(url=running.url), log).run())
+    assert output_rows(tmp_path / "killed") == output_rows(tmp_path / "whole")
+    assert summary.scored_twice <= 48, "at most the chunk in flight: 40 rows and the rest of its last group"
+    assert summary.scored_now + left["counted"]["rows"] == summary.rows, "every row the killed run committed kept"
+    print(f"killed after {left['chunks']} chunks; scored again: {summary.scored_twice} rows")
+
+
+def test_a_finished_batch_does_no_work_until_the_model_changes(gateway, backend, tmp_path):
+    source = tmp_path / "data.jsonl"
+    dataset(source, bad_rows=False)
+    first = gateway(model_revision="s3://models/rm-v1")
+    assert score(first.url, source, tmp_path / "out") == 0
+    calls = len(backend.calls)
+    log = io.StringIO()
+    summary = asyncio.run(ShardWorker(Job(source, tmp_path / "out"), GatewaySettings(url=first.url), log).run())
+    assert summary.nothing_to_do and len(backend.calls) == calls + 1, "one call: which model answers now"
+
+    second = gateway(model_revision="s3://models/rm-v2")
+    summary = asyncio.run(ShardWorker(Job(source, tmp_path / "out"), GatewaySettings(url=second.url), log).run())
+    assert not summary.nothing_to_do and summary.scored_now == summary.rows
+    assert "the model changed" in log.getvalue()
+    assert {json.dumps(row["model"]) for row in output_rows(tmp_path / "out")} == {
+        json.dumps({"model": "rm", "revision": "s3://models/rm-v2"})
+    }
+
+
+def test_shards_split_the_input_by_group_and_together_hold_every_row_once(gateway, tmp_path):
+    running = gateway()
+    source = tmp_path / "data.jsonl"
+    rows = dataset(source)
+    for shard in range(3):
+        assert score(running.url, source, tmp_path / "out", "--shards", "3", "--shard", str(shard)) == 0
+    parts = [output_rows(layout.shard_directory(tmp_path / "out", shard, 3)) for shard in range(3)]
+    positions = sorted(row["row"] for part in parts for row in part)
+    assert positions == list(range(len(rows) + 1))  # the line that is not JSON is a row too
+    groups = [{row["id"].split("-")[0] for row in part if row["id"] and "-r" in str(row["id"])} for part in parts]
+    assert not (groups[0] & groups[1] or groups[1] & groups[2] or groups[0] & groups[2]), "a group in one shard"
+
+
+def test_the_rows_of_a_group_must_be_adjacent(gateway, tmp_path):
+    running = gateway()
+    source = tmp_path / "data.jsonl"
+    lines = [{"id": i, "group": g, "prompt": "q", "response": str(i)} for i, g in enumerate("aaba")]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert score(running.url, source, tmp_path / "out", "--best-of-group") == 0
+    rows = output_rows(tmp_path / "out")
+    assert [row["failure"] is None for row in rows] == [True, True, True, False]
+    assert "group 'a' ended at row 1" in rows[3]["failure"]["message"]
+
+
+def test_what_cannot_go_on_says_why_and_whether_running_it_again_helps(gateway, backend, tmp_path, capsys):
+    running = gateway()
+    source = tmp_path / "data.jsonl"
+    dataset(source, bad_rows=False)
+    assert score(running.url, tmp_path / "missing.jsonl", tmp_path / "out") == 2
+    assert "cannot read the input" in capsys.readouterr().err
+
+    assert score(running.url, source, tmp_path / "out") == 0
+    other = tmp_path / "other.jsonl"
+    dataset(other, prompts=3, bad_rows=False)
+    assert score(running.url, other, tmp_path / "out") == 2
+    assert "holds another batch's output" in capsys.readouterr().err
+
+    backend.misbehaviour = "429"  # vLLM's queue full: the gateway's 503, retried by the client, then given up
+    assert score(running.url, source, tmp_path / "fresh", "--chunk-rows", "8", "--attempts", "2") == 3
+    assert "run the same command again" in capsys.readouterr().err
+    backend.misbehaviour = None
+    assert score(running.url, source, tmp_path / "fresh", "--chunk-rows", "8") == 0
+
+
+@pytest.mark.parametrize(
+    ("selection", "rewards", "chosen"),
+    [
+        (Selection(best_of_group=True), [0.1, 0.7, None, 0.7], [False, True, False, False]),
+        (Selection(threshold=0.5), [0.1, 0.7, None, 0.5], [False, True, False, True]),
+        (Selection(best_of_group=True, threshold=0.9), [0.1, 0.7], [False, False]),
+        (Selection(best_of_group=True), [None, None], [False, False]),
+    ],
+)
+def test_selection_keeps_the_best_of_a_group_or_what_reaches_the_threshold(selection, rewards, chosen):
+    assert selection.of_group(rewards) == chosen
+
+
+def test_a_job_is_another_batch_when_what_decides_its_rows_changes():
+    base = Job(Path("in.jsonl"), Path("out"))
+    assert base.settings_digest() == Job(Path("in.jsonl"), Path("out"), max_in_flight=64).settings_digest()
+    assert base.settings_digest() != Job(Path("in.jsonl"), Path("out"), fields=Fields(id="key")).settings_digest()
+    assert base.settings_digest() != Job(Path("in.jsonl"), Path("out"), chunk_rows=7).settings_digest()
+    with pytest.raises(BatchError):
+        raise BatchError("x", retry=False)
