@@ -1,5 +1,5 @@
 # Reward gateway targets (runtimes/gateway).
-.PHONY: gateway-test gateway-readme bench-gateway bench-wake bench-vllm vllm-venv
+.PHONY: gateway-test gateway-readme bench-gateway bench-wake bench-vllm bench-batch vllm-venv
 
 ##@ The reward gateway, and vLLM
 
@@ -21,6 +21,12 @@ bench: bench-vllm
 
 bench-vllm: venv vllm-venv ## the gateway's scheduler vs straight to a real vLLM on the CPU
 	$(PY) e2e/bench/vllm_bench.py
+
+bench: bench-batch
+
+# (the worker is the client package's, which the venv does not install: its folder on the path, as pytest has it)
+bench-batch: venv vllm-venv ## a dataset scored through the gateway vs straight to a real vLLM; grouped vs shuffled
+	PYTHONPATH=$(PYTHONPATH):$(CURDIR)/clients/python $(PY) e2e/bench/batch_bench.py
 
 bench-wake: venv ## a burst held at zero: KEDA's push, first and last answer after vLLM listens
 	$(PY) e2e/bench/wake_bench.py

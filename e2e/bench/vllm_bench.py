@@ -65,7 +65,11 @@ def say(message: str) -> None:
 
 
 @contextmanager
-def served_model(workdir: Path) -> Iterator[tuple[Vllm, dict[str, str]]]:
+def served_model(
+    workdir: Path, settings: dict[str, dict[str, str]] = GATEWAYS
+) -> Iterator[tuple[Vllm, dict[str, str]]]:
+    """BENCH_SHAPE's sequence model on vLLM as rendered, and a gateway per entry of ``settings`` (its settings
+    over the rendered environment); yields vLLM and the gateways' URLs by name."""
     started = time.perf_counter()
     model = make_tiny_models(workdir / "model", ("sequence",), shape=BENCH_SHAPE)["sequence"]
     shape = BENCH_SHAPE or "the tests' shape"
@@ -95,7 +99,7 @@ def served_model(workdir: Path) -> Iterator[tuple[Vllm, dict[str, str]]]:
                     workdir / f"gateway-{name}.log",
                 )
             )
-            for name, overrides in GATEWAYS.items()
+            for name, overrides in settings.items()
         }
         say(f"gateways {', '.join(gateways)} ready")
         yield Vllm(server.url, env["REWARD_GATEWAY_MODEL_NAME"]), gateways

@@ -203,3 +203,14 @@ def test_a_job_is_another_batch_when_what_decides_its_rows_changes():
     assert base.settings_digest() != Job(Path("in.jsonl"), Path("out"), chunk_rows=7).settings_digest()
     with pytest.raises(BatchError):
         raise BatchError("x", retry=False)
+
+
+def test_finished_text_is_scored_as_given(gateway, tmp_path):
+    running = gateway()
+    source = tmp_path / "data.jsonl"
+    texts = ["question 1 answer 1", "question 1 answer 2"]
+    source.write_text(
+        "".join(json.dumps({"id": i, "group": "q1", "text": text}) + "\n" for i, text in enumerate(texts))
+    )
+    assert score(running.url, source, tmp_path / "out") == 0
+    assert [row["reward"] for row in output_rows(tmp_path / "out")] == pytest.approx([logit(text) for text in texts])

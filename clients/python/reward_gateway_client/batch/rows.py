@@ -19,7 +19,8 @@ INVALID = "invalid"
 @dataclass(frozen=True)
 class Fields:
     """The input's field names (a RewardBatch's ``spec.input.fields``): an item is ``messages`` (a conversation
-    ending with the response), or ``prompt`` with ``response``. ``id`` names the row in the output (its position
+    ending with the response), ``prompt`` with ``response``, or ``text`` (finished text, scored as given; with a
+    ``prompt`` it starts with, for a judge). ``id`` names the row in the output (its position
     where absent); rows with one ``group`` are the completions of one prompt, scored in one call and compared
     by a best-of-N selection; ``reference`` is what a judge compares a response with."""
 
@@ -27,6 +28,7 @@ class Fields:
     prompt: str = "prompt"
     response: str = "response"
     messages: str = "messages"
+    text: str = "text"
     group: str = "group"
     reference: str = "reference"
 
@@ -80,10 +82,18 @@ def item_of(record: dict[str, Any], fields: Fields) -> tuple[dict[str, Any] | No
         if problem is not None:
             return None, problem
         item: dict[str, Any] = {"messages": messages}
+    elif fields.text in record:
+        text, prompt = record[fields.text], record.get(fields.prompt)
+        if not isinstance(text, str) or (prompt is not None and not isinstance(prompt, str)):
+            return None, f"{fields.text} (and {fields.prompt}, where given) must be strings"
+        item = {"text": text} if prompt is None else {"text": text, "prompt": prompt}
     else:
         prompt, response = record.get(fields.prompt), record.get(fields.response)
         if not isinstance(prompt, str) or not isinstance(response, str):
-            return None, f"a row needs {fields.messages}, or {fields.prompt} and {fields.response} as strings"
+            return (
+                None,
+                f"a row needs {fields.messages}, {fields.text}, or {fields.prompt} and {fields.response} as strings",
+            )
         item = {"prompt": prompt, "response": response}
     if reference is not None:
         item["reference"] = reference
