@@ -18,7 +18,7 @@ from reward_gateway_client.batch import layout
 from reward_gateway_client.batch.cli import main
 from reward_gateway_client.batch.rows import Fields
 from reward_gateway_client.batch.selection import Selection
-from reward_gateway_client.batch.worker import BatchError, Job, ShardWorker
+from reward_gateway_client.batch.worker import Job, ShardWorker
 from reward_gateway_client.http import GatewaySettings
 
 from reward_testing.fake_vllm import MAX_CHARS, conversation_text, logit
@@ -201,8 +201,6 @@ def test_a_job_is_another_batch_when_what_decides_its_rows_changes():
     assert base.settings_digest() == Job(Path("in.jsonl"), Path("out"), max_in_flight=64).settings_digest()
     assert base.settings_digest() != Job(Path("in.jsonl"), Path("out"), fields=Fields(id="key")).settings_digest()
     assert base.settings_digest() != Job(Path("in.jsonl"), Path("out"), chunk_rows=7).settings_digest()
-    with pytest.raises(BatchError):
-        raise BatchError("x", retry=False)
 
 
 def test_finished_text_is_scored_as_given(gateway, tmp_path):

@@ -23,7 +23,7 @@ from ..policy.status import recheck
 from ..settings import Settings
 from . import rewardmodel
 from .rewardmodel import CACHE_KINDS, DEPLOYMENT_KIND
-from .runner import Owns, Runner, register_object_handlers, register_owned
+from .runner import Owns, Runner, reconcile_handler, register_object_handlers, register_owned
 from .seen import SeenChildren, SeenReplicas
 
 KIND = REWARD_MODEL_KIND
@@ -79,12 +79,8 @@ def register(
         initial_delay=settings.canary_interval,
         when=lambda spec, **_: "canary" in spec,
         registry=registry,
-    )(functools.partial(_reconcile, runner))
+    )(reconcile_handler(runner))
     return runner
-
-
-def _reconcile(runner: Runner, namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-    runner.reconcile(namespace, name, logger)
 
 
 async def _release_cache(cluster: Cluster, body: dict[str, Any]) -> None:

@@ -324,9 +324,7 @@ def register_object_handlers(
 
     kopf.on.event(*resource, id=event_id, registry=registry)(object_event)
 
-    def reconcile(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-        runner.reconcile(namespace, name, logger)
-
+    reconcile = reconcile_handler(runner)
     for trigger in (kopf.on.resume, kopf.on.create, kopf.on.update):
         trigger(*resource, id=f"{id_prefix}changed", registry=registry)(reconcile)
     kopf.timer(
@@ -401,3 +399,12 @@ def child_event(runner: Runner, seen: SeenChildren, owns: Owns) -> Callable[...,
         seen.record(child)
 
     return child_event
+
+
+def reconcile_handler(runner: Runner) -> Callable[..., None]:
+    """A kopf handler (a trigger or a timer of the object) that reconciles the object it is called for."""
+
+    def reconcile(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
+        runner.reconcile(namespace, name, logger)
+
+    return reconcile

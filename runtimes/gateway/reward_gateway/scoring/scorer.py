@@ -66,8 +66,7 @@ class Scorer:
 
     async def refusal(self) -> str:
         """Never: nothing of a pooled kind's settings is refused once it serves."""
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
+        return await asyncio.get_running_loop().create_future()  # never set
 
     async def score(self, items: list[ScoringItem], client: str = "default") -> list[Outcome]:
         """Each item's score or failure, in the items' order; ``client``: who asks, for the fair share of the
