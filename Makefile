@@ -68,7 +68,7 @@ lint: venv ## ruff, ruff format, the import contracts (pyproject.toml)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
 
-unit: venv testenv-build ## offline tests (UNIT_PATHS): no cluster; helm and promtool built
+unit: venv testenv-build ## offline tests (UNIT_PATHS): no cluster; helm, promtool and versitygw built
 	$(call PYTEST,$(UNIT_PATHS) --level=offline)
 
 integration: venv testenv-build host-packages ## on a fresh control plane with the real node (INTEGRATION_PATHS)
@@ -115,6 +115,9 @@ SUITE_FLAGS_judge := $(LONG)
 SUITE_NEEDS_knative := $(REAL_NODE) keda-build vllm-venv
 SUITE_ENV_knative := TESTENV_KEDA=1
 SUITE_FLAGS_knative := $(LONG)
+SUITE_NEEDS_batch := $(REAL_NODE) keda-build vllm-venv
+SUITE_ENV_batch := TESTENV_KEDA=1 $(NO_KNATIVE)
+SUITE_FLAGS_batch := $(LONG)
 SUITE_NEEDS_chaos := venv testenv-build
 SUITE_ENV_chaos := $(NO_NODE)
 SUITE_NEEDS_fuzz := venv testenv-build
@@ -140,7 +143,7 @@ suite-%: $$(SUITE_NEEDS_$$*) ## run the suite in e2e/suites/% (the names below)
 	$(or $(SUITE_RUN_$*),$(SUITE_ENV_$*) $(PY) -m pytest e2e/suites/$* $(or $(SUITE_FLAGS_$*),-q -s))
 
 .PHONY: keda-test wake-real canary-real canary-knative-real operator-pod prometheus-real network-policy-real \
-	pipeline-real judge-real knative-real chaos fuzz scale-to-zero node-host trainers gpu-check
+	pipeline-real judge-real batch-real knative-real chaos fuzz scale-to-zero node-host trainers gpu-check
 keda-test: suite-keda ## KEDA alone: ScaledObjects scale a Deployment 0 -> 1 -> 3 -> 0
 wake-real: suite-wake ## a RewardModel at zero on the real node, woken by a burst and by OpenRLHF
 canary-real: suite-canary ## a canary on the real node, judged on real scores: promoted, rolled back
@@ -151,6 +154,7 @@ prometheus-real: suite-prometheus ## Prometheus by prometheus-operator scrapes t
 network-policy-real: suite-network-policy ## allowedClients enforced by kube-router on the real node
 pipeline-real: suite-pipeline ## an RLHFPipeline through KServe's router pod, five vLLMs
 judge-real: suite-judge ## a judge on the real node: its verdicts through status.url against transformers'
+batch-real: suite-batch ## a RewardBatch on the real node: 10,240 rows in 8 shards, then again with two workers lost
 knative-real: suite-knative ## Knative mode: the other kinds; one wake through the activator and through KEDA
 chaos: suite-chaos ## the operator under kill -9, API server and etcd restarts, stalls, peering
 fuzz: suite-fuzz ## fuzzed RewardModel specs, online and offline (FUZZ_EXAMPLES=500)

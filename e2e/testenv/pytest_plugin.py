@@ -181,6 +181,13 @@ def node_namespace(node_cluster: Cluster) -> Iterator[str]:
         yield name
 
 
+@pytest.fixture(scope="session")
+def versitygw() -> Path:
+    """versitygw's binary, an S3-compatible server (``builds`` component ``versitygw``; a no-op where cached, else
+    built now, about a minute): what ``reward_testing.object_store`` runs for the ``object_store`` fixture."""
+    return builds.build(only=["versitygw"]) / "versitygw"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--level",

@@ -1,7 +1,7 @@
 """The operator's Prometheus metrics (prefix reward_operator_).
 
 Counters and the reconcile histogram are plain prometheus-client metrics.
-Per-object state (Ready, generation lag, counts by Ready status) is computed at
+Per-object state (Ready, generation lag, counts by Ready status, a RewardBatch's figures) is computed at
 scrape time from :class:`ObjectStates`, the operator's own record of what it
 manages: an object forgotten there has no series left, so no stale series can
 keep an alert firing.
@@ -25,6 +25,15 @@ READY_STATES = ("True", "False", "Unknown")
 class _ObjectState:
     ready: str | None = None  # None until the first reconcile decides it
     generation_lag: int | None = None  # None until the first watch event
+    # a RewardBatch's: rows of its finished shards by outcome, shards by state, rows per second
+    batch: BatchFigures | None = None
+
+
+@dataclass(frozen=True)
+class BatchFigures:
+    rows: dict[str, int]  # total, scored, failed, scored_twice
+    shards: dict[str, int]  # succeeded, failed, active
+    rows_per_second: float | None
 
 
 class ObjectStates(Collector):
@@ -44,6 +53,10 @@ class ObjectStates(Collector):
             self._states.setdefault((kind, namespace, name), _ObjectState()).generation_lag = max(
                 0, generation - observed
             )
+
+    def record_batch(self, kind: str, namespace: str, name: str, figures: BatchFigures) -> None:
+        with self._lock:
+            self._states.setdefault((kind, namespace, name), _ObjectState()).batch = figures
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
@@ -65,7 +78,8 @@ class ObjectStates(Collector):
             objects.add_metric([kind, ready], count)
         ready = GaugeMetricFamily(
             "reward_operator_object_ready",
-            "1 while an object's Ready condition is True, else 0; alerts on objects not Ready for long.",
+            "1 while an object's Ready condition (a RewardBatch's Complete) is True, else 0; alerts on objects not "
+            "Ready for long.",
             labels=["kind", "namespace", "name"],
         )
         lag = GaugeMetricFamily(
@@ -80,6 +94,36 @@ class ObjectStates(Collector):
             if state.generation_lag is not None:
                 lag.add_metric(list(key), state.generation_lag)
         yield from (objects, ready, lag)
+        yield from _batch_families(states)
+
+
+def _batch_families(states: dict[tuple[str, str, str], _ObjectState]) -> Iterator[Metric]:
+    rows = GaugeMetricFamily(
+        "reward_operator_batch_rows",
+        "A RewardBatch's rows of its finished shards, by outcome (total, scored, failed, scored_twice: scored again "
+        "after a lost pod).",
+        labels=["namespace", "name", "outcome"],
+    )
+    shards = GaugeMetricFamily(
+        "reward_operator_batch_shards",
+        "A RewardBatch's shards by state (succeeded, failed, active).",
+        labels=["namespace", "name", "state"],
+    )
+    rate = GaugeMetricFamily(
+        "reward_operator_batch_rows_per_second",
+        "A RewardBatch's rows of its finished shards over the time from its Job's start to the last shard's end.",
+        labels=["namespace", "name"],
+    )
+    for (_, namespace, name), state in sorted(states.items()):
+        if state.batch is None:
+            continue
+        for outcome, count in sorted(state.batch.rows.items()):
+            rows.add_metric([namespace, name, outcome], count)
+        for shard_state, count in sorted(state.batch.shards.items()):
+            shards.add_metric([namespace, name, shard_state], count)
+        if state.batch.rows_per_second is not None:
+            rate.add_metric([namespace, name], state.batch.rows_per_second)
+    yield from (rows, shards, rate)
 
 
 class OperatorMetrics:

@@ -52,8 +52,12 @@ def test_render_prints_the_children_of_the_sample_pipeline(capsys):
 
 
 def test_every_sample_is_in_the_kustomization():
+    """Every sample but the RewardBatch's: the kustomization serves (Argo CD syncs it), a batch scores a dataset
+    the user provides, once."""
     listed = yaml.safe_load((SAMPLES / "kustomization.yaml").read_text())["resources"]
-    assert sorted(listed) == sorted(p.name for p in SAMPLES.glob("*.yaml") if p.name != "kustomization.yaml")
+    samples = [p.name for p in SAMPLES.glob("*.yaml") if p.name != "kustomization.yaml"]
+    assert sorted(listed) == sorted(name for name in samples if not name.startswith("rewardbatch-"))
+    assert any(name.startswith("rewardbatch-") for name in samples)
 
 
 def test_render_skips_other_kinds_and_says_so(tmp_path, capsys):
@@ -188,6 +192,7 @@ def test_crds_print_as_json(capsys):
     assert [c["spec"]["names"]["kind"] for c in json.loads(capsys.readouterr().out)["items"]] == [
         "RewardModel",
         "RLHFPipeline",
+        "RewardBatch",
     ]
 
 

@@ -36,6 +36,8 @@ def test_the_timers_follow_the_settings():
         "canary": (3, 3),
         "pipeline_drift_backstop": (17, 17),
         "pipeline_recheck": (5, 5),
+        "batch_drift_backstop": (17, 17),
+        "batch_recheck": (5, 5),
     }
     assert timers["drift_backstop"].when is None, "the backstop runs for every object"
     assert timers["pipeline_drift_backstop"].when is None

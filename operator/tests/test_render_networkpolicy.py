@@ -158,6 +158,9 @@ def test_plural_of_kinds_the_operator_applies():
     assert objects.plural_of("InferenceService") == "inferenceservices"
     assert objects.plural_of("ConfigMap") == "configmaps"
     assert objects.plural_of("Gateway") == "gateways"
+    assert objects.plural_of("RewardBatch") == "rewardbatches"
+    assert objects.plural_of("Job") == "jobs"
+    assert objects.plural_of("PersistentVolumeClaim") == "persistentvolumeclaims"
 
 
 def test_the_controller_prunes_policies_it_no_longer_renders():

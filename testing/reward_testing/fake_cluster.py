@@ -176,7 +176,24 @@ class FakeCluster:
             found[name] = copy.deepcopy(obj)
         return found
 
+    def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        self.calls.append(("pods", "", ",".join(f"{k}={v}" for k, v in sorted(labels.items()))))
+        return [
+            copy.deepcopy(pod)
+            for pod in self.pods
+            if all((pod["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
+        ]
+
     # ---- writes ----
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(("create", manifest["kind"], manifest["metadata"]["name"]))
+        if manifest["kind"] in self.refused:
+            raise Refused(422, "Invalid", self.refused[manifest["kind"]])
+        key = _key(manifest)
+        if key not in self.objects:
+            self.put(manifest)
+        return copy.deepcopy(self.objects[key])
+
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(("apply", manifest["kind"], manifest["metadata"]["name"]))
         if manifest["kind"] in self.refused:

@@ -1,15 +1,19 @@
-"""The real gateway process (`python -m reward_gateway`) in front of the real-HTTP fake vLLM.
+"""The real gateway process (`python -m reward_gateway`) in front of the real-HTTP fake vLLM, and a real
+S3-compatible server (versitygw) whose keys are the process's environment.
 
-Started by `run_gateway` (reward_testing.gateway_fixtures), which the gateway's own tests use too.
+Started by `run_gateway` (reward_testing.gateway_fixtures), which the gateway's own tests use too, and by
+`object_store` (reward_testing.object_store_fixtures).
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import httpx
 import pytest
 
+from reward_testing.object_store import ObjectStore
 from reward_testing.ports import free_port
 
 
@@ -42,3 +46,17 @@ def gateway(backend, run_gateway):
         return Gateway(url)
 
     return start
+
+
+@pytest.fixture
+def s3(object_store: ObjectStore, monkeypatch: pytest.MonkeyPatch, tmp_path) -> ObjectStore:
+    """The object store, with the environment KServe's storage initializer reads pointing at it (and no AWS or S3
+    setting of the machine's, nor its ~/.aws files): what a worker in a Job pod would see."""
+    for name in list(os.environ):
+        if name.startswith(("AWS_", "S3_")):
+            monkeypatch.delenv(name)
+    for name, value in object_store.env().items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.setenv(name, str(tmp_path / "no-aws-files"))
+    return object_store

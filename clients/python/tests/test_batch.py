@@ -1,6 +1,7 @@
 """Scoring a dataset through the real gateway process and the fake vLLM (``reward-gateway-client score``):
 every row's reward or its failure, best-of-N, a worker killed with SIGKILL resumed row for row, a re-run that
-does no work until the model changes, and the errors a user meets."""
+does no work until the model changes, and the errors a user meets; the same from an ``s3://`` input into an
+``s3://`` prefix on a real S3-compatible server (versitygw)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import reward_gateway_client.batch
 from reward_gateway_client.batch import layout
 from reward_gateway_client.batch.cli import main
 from reward_gateway_client.batch.rows import Fields
@@ -23,6 +25,7 @@ from reward_gateway_client.http import GatewaySettings
 
 from reward_testing.fake_vllm import MAX_CHARS, conversation_text, logit
 from reward_testing.paths import REPO
+from reward_testing.ports import free_port
 from reward_testing.waiting import wait_until
 
 CLIENT_SOURCE = REPO / "clients" / "python"
@@ -57,7 +60,7 @@ def output_rows(directory: Path) -> list[dict]:
     ]
 
 
-def score(url: str, source: Path, out: Path, *extra: str) -> int:
+def score(url: str, source: Path | str, out: Path | str, *extra: str) -> int:
     return main(["score", "--url", url, "--input", str(source), "--output", str(out), *extra])
 
 
@@ -212,3 +215,102 @@ def test_finished_text_is_scored_as_given(gateway, tmp_path):
     )
     assert score(running.url, source, tmp_path / "out") == 0
     assert [row["reward"] for row in output_rows(tmp_path / "out")] == pytest.approx([logit(text) for text in texts])
+
+
+# s3:// input and output, against a real S3-compatible server (versitygw: the ``s3`` fixture, whose keys are the
+# environment a Job pod's worker reads, as KServe's storage initializer reads them)
+
+
+def s3_rows(store, bucket: str, prefix: str) -> list[dict]:
+    keys = [key for key in store.keys_under(bucket, prefix + "/") if key.rsplit("/", 1)[-1].startswith("part-")]
+    return [json.loads(line) for key in keys for line in store.get(bucket, key).decode().splitlines()]
+
+
+def test_a_dataset_read_from_s3_and_written_to_s3_is_a_local_runs_output_object_for_object(gateway, s3, tmp_path):
+    running = gateway(model_revision="s3://models/rm-v1")
+    source = tmp_path / "data.jsonl"
+    dataset(source, prompts=40)
+    uri = s3.put(s3.bucket("datasets"), "samples/data.jsonl", source.read_bytes())
+    s3.bucket("scored")
+    for shard in range(2):
+        extra = ("--best-of-group", "--chunk-rows", "16", "--shards", "2", "--shard", str(shard))
+        assert score(running.url, source, tmp_path / "local", *extra) == 0
+        assert score(running.url, uri, "s3://scored/run-1", *extra) == 0
+
+    for shard in range(2):
+        directory = layout.shard_directory(tmp_path / "local", shard, 2)
+        prefix = f"run-1/{layout.shard_name(shard, 2)}"
+        local = {path.name: path.read_bytes() for path in directory.iterdir()}
+        remote = {key.removeprefix(prefix + "/"): s3.get("scored", key) for key in s3.keys_under("scored", prefix)}
+        assert local.keys() == remote.keys() and len([name for name in local if name.startswith("part-")]) > 1
+        for name in local.keys() - {layout.MANIFEST}:
+            assert remote[name] == local[name], f"{prefix}/{name}: the chunk or checkpoint a local run writes"
+        local_manifest, remote_manifest = json.loads(local[layout.MANIFEST]), json.loads(remote[layout.MANIFEST])
+        assert remote_manifest["input"] == {"path": uri, "sha256": local_manifest["input"]["sha256"]}
+        assert {**remote_manifest, "input": None} == {**local_manifest, "input": None}
+
+
+def test_a_worker_killed_mid_way_resumes_against_s3_row_for_row(gateway, backend, s3, tmp_path):
+    running = gateway()
+    source = tmp_path / "data.jsonl"
+    dataset(source, prompts=120)
+    uri = s3.put(s3.bucket("datasets"), "data.jsonl", source.read_bytes())
+    s3.bucket("scored")
+    assert score(running.url, source, tmp_path / "whole", "--chunk-rows", "40") == 0
+
+    backend.delay_s = 0.05  # slow enough to be caught between two chunks
+    command = [sys.executable, "-m", "reward_gateway_client.batch.cli", "score", "--url", running.url,
+               "--input", uri, "--output", "s3://scored/killed", "--chunk-rows", "40"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CLIENT_SOURCE), os.environ.get("PYTHONPATH", "")])}
+    worker = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+
+    def checkpoint() -> dict:
+        if "killed/_checkpoint.json" not in s3.keys_under("scored", "killed/"):
+            return {}
+        return json.loads(s3.get("scored", "killed/_checkpoint.json"))
+
+    wait_until("three chunks committed", lambda: checkpoint().get("chunks", 0) >= 3, timeout=120, interval=0.02)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    left = checkpoint()
+    assert not left.get("done")
+
+    log = io.StringIO()
+    job = Job(uri, "s3://scored/killed", chunk_rows=40)
+    summary = asyncio.run(ShardWorker(job, GatewaySettings(url=running.url), log).run())
+    assert s3_rows(s3, "scored", "killed") == output_rows(tmp_path / "whole")
+    assert summary.scored_twice <= 48, "at most the chunk in flight: 40 rows and the rest of its last group"
+    assert summary.scored_now + left["counted"]["rows"] == summary.rows, "every row the killed run committed kept"
+
+
+def test_what_s3_refuses_names_the_uri_and_the_cause_never_a_secret(gateway, s3, tmp_path, monkeypatch, capsys):
+    running = gateway()
+    source = tmp_path / "data.jsonl"
+    dataset(source, prompts=2, bad_rows=False)
+    uri = s3.put(s3.bucket("datasets"), "data.jsonl", source.read_bytes())
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong" + s3.keys.secret[5:])
+    assert score(running.url, uri, tmp_path / "out") == 2
+    said = capsys.readouterr()
+    assert f"cannot read the input {uri}" in said.err and "SignatureDoesNotMatch" in said.err
+    assert s3.keys.secret[5:] not in said.err + said.out, "neither the wrong secret nor the right one"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.keys.secret)
+
+    assert score(running.url, "s3://datasets/missing.jsonl", tmp_path / "out") == 2
+    assert "cannot read the input s3://datasets/missing.jsonl: no such object" in capsys.readouterr().err
+    assert score(running.url, uri, "s3://no-such-bucket/out") == 2
+    assert "s3://no-such-bucket/out/_checkpoint.json: no such bucket" in capsys.readouterr().err
+
+    # the store away: running again may help (exit 3), after boto3's own retries
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("S3_MAX_ATTEMPTS", "1")
+    assert score(running.url, uri, tmp_path / "out") == 3
+    assert f"cannot read the input {uri}" in capsys.readouterr().err
+
+
+def test_s3_without_boto3_says_which_extra_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as where the s3 extra is not installed
+    monkeypatch.delitem(sys.modules, "reward_gateway_client.batch.s3", raising=False)
+    monkeypatch.delattr(reward_gateway_client.batch, "s3", raising=False)
+    assert score("http://127.0.0.1:9", "s3://datasets/data.jsonl", tmp_path / "out") == 2
+    assert "pip install 'reward-gateway-client[s3]'" in capsys.readouterr().err

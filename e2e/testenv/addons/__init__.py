@@ -4,8 +4,9 @@ The add-ons, by name: ``node`` (the real node, ``testenv.node``), ``kserve`` (KS
 (KServe's LocalModel controller and node agents), ``knative`` (Knative Serving and Kourier as pods on the real
 node, for KServe's Knative mode), ``keda`` (KEDA's operator and metrics API server),
 ``kube-router`` (NetworkPolicies enforced on the real node), ``prometheus`` (prometheus-operator, whose
-Prometheus runs on the real node). ``choose`` decides which run from what is asked, the environment and each
-one's defaults, in their start order; ``host_state`` is the host as they may change it.
+Prometheus runs on the real node), ``object-store`` (versitygw, an S3-compatible store the real node's pods
+reach, with a Secret of its keys in KServe's convention). ``choose`` decides which run from what is asked, the
+environment and each one's defaults, in their start order; ``host_state`` is the host as they may change it.
 """
 
 from __future__ import annotations
@@ -20,11 +21,21 @@ from .knative import Knative
 from .kserve import KServeManager
 from .kube_router import KubeRouter
 from .localmodel import LocalModel
+from .object_store import ObjectStoreAddOn
 from .prometheus import PrometheusOperator
 
 # Every kind, in the order they start where nothing else decides it (``requires`` and ``after`` do); each one
 # after those it ``comes_with``
-KINDS: tuple[type[AddOn], ...] = (RealNode, KServeManager, LocalModel, Knative, Keda, KubeRouter, PrometheusOperator)
+KINDS: tuple[type[AddOn], ...] = (
+    RealNode,
+    KServeManager,
+    LocalModel,
+    Knative,
+    Keda,
+    KubeRouter,
+    PrometheusOperator,
+    ObjectStoreAddOn,
+)
 BY_NAME: dict[str, type[AddOn]] = {kind.name: kind for kind in KINDS}
 
 

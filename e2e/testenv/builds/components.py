@@ -185,6 +185,16 @@ COMPONENTS = (
         ("knative.dev/serving", versions.KNATIVE_SERVING),
         also_upstream=(("knative.dev/net-kourier", versions.KNATIVE_KOURIER),),
     ),
+    # versitygw, a real S3 gateway over a POSIX directory: the object store the batch worker's s3:// input and
+    # output are tested against offline (reward_testing.object_store), and the local control plane's with
+    # TESTENV_OBJECT_STORE=1 (addons/object_store.py). Its version is set the way its Makefile sets it (the
+    # default says "git"). In the default build (`make unit` runs it): about 50 s cold on 2 cores.
+    Component(
+        "versitygw",
+        {"versitygw": "github.com/versity/versitygw/cmd/versitygw"},
+        ("github.com/versity/versitygw", versions.VERSITYGW),
+        ldflags=f"-X=main.Version=v{versions.VERSITYGW}",
+    ),
     # KEDA's operator (ScaledObjects: the HPA it owns, scaling 0 <-> 1 itself) and its
     # external metrics API server (what the HPA asks for 1..N); see addons/keda.py. The version
     # its logs print is set the way KEDA's Makefile sets it (the default says "main").

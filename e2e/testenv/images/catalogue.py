@@ -77,6 +77,7 @@ IMAGES = (
         checks=(
             ("65532", ("reward-operator", "--help")),
             ("65532", ("python", "-m", "reward_gateway", "--help")),
+            ("65532", ("reward-gateway-client", "score", "--help")),
         ),
     ),
     Image(

@@ -306,7 +306,7 @@ def _operator_registry():
     """The operator's registry, one object managed."""
     from prometheus_client import CollectorRegistry
 
-    from reward_operator.metrics import OperatorMetrics
+    from reward_operator.metrics import BatchFigures, OperatorMetrics
 
     registry = CollectorRegistry()
     metrics = OperatorMetrics(["RewardModel"], registry)
@@ -316,6 +316,8 @@ def _operator_registry():
     metrics.duration.labels(kind="RewardModel").observe(0.1)
     metrics.objects.record_ready("RewardModel", "ns", "rm", "True")
     metrics.objects.record_generation_lag("RewardModel", "ns", "rm", 2, 2)
+    figures = BatchFigures({"total": 10, "scored": 9, "failed": 1, "scored_twice": 0}, {"succeeded": 1}, 5.0)
+    metrics.objects.record_batch("RewardBatch", "ns", "rwb", figures)
     return registry
 
 

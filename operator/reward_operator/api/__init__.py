@@ -14,3 +14,6 @@ REWARD_MODEL_PLURAL = "rewardmodels"
 
 RLHF_PIPELINE_KIND = "RLHFPipeline"
 RLHF_PIPELINE_PLURAL = "rlhfpipelines"
+
+REWARD_BATCH_KIND = "RewardBatch"
+REWARD_BATCH_PLURAL = "rewardbatches"

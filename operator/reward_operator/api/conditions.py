@@ -162,3 +162,38 @@ WARNING_REASONS = (
     REWARD_MODEL_WITHOUT_GATEWAY,
     *CANARY_WARNING_REASONS,
 )
+
+# ---- RewardBatch ---------------------------------------------------------------------
+# A batch's conditions follow its Job's (Complete, Failed) with two of its own before it: Admitted (a Job
+# exists and is not suspended) and Running (shards are being scored). Complete is the one kubectl wait and the
+# runner's event per transition follow; each other condition's move to True is one event of its own.
+
+COMPLETE = "Complete"  # every shard finished: the output holds every row, each with its reward or its failure
+ADMITTED = "Admitted"  # the Job runs: created (and, with spec.queueName, admitted by Kueue)
+RUNNING = "Running"  # shards are being scored now
+FAILED = "Failed"  # a shard failed past its retries (or the worker refused it): the batch will not complete
+BATCH_CONDITIONS = (ADMITTED, RUNNING, FAILED)
+
+# Reasons for Complete
+SHARDS_SUCCEEDED = "ShardsSucceeded"  # True: every shard's pod finished and committed its manifest
+SCORING = "Scoring"  # Unknown: shards are being scored (or wait for a pod)
+SHARDS_FAILED = "ShardsFailed"  # False: a shard failed; its rows are missing from the output (see Failed)
+# Unknown, and Admitted False: the RewardModel spec.rewardModel names does not exist, has its gateway
+# disabled (REWARD_MODEL_WITHOUT_GATEWAY), or has never served (no status.url yet): no Job until it does
+REWARD_MODEL_NOT_SERVING = "RewardModelNotServing"
+# Unknown, and Admitted False: the PersistentVolumeClaim a pvc:// URI names does not exist
+CLAIM_NOT_FOUND = "PersistentVolumeClaimNotFound"
+# Unknown, and Admitted False: the Job of an earlier spec or model revision still has pods, which write to the
+# same output: the new Job starts once they are gone
+AWAITING_PREVIOUS_JOB = "AwaitingPreviousJob"
+# Unknown, and Admitted False: the Job waits suspended for Kueue to admit it (spec.queueName)
+AWAITING_ADMISSION = "AwaitingAdmission"
+
+# Reasons for Admitted True, Running and Failed
+JOB_ADMITTED = "JobAdmitted"  # the Job is not suspended (Kueue admitted it, or no queue is named)
+SHARDS_ACTIVE = "ShardsActive"  # Running True: pods are scoring
+NO_ACTIVE_SHARDS = "NoActiveShards"  # Running False
+SHARD_FAILED = "ShardFailed"  # Failed True: the message names the shards and their worker's last words
+NO_FAILED_SHARDS = "NoFailedShards"  # Failed False
+
+BATCH_WARNING_REASONS = (SHARDS_FAILED, SHARD_FAILED, CLAIM_NOT_FOUND, REWARD_MODEL_NOT_SERVING)

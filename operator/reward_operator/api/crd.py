@@ -13,6 +13,8 @@ from . import (
     API_VERSION,
     CATEGORY,
     GROUP,
+    REWARD_BATCH_KIND,
+    REWARD_BATCH_PLURAL,
     REWARD_MODEL_KIND,
     REWARD_MODEL_PLURAL,
     RLHF_PIPELINE_KIND,
@@ -20,7 +22,7 @@ from . import (
     VERSION,
     conditions,
 )
-from .schema import REWARD_MODEL, RLHF_PIPELINE, Schema
+from .schema import REWARD_BATCH, REWARD_MODEL, RLHF_PIPELINE, Schema
 
 READY = '.status.conditions[?(@.type=="Ready")]'
 SCALED_TO_ZERO = '.status.conditions[?(@.type=="ScaledToZero")]'
@@ -124,11 +126,28 @@ def rlhf_pipeline_crd() -> dict[str, Any]:
     return namespaced_crd(RLHF_PIPELINE_KIND, RLHF_PIPELINE_PLURAL, ["rlhfp"], columns, RLHF_PIPELINE)
 
 
+def reward_batch_crd() -> dict[str, Any]:
+    complete = f'.status.conditions[?(@.type=="{conditions.COMPLETE}")]'
+    columns = [
+        _column("Phase", ".status.phase", description="Pending, Queued, Running, Complete or Failed"),
+        _column(
+            "Progress", ".status.progress", description="Rows of the finished shards (failed among them), shards ended"
+        ),
+        _column("Model", ".status.model.revision", description="The revision of the weights that scored"),
+        _column("Age", ".metadata.creationTimestamp", "date"),
+        _column("Job", ".status.job", priority=1),
+        _column("Reason", f"{complete}.reason", priority=1),
+        _column("Message", f"{complete}.message", priority=1),
+    ]
+    return namespaced_crd(REWARD_BATCH_KIND, REWARD_BATCH_PLURAL, ["rwb"], columns, REWARD_BATCH)
+
+
 def all_crds() -> dict[str, dict[str, Any]]:
     """File name in crds/ -> CRD."""
     return {
         f"{GROUP}_{REWARD_MODEL_PLURAL}.yaml": reward_model_crd(),
         f"{GROUP}_{RLHF_PIPELINE_PLURAL}.yaml": rlhf_pipeline_crd(),
+        f"{GROUP}_{REWARD_BATCH_PLURAL}.yaml": reward_batch_crd(),
     }
 
 

@@ -104,6 +104,14 @@ def predictor_replicas(namespace: str, isvc: str) -> PredictorReplicas | None:
 _SERIALIZER = ApiClient()
 
 
+def pods(namespace: str, labels: dict[str, str]) -> list[dict]:
+    """The pods with all of ``labels``, as plain dicts: one list by label."""
+    selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+    with translated():
+        listed = core().list_namespaced_pod(namespace, label_selector=selector).items
+    return [_SERIALIZER.sanitize_for_serialization(pod) for pod in listed]
+
+
 def inference_service_pods(namespace: str, isvc: str) -> list[dict]:
     """The pods KServe made for ``isvc`` (every component: its label tells predictor from transformer), as
     plain dicts: one list by label, read only while the InferenceService is not Ready

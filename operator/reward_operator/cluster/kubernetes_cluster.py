@@ -78,8 +78,14 @@ class KubernetesCluster:
     def reward_models(self, namespace: str, names: list[str]) -> dict[str, dict[str, Any] | None]:
         return gather.reward_models(namespace, names)
 
+    def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        return gather.pods(namespace, labels)
+
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         return objects.apply(manifest)
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        return objects.create(manifest)
 
     def prune(
         self, api_version: str, kind: str, namespace: str, labels: dict[str, str], owner_uid: str, keep: set[str]

@@ -28,10 +28,12 @@ def _group_version(api_version: str) -> tuple[str, str]:
 
 
 def plural_of(kind: str) -> str:
-    """The resource name of a kind: ``inferenceservices``, ``networkpolicies``."""
+    """The resource name of a kind: ``inferenceservices``, ``networkpolicies``, ``rewardbatches``."""
     lower = kind.lower()
     if lower.endswith("y") and lower[-2:-1] not in tuple("aeiou"):
         return lower[:-1] + "ies"
+    if lower.endswith(("s", "x", "ch", "sh")):
+        return lower + "es"
     return lower + "s"
 
 
@@ -47,7 +49,9 @@ def or_none(read: Callable[[], T]) -> T | None:
 
 
 def get(api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-    """A custom object (cluster-scoped when ``namespace`` is None), or None."""
+    """An object of any kind, core (``v1``) or a group's (cluster-scoped when ``namespace`` is None), or None."""
+    if "/" not in api_version:
+        return or_none(lambda: call("GET", object_path(api_version, kind, name, namespace), []))
     group, version = _group_version(api_version)
     if namespace is None:
         return or_none(lambda: custom().get_cluster_custom_object(group, version, plural_of(kind), name))
@@ -87,6 +91,24 @@ def apply(manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         if not 200 <= response.status <= 299:
             raise ApiException.from_response(http_resp=response, body=None, data=None)
     return json.loads(response.data)
+
+
+def create(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Create the object, or return the one of its name as stored (untouched) where it exists."""
+    metadata = manifest["metadata"]
+    namespace = metadata.get("namespace")
+    path = object_path(manifest["apiVersion"], manifest["kind"], metadata["name"], namespace)
+    with translated():
+        try:
+            return call("POST", path.rpartition("/")[0], [("fieldManager", FIELD_MANAGER)], manifest)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+    found = get(manifest["apiVersion"], manifest["kind"], metadata["name"], namespace)
+    if found is None:  # made and deleted between the two calls: a conflict, retried
+        with translated():
+            raise ApiException(status=409, reason=f"{manifest['kind']} {metadata['name']} was deleted as it was read")
+    return found
 
 
 def serialized(

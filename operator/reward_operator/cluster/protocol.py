@@ -46,7 +46,15 @@ class Cluster(Protocol):
     def reward_models(self, namespace: str, names: list[str]) -> dict[str, dict[str, Any] | None]:
         """The RewardModels of these names, as stored (None: not found)."""
 
+    def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """The pods with all of ``labels``, as plain dicts (a batch's Job's pods)."""
+
     # ---- writes ----
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create the object unless one of its name exists; returns it as stored (the one found, untouched,
+        where it exists: a Job is made once, and Kueue owns its suspension from then on).
+        Raises ``Refused`` when the API server or a webhook refuses it."""
+
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply with the operator's field manager; returns the object as stored.
         Raises ``Refused`` when the API server or a webhook refuses it."""

@@ -9,11 +9,11 @@ import kopf
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from .. import metrics
-from ..api import REWARD_MODEL_KIND, RLHF_PIPELINE_KIND
+from ..api import REWARD_BATCH_KIND, REWARD_MODEL_KIND, RLHF_PIPELINE_KIND
 from ..api.names import FINALIZER, KOPF_ANNOTATION_PREFIX
 from ..cluster import Cluster, KubernetesCluster
 from ..settings import Settings
-from . import rewardmodel_triggers, rlhfpipeline_triggers
+from . import rewardbatch_triggers, rewardmodel_triggers, rlhfpipeline_triggers
 
 # kopf's own connections: its watches (one each, for their lifetime) and its patches of finalizers and
 # annotations. kopf's session opens one connection per request in flight, without a bound, and each
@@ -38,7 +38,9 @@ def build_registry(
 ) -> kopf.OperatorRegistry:
     """Every handler of the operator, configured by ``settings``, on ``cluster`` (the API server's by default)."""
     registry = kopf.OperatorRegistry()
-    operator_metrics = metrics.OperatorMetrics(kinds=(REWARD_MODEL_KIND, RLHF_PIPELINE_KIND), registry=metrics_registry)
+    operator_metrics = metrics.OperatorMetrics(
+        kinds=(REWARD_MODEL_KIND, RLHF_PIPELINE_KIND, REWARD_BATCH_KIND), registry=metrics_registry
+    )
     metrics_port = settings.metrics_port
 
     @kopf.on.startup(registry=registry)
@@ -87,4 +89,5 @@ def build_registry(
     cluster = cluster or KubernetesCluster()
     rewardmodel_triggers.register(registry, settings, operator_metrics, cluster)
     rlhfpipeline_triggers.register(registry, settings, operator_metrics, cluster)
+    rewardbatch_triggers.register(registry, settings, operator_metrics, cluster)
     return registry

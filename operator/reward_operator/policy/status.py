@@ -90,8 +90,9 @@ def status_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, 
 
 
 def ready_transition(current: dict[str, Any], ready: Condition) -> bool:
-    """True when Ready's status or reason differs from what the status says now (worth one event)."""
-    previous = next((c for c in current.get("conditions", []) or [] if c.get("type") == conditions.READY), None)
+    """True when Ready's status or reason differs from what the status says now (worth one event). ``ready``
+    is the kind's main condition: Ready, or a RewardBatch's Complete."""
+    previous = next((c for c in current.get("conditions", []) or [] if c.get("type") == ready.type), None)
     return previous is None or (previous.get("status"), previous.get("reason")) != (
         ready.status,
         ready.reason,

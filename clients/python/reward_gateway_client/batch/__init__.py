@@ -7,6 +7,7 @@ chunk and the finished output is row for row the same. Every output row carries 
 or its failure (never a number), and the identity of the model that scored it.
 
 ``rows`` reads and checks the input, ``selection`` marks the best of each group or the rows over a
-threshold, ``layout`` is the output directory (chunks, checkpoint, manifest), ``worker`` scores a shard,
-and ``cli`` is ``reward-gateway-client score``.
+threshold, ``layout`` is the output directory (chunks, checkpoint, manifest), ``store`` where the input and
+the output are (a local file and directory, or S3 through ``s3``: the ``s3`` extra), ``worker`` scores a
+shard, and ``cli`` is ``reward-gateway-client score``.
 """

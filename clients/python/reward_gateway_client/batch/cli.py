@@ -1,8 +1,11 @@
 """``reward-gateway-client score``: score a JSONL file with a served reward model, resumably.
 
+``--input`` and ``--output`` are local paths or S3 URIs (``s3://bucket/key``, ``s3://bucket/prefix``: the
+``s3`` extra, with the environment KServe's storage initializer reads; ``reward_gateway_client.batch.s3``).
+
 Exit codes: 0 the shard is done; 2 it cannot go on and running it again will not help (the input unreadable,
-the output holding another batch, a bad argument); 3 the gateway failed after its retries, and running the
-same command again goes on from the last chunk.
+the output holding another batch, S3 credentials refused, a bad argument); 3 the gateway or the object store
+failed after their retries, and running the same command again goes on from the last chunk.
 """
 
 from __future__ import annotations
@@ -26,8 +29,13 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
     score = commands.add_parser("score", help="score a JSONL file through the reward gateway, resumably")
     score.add_argument("--url", help="the gateway's base URL (a RewardModel's status.url); else $REWARD_GATEWAY_URL")
-    score.add_argument("--input", required=True, type=Path, help="a JSONL file, one row per line")
-    score.add_argument("--output", required=True, type=Path, help="the output directory (chunks, checkpoint, manifest)")
+    score.add_argument("--input", required=True, type=_location, help="a JSONL file or s3://bucket/key, a row a line")
+    score.add_argument(
+        "--output",
+        required=True,
+        type=_location,
+        help="the output directory or s3://bucket/prefix (chunks, checkpoint, manifest)",
+    )
     score.add_argument("--token-file", help="a file whose first line is the gateway's bearer token")
     score.add_argument("--client", help="this batch's name for the gateway's fair share (X-Reward-Client)")
     for name, default in vars(Fields()).items():
@@ -40,12 +48,23 @@ def parser() -> argparse.ArgumentParser:
     score.add_argument("--max-in-flight", type=int, default=8, help="calls to the gateway at once")
     score.add_argument("--max-items-per-call", type=int, default=64, help="items in one call (a group's at most)")
     score.add_argument(
+        "--result-file",
+        type=Path,
+        help="also write the result, or why the run stopped, as one JSON object to this file (a Job pod's "
+        "termination message, which the RewardBatch's status reads)",
+    )
+    score.add_argument(
         "--attempts",
         type=int,
         default=GatewaySettings.attempts,
         help="tries per call while the gateway answers 502 to 504",
     )
     return top
+
+
+def _location(text: str) -> Path | str:
+    """A local path, or an S3 URI kept as written (a Path would fold its ``//``)."""
+    return text if text.startswith("s3://") else Path(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,13 +97,29 @@ def main(argv: list[str] | None = None) -> int:
         summary = asyncio.run(ShardWorker(job, settings).run())
     except BatchError as error:
         again = "; run the same command again to go on from the last chunk" if error.retry else ""
-        print(f"reward-gateway-client: {error}{again}", file=sys.stderr)
-        return GATEWAY_FAILED if error.retry else REFUSED
+        return _stopped(arguments.result_file, f"{error}{again}", GATEWAY_FAILED if error.retry else REFUSED)
     except ValueError as error:  # no URL
-        print(f"reward-gateway-client: {error}", file=sys.stderr)
-        return REFUSED
-    print(json.dumps(_result(summary), sort_keys=True))
+        return _stopped(arguments.result_file, str(error), REFUSED)
+    result = json.dumps(_result(summary), sort_keys=True)
+    print(result)
+    _write_result(arguments.result_file, result)
     return DONE
+
+
+def _stopped(result_file: Path | None, message: str, code: int) -> int:
+    print(f"reward-gateway-client: {message}", file=sys.stderr)
+    _write_result(result_file, json.dumps({"error": message, "exit_code": code}, sort_keys=True))
+    return code
+
+
+def _write_result(result_file: Path | None, text: str) -> None:
+    """The result where --result-file names it; a file that cannot be written is said, and changes no exit code."""
+    if result_file is None:
+        return
+    try:
+        result_file.write_text(text + "\n", encoding="utf-8")
+    except OSError as error:
+        print(f"reward-gateway-client: the result was not written to {result_file}: {error}", file=sys.stderr)
 
 
 def _result(summary: Summary) -> dict[str, object]:
@@ -97,6 +132,8 @@ def _result(summary: Summary) -> dict[str, object]:
         "scored_now": summary.scored_now,
         "scored_twice": summary.scored_twice,
         "nothing_to_do": summary.nothing_to_do,
+        # the models that scored the shard's rows (one, unless the shard predates a change of model)
+        "models": [json.loads(key) for key in sorted(summary.models)],
     }
 
 

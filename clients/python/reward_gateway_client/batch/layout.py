@@ -2,7 +2,8 @@
 
 Each file is written whole under a temporary name and renamed into place (atomic on POSIX), and a chunk before
 the checkpoint that counts it: a worker killed at any moment leaves either the old checkpoint (the chunk
-written again on restart, over the same name) or the new one, never a half-written file that counts.
+written again on restart, over the same name) or the new one, never a half-written file that counts. The
+names are the same under an S3 prefix (``s3``), where a PUT of a whole object is the atomic write.
 """
 
 from __future__ import annotations
@@ -14,15 +15,36 @@ from typing import Any
 
 CHECKPOINT = "_checkpoint.json"
 MANIFEST = "_manifest.json"
+PARTS = "part-*.jsonl"  # the chunks' names, as a glob
+
+
+def shard_name(shard: int, shards: int) -> str | None:
+    """A shard's folder under the output: none for one shard, else ``shard-IIIII-of-NNNNN``."""
+    return None if shards == 1 else f"shard-{shard:05d}-of-{shards:05d}"
 
 
 def shard_directory(output: Path, shard: int, shards: int) -> Path:
     """Where a shard writes: the output itself for one shard, else ``shard-IIIII-of-NNNNN`` under it."""
-    return output if shards == 1 else output / f"shard-{shard:05d}-of-{shards:05d}"
+    name = shard_name(shard, shards)
+    return output if name is None else output / name
+
+
+def part_name(chunk: int) -> str:
+    return f"part-{chunk:05d}.jsonl"
 
 
 def part_path(directory: Path, chunk: int) -> Path:
-    return directory / f"part-{chunk:05d}.jsonl"
+    return directory / part_name(chunk)
+
+
+def part_text(rows: list[dict[str, Any]]) -> str:
+    """A chunk's content: one JSON object per line, keys sorted."""
+    return "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+
+
+def json_text(value: dict[str, Any]) -> str:
+    """A checkpoint's or a manifest's content."""
+    return json.dumps(value, indent=2, sort_keys=True) + "\n"
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -36,7 +58,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, value: dict[str, Any]) -> None:
-    write_atomically(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+    write_atomically(path, json_text(value))
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -47,12 +69,13 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def write_part(directory: Path, chunk: int, rows: list[dict[str, Any]]) -> None:
-    write_atomically(part_path(directory, chunk), "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+    write_atomically(part_path(directory, chunk), part_text(rows))
 
 
 def clear(directory: Path) -> None:
-    """Drop a shard's chunks, checkpoint and manifest (to score again with another model)."""
-    for path in directory.glob("part-*.jsonl"):
-        path.unlink()
+    """Drop a shard's chunks, checkpoint and manifest (to score again with another model): the checkpoint and the
+    manifest first, so a worker killed half-way leaves chunks that nothing counts, never a count of lost ones."""
     for name in (CHECKPOINT, MANIFEST):
         (directory / name).unlink(missing_ok=True)
+    for path in directory.glob(PARTS):
+        path.unlink()

@@ -8,9 +8,8 @@ It becomes a failed row of its own, reason ``invalid``, with what is wrong; the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 INVALID = "invalid"
@@ -45,16 +44,15 @@ class Row:
     problem: str | None = None
 
 
-def read_rows(path: Path, fields: Fields) -> Iterator[Row]:
-    """The rows of a JSONL file, in order; a line that is not a JSON object is a row with its problem.
-    Raises OSError (and UnicodeDecodeError) where the file cannot be read at all."""
-    with path.open(encoding="utf-8") as lines:
-        position = 0
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            yield row_of(position, number, line, fields)
-            position += 1
+def read_rows(lines: Iterable[str], fields: Fields) -> Iterator[Row]:
+    """The rows of a JSONL input's lines (``store.Input.lines``), in order; a line that is not a JSON object is a
+    row with its problem."""
+    position = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        yield row_of(position, number, line, fields)
+        position += 1
 
 
 def row_of(position: int, line_number: int, line: str, fields: Fields) -> Row:

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from reward_gateway_client.batch import layout
+from reward_gateway_client.batch import layout, store
+from reward_gateway_client.batch.errors import BatchError
 from reward_gateway_client.batch.rows import INVALID, Fields, Row, read_rows
 from reward_gateway_client.batch.selection import Selection
 from reward_gateway_client.http import (
@@ -43,22 +44,16 @@ from reward_gateway_client.http import (
 # it, replicas included) nor its role.
 IDENTITY_KEYS = ("model", "revision", "digest", "judge")
 
-
-class BatchError(Exception):
-    """The shard cannot go on: ``retry`` says whether running it again may help (the gateway away) or not
-    (the input unreadable, an output holding another batch)."""
-
-    def __init__(self, message: str, retry: bool):
-        super().__init__(message)
-        self.retry = retry
+__all__ = ["BatchError", "Job", "ShardWorker", "Summary"]
 
 
 @dataclass(frozen=True)
 class Job:
-    """One shard's work: what to read, where to write, and how."""
+    """One shard's work: what to read, where to write, and how. ``input`` is a JSONL file or an
+    ``s3://bucket/key`` object, ``output`` a directory or an ``s3://bucket/prefix`` (``store``)."""
 
-    input: Path
-    output: Path
+    input: Path | str
+    output: Path | str
     fields: Fields = field(default_factory=Fields)
     selection: Selection = field(default_factory=Selection)
     shard: int = 0
@@ -97,9 +92,9 @@ class Summary:
     seconds: float = 0.0
     nothing_to_do: bool = False
 
-    def manifest(self, job: Job, input_digest: str) -> dict[str, Any]:
+    def manifest(self, job: Job, input_name: str, input_digest: str) -> dict[str, Any]:
         return {
-            "input": {"path": str(job.input), "sha256": input_digest},
+            "input": {"path": input_name, "sha256": input_digest},
             "shard": job.shard,
             "shards": job.shards,
             "rows": self.rows,
@@ -110,14 +105,6 @@ class Summary:
             "chunks": self.chunks,
             "models": [{"identity": json.loads(key), "rows": rows} for key, rows in sorted(self.models.items())],
         }
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as data:
-        while block := data.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def identity_key(identity: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -144,11 +131,11 @@ def adjacent_groups(rows: Iterable[Row]) -> Iterator[list[Row]]:
         yield run
 
 
-def shard_chunks(job: Job) -> Iterator[list[list[Row]]]:
+def shard_chunks(job: Job, source: store.Input) -> Iterator[list[list[Row]]]:
     """This shard's chunks, each a list of whole groups, the same on every run over the same input."""
     chunk: list[list[Row]] = []
     size = 0
-    for number, group in enumerate(adjacent_groups(read_rows(job.input, job.fields))):
+    for number, group in enumerate(adjacent_groups(read_rows(source.lines(), job.fields))):
         if number % job.shards != job.shard:
             continue
         chunk.append(group)
@@ -164,16 +151,15 @@ class ShardWorker:
     def __init__(self, job: Job, settings: GatewaySettings, log: TextIO = sys.stderr):
         self.job = job
         self.client = AsyncRewardClient(settings)
-        self.directory = layout.shard_directory(job.output, job.shard, job.shards)
         self.log = log
+        # where it reads and writes (a path, or S3); nothing is read or written until it runs
+        self.input = store.open_input(job.input)
+        self.output = store.open_output(job.output, job.shard, job.shards)
 
     async def run(self) -> Summary:
         """Scores what is left of the shard; raises BatchError where it cannot go on."""
         job, started = self.job, time.monotonic()
-        try:
-            digest = file_digest(job.input)
-        except OSError as error:
-            raise BatchError(f"cannot read the input {job.input}: {error}", retry=False) from None
+        digest = self.input.digest()
         async with async_http_client(self.client.settings.timeout_s) as http:
             checkpoint = await self._checkpoint(http, digest)
             summary = self._summary_of(checkpoint)
@@ -182,52 +168,49 @@ class ShardWorker:
                 self._say(f"shard {job.shard}: finished already by the same model; nothing to do")
                 return summary
             done = checkpoint.get("chunks", 0)
-            try:
-                for number, chunk in enumerate(shard_chunks(job)):
-                    if number < done:
-                        continue
-                    twice = checkpoint.get("scoring") == number
-                    checkpoint = {**checkpoint, "scoring": number}
-                    layout.write_json(self.directory / layout.CHECKPOINT, checkpoint)
-                    rows = await self._score(http, chunk)
-                    layout.write_part(self.directory, number, rows)
-                    self._count(summary, rows)
-                    summary.chunks = number + 1
-                    summary.scored_now += len(rows)
-                    summary.scored_twice += len(rows) if twice else 0
-                    checkpoint = {**self._checkpoint_of(summary, digest), "scoring": None}
-                    layout.write_json(self.directory / layout.CHECKPOINT, checkpoint)
-                    self._progress(summary, started)
-            except (OSError, UnicodeDecodeError) as error:
-                raise BatchError(f"cannot read the input {job.input}: {error}", retry=False) from None
+            for number, chunk in enumerate(shard_chunks(job, self.input)):
+                if number < done:
+                    continue
+                twice = checkpoint.get("scoring") == number
+                checkpoint = {**checkpoint, "scoring": number}
+                self.output.write_json(layout.CHECKPOINT, checkpoint)
+                rows = await self._score(http, chunk)
+                self.output.write_part(number, rows)
+                self._count(summary, rows)
+                summary.chunks = number + 1
+                summary.scored_now += len(rows)
+                summary.scored_twice += len(rows) if twice else 0
+                checkpoint = {**self._checkpoint_of(summary, digest), "scoring": None}
+                self.output.write_json(layout.CHECKPOINT, checkpoint)
+                self._progress(summary, started)
         summary.seconds = time.monotonic() - started
-        layout.write_json(self.directory / layout.MANIFEST, summary.manifest(job, digest))
-        layout.write_json(self.directory / layout.CHECKPOINT, {**checkpoint, "done": True})
+        self.output.write_json(layout.MANIFEST, summary.manifest(job, self.input.name, digest))
+        self.output.write_json(layout.CHECKPOINT, {**checkpoint, "done": True})
         return summary
 
     async def _checkpoint(self, http: Any, digest: str) -> dict[str, Any]:
         """The checkpoint to go on from: the stored one where the same input, settings and model made it; an
         empty one where there is none, or where another model answers now (the shard's output dropped)."""
         fresh = {"input": digest, "settings": self.job.settings_digest(), "chunks": 0}
-        stored = layout.read_json(self.directory / layout.CHECKPOINT)
+        stored = self.output.read_json(layout.CHECKPOINT)
         if stored is None:
             return fresh
         if stored.get("input") != digest or stored.get("settings") != self.job.settings_digest():
             raise BatchError(
-                f"{self.directory} holds another batch's output (its input or settings differ): "
-                "write to an empty directory, or remove that one",
+                f"{self.output.name} holds another batch's output (its input or settings differ): "
+                "write to an empty directory or prefix, or remove that one",
                 retry=False,
             )
         now = await self._answering_model(http)
         if now is None or stored.get("model") in (None, now):
             return stored
         self._say(f"shard {self.job.shard}: the model changed ({stored['model']} -> {now}); scoring it again")
-        layout.clear(self.directory)
+        self.output.clear()
         return fresh
 
     async def _answering_model(self, http: Any) -> dict[str, Any] | None:
         """Which model answers now: one call for the shard's first row that has an item."""
-        for chunk in shard_chunks(self.job):
+        for chunk in shard_chunks(self.job, self.input):
             for group in chunk:
                 for row in group:
                     if row.item is not None:
