@@ -116,8 +116,13 @@ SUITE_NEEDS_knative := $(REAL_NODE) keda-build vllm-venv
 SUITE_ENV_knative := TESTENV_KEDA=1
 SUITE_FLAGS_knative := $(LONG)
 SUITE_NEEDS_batch := $(REAL_NODE) keda-build vllm-venv
-SUITE_ENV_batch := TESTENV_KEDA=1 $(NO_KNATIVE)
+SUITE_ENV_batch := TESTENV_KEDA=1 TESTENV_OBJECT_STORE=1 $(NO_KNATIVE)
 SUITE_FLAGS_batch := $(LONG)
+# Kueue's suite is one test of e2e/tests/cluster, which a plain `make integration` skips (its plane has no Kueue)
+SUITE_NEEDS_kueue := venv testenv-build
+SUITE_BUILD_kueue := kueue
+SUITE_RUN_kueue = TESTENV_KUEUE=1 $(NO_NODE) $(PY) -m pytest e2e/tests/cluster/test_rewardbatch_kueue.py \
+	--level=cluster -q -s -p no:cacheprovider
 SUITE_NEEDS_chaos := venv testenv-build
 SUITE_ENV_chaos := $(NO_NODE)
 SUITE_NEEDS_fuzz := venv testenv-build
@@ -143,7 +148,8 @@ suite-%: $$(SUITE_NEEDS_$$*) ## run the suite in e2e/suites/% (the names below)
 	$(or $(SUITE_RUN_$*),$(SUITE_ENV_$*) $(PY) -m pytest e2e/suites/$* $(or $(SUITE_FLAGS_$*),-q -s))
 
 .PHONY: keda-test wake-real canary-real canary-knative-real operator-pod prometheus-real network-policy-real \
-	pipeline-real judge-real batch-real knative-real chaos fuzz scale-to-zero node-host trainers gpu-check
+	pipeline-real judge-real batch-real batch-kueue knative-real chaos fuzz scale-to-zero node-host trainers \
+	gpu-check
 keda-test: suite-keda ## KEDA alone: ScaledObjects scale a Deployment 0 -> 1 -> 3 -> 0
 wake-real: suite-wake ## a RewardModel at zero on the real node, woken by a burst and by OpenRLHF
 canary-real: suite-canary ## a canary on the real node, judged on real scores: promoted, rolled back
@@ -155,6 +161,7 @@ network-policy-real: suite-network-policy ## allowedClients enforced by kube-rou
 pipeline-real: suite-pipeline ## an RLHFPipeline through KServe's router pod, five vLLMs
 judge-real: suite-judge ## a judge on the real node: its verdicts through status.url against transformers'
 batch-real: suite-batch ## a RewardBatch on the real node: 10,240 rows in 8 shards, then again with two workers lost
+batch-kueue: suite-kueue ## a RewardBatch on a Kueue queue: held with no quota, run once given (Kueue's build)
 knative-real: suite-knative ## Knative mode: the other kinds; one wake through the activator and through KEDA
 chaos: suite-chaos ## the operator under kill -9, API server and etcd restarts, stalls, peering
 fuzz: suite-fuzz ## fuzzed RewardModel specs, online and offline (FUZZ_EXAMPLES=500)

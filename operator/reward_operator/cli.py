@@ -157,6 +157,10 @@ def render_command(args: argparse.Namespace) -> int:
     errors = []
     for document in documents:
         render = renderers.get(document.body.get("kind")) if document.ours else None
+        if document.ours and render is None:  # a RewardBatch: its Job names what only the cluster knows
+            print(
+                f"{document.label}: valid; not rendered (its Job needs the RewardModel's status.url)", file=sys.stderr
+            )
         if render is None or document.body.get("apiVersion") != API_VERSION:
             continue
         body = copy.deepcopy(document.body)

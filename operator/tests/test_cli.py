@@ -291,3 +291,10 @@ def test_the_kopf_identity_needs_no_passwd_entry_for_the_uid(monkeypatch):
     assert identity.startswith(f"uid{os.getuid()}@") and identity.endswith(f"/{os.getpid()}")
     # the chart's replicas name themselves by their pod (POD_ID), as kopf does
     assert peering.own_identity({"POD_ID": "reward-operator-7d9f-abcde"}) == "reward-operator-7d9f-abcde"
+
+
+def test_render_validates_a_batch_and_says_why_it_renders_nothing(capsys):
+    assert main(["render", "-f", str(SAMPLES / "rewardbatch-best-of-n.yaml")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() in ("", "[]")
+    assert "RewardBatch/round-3-best-of-8: valid; not rendered" in captured.err

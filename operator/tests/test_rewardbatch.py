@@ -103,7 +103,8 @@ def test_the_sample_is_admitted_and_the_schema_names_what_it_refuses():
     refused = {
         "parallelism": ({"parallelism": 9}, "spec.parallelism must be at most spec.shards"),
         "same place": ({"output": {"uri": sample["spec"]["input"]["uri"]}}, "spec.output.uri must differ"),
-        "not a claim": ({"input": {"uri": "/data/samples.jsonl"}}, "should match"),
+        "not a claim": ({"input": {"uri": "/data/samples.jsonl"}}, "spec.input.uri must be pvc://<claim>/<path>"),
+        "a bucket name": ({"output": {"uri": "s3://B/out"}}, "spec.output.uri must be pvc://<claim>/<path>"),
         "a format": ({"output": {"uri": "pvc://rlhf-data/out", "format": "csv"}}, "supported values"),
     }
     for case, (spec, words) in refused.items():
@@ -315,3 +316,33 @@ def test_a_finished_batch_keeps_its_job_whatever_the_model_does_later():
 )
 def test_job_index_sets(text, indexes):
     assert policy.index_set(text) == indexes
+
+
+def test_s3_uris_read_the_store_from_the_secret_in_kserves_convention():
+    body = batch(input={"uri": "s3://datasets/round-3/samples.jsonl"}, output={"uri": "s3://datasets/round-3/out"},
+                 s3SecretName="store")  # fmt: skip
+    assert validate(yaml.safe_load(yaml.safe_dump(body))) == []
+    cluster = cluster_with(reward_model())  # no claim needed; the Secret is
+    outcome = sync(body, cluster)
+    assert conditions_of(outcome)[conditions.COMPLETE] == ("Unknown", conditions.S3_SECRET_NOT_FOUND)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "store", "namespace": "rlhf", "annotations": {
+        "serving.kserve.io/s3-endpoint": "minio.storage:9000", "serving.kserve.io/s3-usehttps": "0",
+        "serving.kserve.io/s3-region": "eu-west-1"}}, "data": {"awsAccessKeyID": "a2V5"}}  # fmt: skip
+    cluster.put(secret)
+    assert "no key awsSecretAccessKey" in sync(body, cluster).ready.message
+    secret["data"]["awsSecretAccessKey"] = "c2VjcmV0"
+    cluster.put(secret)
+    outcome = sync(body, cluster)
+    assert outcome.fields["phase"] == "Running"
+    job = cluster.stored("Job", outcome.fields["job"])
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert "--input=s3://datasets/round-3/samples.jsonl" in container["args"]
+    assert "--output=s3://datasets/round-3/out" in container["args"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env == {
+        "AWS_ACCESS_KEY_ID": {"secretKeyRef": {"name": "store", "key": "awsAccessKeyID"}},
+        "AWS_SECRET_ACCESS_KEY": {"secretKeyRef": {"name": "store", "key": "awsSecretAccessKey"}},
+        "AWS_ENDPOINT_URL": "http://minio.storage:9000",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
+    assert not [v for v in job["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]

@@ -36,6 +36,7 @@ from reward_testing.scoring_cases import TOLERANCE
 from reward_testing.tiny_models import reference_scores, tar_model
 from reward_testing.waiting import wait_until
 from testenv import node, served, wake
+from testenv.addons import object_store
 from testenv.diagnose import explained
 from testenv.helpers import condition, get_json
 
@@ -43,6 +44,7 @@ NAME = "batch-rm"
 CLAIM = "batch-data"
 SHARDS, PARALLELISM, GROUP = 8, 4, 8
 BATCH_ROWS = int(os.environ.get("BATCH_ROWS", "10240"))
+S3_ROWS = 2048  # the part of the dataset read from and written to the object store
 SAMPLED = 64  # good rows whose reward is compared with transformers'
 BATCH_TIMEOUT_S = 1800
 WAKE_TIMEOUT_S = 900  # vLLM's cold start on the node's 2 cores, shared with the batch's pods
@@ -132,7 +134,7 @@ def scored(cluster, plane, served_namespace, tiny_models, data_dir) -> Iterator[
         }
 
 
-def apply_batch(cluster, namespace: str, name: str, output: str) -> None:
+def apply_batch(cluster, namespace: str, name: str, output: str, **spec) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
         "apiVersion": "serving.rlhf.dev/v1alpha1", "kind": "RewardBatch", "metadata": {"name": name},
         "spec": {
@@ -142,6 +144,7 @@ def apply_batch(cluster, namespace: str, name: str, output: str) -> None:
             "shards": SHARDS, "parallelism": PARALLELISM,
             "selection": {"bestOfGroup": True},
             "worker": {"chunkRows": 256, "cpu": "50m", "memory": "256Mi"},
+            **spec,
         },
     }))  # fmt: skip
 
@@ -166,6 +169,33 @@ def output_rows(directory: Path) -> list[dict]:
     return rows
 
 
+def assert_scored(rows: list[dict], lines: int, good: dict[str, dict], want: dict[str, float], status: dict,
+                  shards: int) -> None:  # fmt: skip
+    """Every line once; the sampled rewards at transformers' numbers; the bad rows null with their reason; the best
+    of each group selected; the status's figures the output's."""
+    assert sorted(row["row"] for row in rows) == list(range(lines)), "every row once"
+    by_id = {row["id"]: row for row in rows if row["id"] is not None}
+    diffs = [abs(by_id[row_id]["reward"] - reward) for row_id, reward in want.items() if row_id in by_id]
+    print(f"largest |reward - transformers'| over {len(diffs)} rows: {max(diffs):.2e}")
+    assert diffs and max(diffs) <= TOLERANCE
+    assert by_id["too-long"]["reward"] is None and by_id["too-long"]["failure"]["reason"] == "too_long"
+    for bad in ("numeric-text", "no-item"):
+        assert by_id[bad]["reward"] is None and by_id[bad]["failure"]["reason"] == "invalid", by_id[bad]
+    assert sum(1 for row in rows if row["id"] is None and row["failure"]["reason"] == "invalid") == 1  # not JSON
+    # best of each group: exactly its highest reward selected
+    groups: dict[str, list[dict]] = {}
+    for row_id, row in good.items():
+        if row_id in by_id:
+            groups.setdefault(row["group"], []).append(by_id[row_id])
+    for members in groups.values():
+        best = max(members, key=lambda row: row["reward"])
+        assert [row["id"] for row in members if row["selected"]] == [best["id"]]
+    assert status["rows"]["total"] == len(rows)
+    assert status["rows"]["failed"] == sum(1 for row in rows if row["failure"] is not None) == 4
+    assert status["shards"] == {"total": shards, "succeeded": shards, "failed": 0, "active": 0}
+    assert status["model"]["name"] and status["phase"] == "Complete"
+
+
 def test_a_dataset_scored_in_eight_shards_on_the_real_node(cluster, served_namespace, scored, data_dir):
     assert not wake.pods(cluster, served_namespace, NAME, "predictor", going=True), "the model at zero"
     started = time.time()
@@ -177,31 +207,26 @@ def test_a_dataset_scored_in_eight_shards_on_the_real_node(cluster, served_names
     print(f"\nuninterrupted: {len(rows)} rows in {took:.0f} s; status {json.dumps(status['rows'])}, "
           f"{status.get('rowsPerSecond')} rows/s, failures {status.get('failures')}, "
           f"model {status.get('model')}")  # fmt: skip
-    assert sorted(row["row"] for row in rows) == list(range(scored["lines"])), "every row once"
-    by_id = {row["id"]: row for row in rows if row["id"] is not None}
-    diffs = [abs(by_id[row_id]["reward"] - want) for row_id, want in scored["want"].items()]
-    print(f"largest |reward - transformers'| over {len(diffs)} rows: {max(diffs):.2e}")
-    assert max(diffs) <= TOLERANCE
-    assert by_id["too-long"]["reward"] is None and by_id["too-long"]["failure"]["reason"] == "too_long"
-    for bad in ("numeric-text", "no-item"):
-        assert by_id[bad]["reward"] is None and by_id[bad]["failure"]["reason"] == "invalid", by_id[bad]
-    assert sum(1 for row in rows if row["id"] is None and row["failure"]["reason"] == "invalid") == 1  # not JSON
-    # best of each group: exactly its highest reward selected
-    groups: dict[str, list[dict]] = {}
-    for row_id, row in scored["good"].items():
-        groups.setdefault(row["group"], []).append(by_id[row_id])
-    for members in groups.values():
-        best = max(members, key=lambda row: row["reward"])
-        assert [row["id"] for row in members if row["selected"]] == [best["id"]]
-    assert status["rows"]["total"] == len(rows)
-    assert status["rows"]["failed"] == sum(1 for row in rows if row["failure"] is not None) == 4
-    assert status["shards"] == {"total": SHARDS, "succeeded": SHARDS, "failed": 0, "active": 0}
-    assert status["model"]["name"] and status["phase"] == "Complete"
+    assert_scored(rows, scored["lines"], scored["good"], scored["want"], status, SHARDS)
     # the batch woke the model and never touched it: back at zero after the last shard, its spec as it was
     wake.asleep(cluster, served_namespace, NAME, timeout=WAKE_TIMEOUT_S)
     model = get_json(cluster, "rewardmodel", NAME, "-n", served_namespace)
     assert model["metadata"]["generation"] == scored["generation"]
     print(f"{NAME} back at zero {time.time() - started - took:.0f} s after the batch completed")
+
+
+def shard_pods(cluster, namespace: str, job: str) -> str:
+    """Each pod of the Job: its index, phase, exit code and termination message's start, a line each."""
+    listed = get_json(cluster, "pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}") or {}
+    lines = []
+    for pod in listed.get("items", []):
+        index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        ended = next(
+            (c["state"].get("terminated") or {} for c in pod["status"].get("containerStatuses", [])), {}
+        )  # fmt: skip
+        lines.append(f"  shard {index} {pod['metadata']['name']} {pod['status'].get('phase')} exit "
+                     f"{ended.get('exitCode')}: {(ended.get('message') or '')[:160]}")  # fmt: skip
+    return "\n".join(sorted(lines))
 
 
 def _without_reward(row: dict) -> dict:
@@ -265,10 +290,46 @@ def test_two_workers_lost_mid_way_leave_the_same_output(cluster, served_namespac
     done = finished(cluster, served_namespace, "interrupted")
     status = done["status"]
     print(f"interrupted: status {json.dumps(status['rows'])}: rows scored twice {status['rows']['scoredTwice']}")
+    print(shard_pods(cluster, served_namespace, status["job"]))
     first, second = output_rows(data_dir / "out-a"), output_rows(out)
     assert [_without_reward(row) for row in second] == [_without_reward(row) for row in first], "row for row"
     # vLLM's sums may differ in the last bits with how requests were batched together: equal within TOLERANCE
     diffs = [abs(a["reward"] - b["reward"]) for a, b in zip(first, second, strict=True) if a["reward"] is not None]
     print(f"rewards against the uninterrupted run's: largest difference {max(diffs):.2e} over {len(diffs)} rows")
     assert max(diffs) <= TOLERANCE
+    assert status["rows"]["total"] == len(second), "the figures of every shard, the restarted ones' too"
     assert status["rows"]["scoredTwice"] <= 2 * 256 + GROUP * 2, "at most a chunk per loss"
+
+
+def test_a_dataset_in_an_object_store_scored_into_it_with_the_stores_secret(cluster, served_namespace, scored):
+    """s3:// in and out, through the test bed's versitygw (the add-on, at the host's address the pods reach), its
+    keys and endpoint from a Secret in KServe's S3 convention: a part of the dataset, in 2 shards."""
+    if cluster.kubectl("get", f"secret/{object_store.SECRET}", "-n", object_store.NAMESPACE, check=False).returncode:
+        pytest.skip("no test-bed object store (TESTENV_OBJECT_STORE=1)")
+    store, found = object_store.store(cluster)
+    endpoint = found["metadata"]["annotations"]["serving.kserve.io/s3-endpoint"]
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(
+        object_store.secret(store.keys, endpoint, served_namespace, "store")))  # fmt: skip
+    lines, good = dataset(S3_ROWS)
+    bucket = store.bucket(f"batch-{served_namespace}")
+    store.put(bucket, "round-3/samples.jsonl", ("\n".join(lines) + "\n").encode())
+    apply_batch(
+        cluster, served_namespace, "from-s3", "unused",
+        input={"uri": f"s3://{bucket}/round-3/samples.jsonl"}, output={"uri": f"s3://{bucket}/round-3/scored"},
+        shards=2, parallelism=2, s3SecretName="store",
+    )  # fmt: skip
+    done = finished(cluster, served_namespace, "from-s3")
+    client = store.client()
+    keys = sorted(
+        item["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="round-3/scored/")
+        for item in page.get("Contents", [])
+        if item["Key"].rsplit("/", 1)[-1].startswith("part-")
+    )
+    rows = [
+        json.loads(line)
+        for key in keys
+        for line in client.get_object(Bucket=bucket, Key=key)["Body"].read().decode().splitlines()
+    ]
+    print(f"\ns3 in and out: {len(rows)} rows in {len(keys)} parts; status {json.dumps(done['status']['rows'])}")
+    assert_scored(rows, len(lines), good, scored["want"], done["status"], 2)

@@ -5,8 +5,9 @@ The add-ons, by name: ``node`` (the real node, ``testenv.node``), ``kserve`` (KS
 node, for KServe's Knative mode), ``keda`` (KEDA's operator and metrics API server),
 ``kube-router`` (NetworkPolicies enforced on the real node), ``prometheus`` (prometheus-operator, whose
 Prometheus runs on the real node), ``object-store`` (versitygw, an S3-compatible store the real node's pods
-reach, with a Secret of its keys in KServe's convention). ``choose`` decides which run from what is asked, the
-environment and each one's defaults, in their start order; ``host_state`` is the host as they may change it.
+reach, with a Secret of its keys in KServe's convention), ``kueue`` (Kueue's manager and webhooks, which queue a
+RewardBatch's Job). ``choose`` decides which run from what is asked, the environment and each one's defaults, in
+their start order; ``host_state`` is the host as they may change it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .keda import Keda
 from .knative import Knative
 from .kserve import KServeManager
 from .kube_router import KubeRouter
+from .kueue import Kueue
 from .localmodel import LocalModel
 from .object_store import ObjectStoreAddOn
 from .prometheus import PrometheusOperator
@@ -35,6 +37,7 @@ KINDS: tuple[type[AddOn], ...] = (
     KubeRouter,
     PrometheusOperator,
     ObjectStoreAddOn,
+    Kueue,
 )
 BY_NAME: dict[str, type[AddOn]] = {kind.name: kind for kind in KINDS}
 

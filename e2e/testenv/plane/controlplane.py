@@ -93,8 +93,8 @@ class ControlPlane:
         controller, localModel enabled; implies kserve), ``keda`` (KEDA's operator and external metrics API
         server), ``kube_router`` (NetworkPolicies enforced on the real node), ``prometheus``
         (prometheus-operator, its Prometheus on the real node), ``knative`` (Knative Serving with Kourier as pods
-        on the real node: on with the node). ``also_images``: images a caller will load onto the real node later
-        (``load_images``), built now beside the rest."""
+        on the real node: on with the node), ``kueue`` (Kueue's manager and webhooks). ``also_images``: images a
+        caller will load onto the real node later (``load_images``), built now beside the rest."""
         if (self.directory / "state.json").exists():
             raise RuntimeError(
                 f"a control plane is already recorded in {self.directory}; "

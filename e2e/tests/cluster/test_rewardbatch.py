@@ -78,9 +78,9 @@ def test_the_api_server_refuses_what_the_schema_refuses_with_the_field_named(clu
     refused = apply(cluster, namespace, bad, check=False)
     assert refused.returncode != 0 and "spec.parallelism must be at most spec.shards" in refused.stderr
     bad = copy.deepcopy(BATCH)
-    bad["spec"]["input"]["uri"] = "s3://bucket/samples.jsonl"
+    bad["spec"]["input"]["uri"] = "gs://bucket/samples.jsonl"
     refused = apply(cluster, namespace, bad, check=False)
-    assert refused.returncode != 0 and "spec.input.uri" in refused.stderr
+    assert refused.returncode != 0 and "spec.input.uri must be pvc://<claim>/<path>" in refused.stderr
     # admitted, then immutable
     apply(cluster, namespace, BATCH)
     changed = copy.deepcopy(BATCH)

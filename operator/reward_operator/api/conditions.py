@@ -183,6 +183,8 @@ SHARDS_FAILED = "ShardsFailed"  # False: a shard failed; its rows are missing fr
 REWARD_MODEL_NOT_SERVING = "RewardModelNotServing"
 # Unknown, and Admitted False: the PersistentVolumeClaim a pvc:// URI names does not exist
 CLAIM_NOT_FOUND = "PersistentVolumeClaimNotFound"
+# Unknown, and Admitted False: spec.s3SecretName's Secret does not exist, or lacks a key of KServe's S3 convention
+S3_SECRET_NOT_FOUND = "S3SecretNotFound"
 # Unknown, and Admitted False: the Job of an earlier spec or model revision still has pods, which write to the
 # same output: the new Job starts once they are gone
 AWAITING_PREVIOUS_JOB = "AwaitingPreviousJob"
@@ -195,5 +197,3 @@ SHARDS_ACTIVE = "ShardsActive"  # Running True: pods are scoring
 NO_ACTIVE_SHARDS = "NoActiveShards"  # Running False
 SHARD_FAILED = "ShardFailed"  # Failed True: the message names the shards and their worker's last words
 NO_FAILED_SHARDS = "NoFailedShards"  # Failed False
-
-BATCH_WARNING_REASONS = (SHARDS_FAILED, SHARD_FAILED, CLAIM_NOT_FOUND, REWARD_MODEL_NOT_SERVING)

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..api import conditions
 from ..api.names import COMPONENT_LABEL, owner_label
+from ..api.schema.rewardbatch import S3_SECRET_KEYS
 from ..cluster import Cluster, Logger, Refused
 from ..policy import batch as batch_policy
 from ..render import model_identity
@@ -61,6 +62,19 @@ def finished_job(batch: dict[str, Any], cluster: Cluster) -> dict[str, Any] | No
     if status.get("phase") not in FINISHED_PHASES or not status.get("job"):
         return None
     return cluster.get(JOB_API_VERSION, "Job", status["job"], batch["metadata"]["namespace"])
+
+
+def s3_secret(batch: dict[str, Any], cluster: Cluster) -> tuple[dict[str, str], str | None]:
+    """spec.s3SecretName's annotations (the store's endpoint and settings), and what is wrong with the Secret, if
+    anything (never its values: the pods take the keys by reference)."""
+    name = batch["spec"]["s3SecretName"]
+    secret = cluster.get("v1", "Secret", name, batch["metadata"]["namespace"])
+    if secret is None:
+        return {}, f"Secret {name} (spec.s3SecretName) does not exist"
+    missing = [key for key in S3_SECRET_KEYS if key not in (secret.get("data") or {})]
+    if missing:
+        return {}, f"Secret {name} (spec.s3SecretName) has no key {missing[0]} (KServe's S3 convention)"
+    return dict(secret["metadata"].get("annotations") or {}), None
 
 
 # ---- 2. decide -------------------------------------------------------------------------------------------
@@ -103,10 +117,15 @@ def held_back(batch: dict[str, Any], job: str, cluster: Cluster) -> tuple[str, s
 
 
 def start_job(
-    batch: dict[str, Any], model: dict[str, Any], revision: str, image: str, cluster: Cluster
+    batch: dict[str, Any],
+    model: dict[str, Any],
+    revision: str,
+    image: str,
+    cluster: Cluster,
+    s3_annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The batch's Job, created (or found: made by an earlier reconcile). Raises ``Refused``."""
-    return cluster.create(render_job(batch, model["status"]["url"], revision, image))
+    return cluster.create(render_job(batch, model["status"]["url"], revision, image, s3_annotations))
 
 
 # ---- the reconcile ----------------------------------------------------------------------------------------
@@ -138,10 +157,15 @@ def sync(
         name = job_name(batch, revision)
         job = cluster.get(JOB_API_VERSION, "Job", name, namespace)
         if job is None:
+            s3_annotations: dict[str, str] = {}
+            if "s3SecretName" in spec:
+                s3_annotations, problem = s3_secret(batch, cluster)
+                if problem is not None:
+                    return _waiting(batch, conditions.S3_SECRET_NOT_FOUND, problem)
             if (held := held_back(batch, name, cluster)) is not None:
                 return _waiting(batch, *held)
             try:
-                job = start_job(batch, model, revision, settings.gateway_image, cluster)
+                job = start_job(batch, model, revision, settings.gateway_image, cluster, s3_annotations)
             except Refused as refused:
                 return _waiting(batch, conditions.APPLY_FAILED, f"Job {name}: {refused}")
             logger.info("created Job %s for %s shards (model revision %s)", name, spec["shards"], revision)

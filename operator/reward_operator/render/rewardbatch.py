@@ -48,23 +48,48 @@ JOB_COMPLETION_INDEX = "$(JOB_COMPLETION_INDEX)"  # set by the Job controller in
 OWNED_JOBS = Owned("batch/v1", "Job", {"app.kubernetes.io/component": BATCH_COMPONENT})
 
 
+# KServe's S3 Secret annotations (its storage initializer's convention), and the environment each becomes
+S3_ANNOTATION_PREFIX = "serving.kserve.io/"
+S3_ENVIRONMENT = {"s3-region": "AWS_DEFAULT_REGION", "s3-verifyssl": "S3_VERIFY_SSL"}
+S3_KEYS = {"awsAccessKeyID": "AWS_ACCESS_KEY_ID", "awsSecretAccessKey": "AWS_SECRET_ACCESS_KEY"}
+
+
 @dataclass(frozen=True)
 class Location:
-    """Where a pvc:// URI points: the claim, and the path in it."""
+    """Where a URI points: a pvc:// claim and the path in it (mounted), or an s3:// URI (read by the worker)."""
 
+    scheme: str
     claim: str
     path: str
 
     @classmethod
     def of(cls, uri: str) -> Location:
         parts = urlsplit(uri)
-        return cls(parts.netloc, parts.path.strip("/"))
+        return cls(parts.scheme, parts.netloc, parts.path.strip("/"))
 
 
 def claims(batch: dict[str, Any]) -> list[str]:
-    """The PersistentVolumeClaims a batch's URIs name, input first, each once."""
+    """The PersistentVolumeClaims a batch's pvc:// URIs name, input first, each once."""
     spec = batch["spec"]
-    return list(dict.fromkeys(Location.of(spec[side]["uri"]).claim for side in ("input", "output")))
+    found = (Location.of(spec[side]["uri"]) for side in ("input", "output"))
+    return list(dict.fromkeys(location.claim for location in found if location.scheme == "pvc"))
+
+
+def s3_environment(secret: str, annotations: dict[str, str]) -> list[dict[str, Any]]:
+    """The pods' environment from a Secret in KServe's S3 convention, as KServe's controller sets its storage
+    initializer's: the keys by reference, the endpoint (with http:// where ``s3-usehttps`` is "0", https://
+    otherwise, unless it names its scheme) and the region and TLS check from the annotations."""
+    environment: list[dict[str, Any]] = [
+        {"name": variable, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        for key, variable in S3_KEYS.items()
+    ]
+    said = {key.removeprefix(S3_ANNOTATION_PREFIX): value for key, value in annotations.items()}
+    if endpoint := said.get("s3-endpoint"):
+        scheme = "http" if said.get("s3-usehttps") == "0" else "https"
+        url = endpoint if "://" in endpoint else f"{scheme}://{endpoint}"
+        environment.append({"name": "AWS_ENDPOINT_URL", "value": url})
+    environment += [{"name": variable, "value": said[key]} for key, variable in S3_ENVIRONMENT.items() if key in said]
+    return environment
 
 
 def job_name(batch: dict[str, Any], model_revision: str) -> str:
@@ -73,8 +98,11 @@ def job_name(batch: dict[str, Any], model_revision: str) -> str:
     return f"{batch['metadata']['name']}-{digest[:8]}"
 
 
-def render_job(batch: dict[str, Any], url: str, model_revision: str, image: str) -> dict[str, Any]:
-    """The Job of a defaulted RewardBatch, scoring through the gateway at ``url``."""
+def render_job(
+    batch: dict[str, Any], url: str, model_revision: str, image: str, s3_annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The Job of a defaulted RewardBatch, scoring through the gateway at ``url``; ``s3_annotations``: those of
+    spec.s3SecretName's Secret (the store's endpoint and settings)."""
     spec = batch["spec"]
     metadata = child_metadata(batch, job_name(batch, model_revision), BATCH_COMPONENT)
     if queue := spec.get("queueName"):
@@ -89,6 +117,7 @@ def render_job(batch: dict[str, Any], url: str, model_revision: str, image: str)
         "args": _arguments(batch, url),
         "resources": {"requests": resources, "limits": resources},
         "volumeMounts": mounts,
+        **({"env": s3_environment(spec["s3SecretName"], s3_annotations or {})} if "s3SecretName" in spec else {}),
         "securityContext": RESTRICTED_CONTAINER_SECURITY,
         "terminationMessagePath": TERMINATION_LOG,
         # the worker's own message: its figures, or why it stopped (FallbackToLogsOnError would hide a
@@ -152,7 +181,8 @@ def render_job(batch: dict[str, Any], url: str, model_revision: str, image: str)
 def _volumes(batch: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One volume per claim (read-only where only the input is on it), scratch space, and the token's Secret."""
     spec = batch["spec"]
-    output_claim = Location.of(spec["output"]["uri"]).claim
+    output = Location.of(spec["output"]["uri"])
+    output_claim = output.claim if output.scheme == "pvc" else None
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     for number, claim in enumerate(claims(batch)):
@@ -167,8 +197,9 @@ def _volumes(batch: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str
 
 
 def _path(uri: str) -> str:
+    """Where the worker finds a URI: a claim's path as mounted, an s3:// URI as written."""
     location = Location.of(uri)
-    return f"{DATA_DIR}/{location.claim}/{location.path}"
+    return f"{DATA_DIR}/{location.claim}/{location.path}" if location.scheme == "pvc" else uri
 
 
 def _arguments(batch: dict[str, Any], url: str) -> list[str]:

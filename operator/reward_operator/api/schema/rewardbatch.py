@@ -12,8 +12,11 @@ from __future__ import annotations
 from .common import Schema, defaulted_obj, integer, key_ref, kind_schema, obj, quantity, rule, status_schema, string
 
 # Where data is read and written, as KServe's storage initializer names it: a PersistentVolumeClaim of the
-# batch's namespace and a path in it.
+# batch's namespace and a path in it, or an S3 bucket (any S3-compatible store) and a key or prefix in it.
 PVC_URI_PATTERN = r"^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^/]+)+/?$"
+S3_URI_PATTERN = r"^s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/[^/]+)+/?$"
+# A Secret in KServe's S3 convention: these keys, and the store's endpoint and settings in annotations.
+S3_SECRET_KEYS = ("awsAccessKeyID", "awsSecretAccessKey")
 FORMATS = ("jsonl",)
 MAX_SHARDS = 1000
 # Kueue's queue label and Kubernetes' job-name label hold at most 63 characters: the Job is <name>-<8 hex>.
@@ -38,8 +41,21 @@ FIELD_NAMES = {
 }
 
 
-def _uri(description: str) -> Schema:
-    return string(description, minLength=8, maxLength=2048, pattern=PVC_URI_PATTERN)
+def _uri(field: str, description: str) -> Schema:
+    return string(
+        description,
+        minLength=8,
+        maxLength=2048,
+        **{
+            "x-kubernetes-validations": [
+                rule(
+                    f"self.matches('{PVC_URI_PATTERN}') || self.matches('{S3_URI_PATTERN}')",
+                    f"{field} must be pvc://<claim>/<path> (a PersistentVolumeClaim of this namespace) or "
+                    "s3://<bucket>/<key> (an S3-compatible store)",
+                )
+            ]
+        },
+    )
 
 
 FIELDS = defaulted_obj(
@@ -54,8 +70,9 @@ INPUT = obj(
     "The dataset to score.",
     {
         "uri": _uri(
-            "pvc://<claim>/<path>: a file on a PersistentVolumeClaim of this namespace, read by every shard's "
-            "pod (each keeps its own groups). s3:// and https:// come with the object store's support."
+            "spec.input.uri",
+            "The file, read by every shard's pod (each keeps its own groups): pvc://<claim>/<path> on a "
+            "PersistentVolumeClaim of this namespace, or s3://<bucket>/<key> (spec.s3SecretName).",
         ),
         "format": string("The file's format.", enum=list(FORMATS), default="jsonl"),
         "fields": FIELDS,
@@ -67,7 +84,11 @@ OUTPUT = obj(
     "Where the scored rows go: a directory holding one directory per shard (its chunks, its checkpoint and, "
     "once finished, its manifest). A finished output outlives the RewardBatch.",
     {
-        "uri": _uri("pvc://<claim>/<directory>: a directory on a PersistentVolumeClaim of this namespace."),
+        "uri": _uri(
+            "spec.output.uri",
+            "The directory: pvc://<claim>/<directory> on a PersistentVolumeClaim of this namespace, or "
+            "s3://<bucket>/<prefix> (spec.s3SecretName).",
+        ),
         "format": string("The output rows' format.", enum=list(FORMATS), default="jsonl"),
     },
     required=["uri"],
@@ -151,6 +172,15 @@ SPEC = obj(
             minLength=1,
             maxLength=63,
             pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        ),
+        "s3SecretName": string(
+            "A Secret of this namespace in KServe's S3 convention, for s3:// URIs: its keys awsAccessKeyID and "
+            "awsSecretAccessKey (passed to the pods by reference), and its annotations "
+            "serving.kserve.io/s3-endpoint, s3-usehttps, s3-region and s3-verifyssl (the store and how to reach "
+            "it). Unset: the pods' own credentials (boto3's chain, such as a workload identity).",
+            minLength=1,
+            maxLength=253,
+            pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
         ),
         "tokenSecretRef": key_ref(
             "A Secret key whose first line is the bearer token the gateway expects (a token of the RewardModel's "
