@@ -346,3 +346,26 @@ def test_s3_uris_read_the_store_from_the_secret_in_kserves_convention():
         "AWS_DEFAULT_REGION": "eu-west-1",
     }
     assert not [v for v in job["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
+
+
+def test_a_finished_shards_figures_outlive_its_pod_but_not_its_job():
+    cluster = cluster_with(reward_model(), claim())
+    body = batch(shards=2, parallelism=2)
+    name = sync(body, cluster).fields["job"]
+    job = cluster.stored("Job", name)
+    job["status"] = {"completedIndexes": "0-1", "conditions": [{"type": "Complete", "status": "True"}]}
+    cluster.put(job)
+    cluster.pods = [
+        pod(name, 0, "Succeeded", shard_figures(500, twice=40)),
+        pod(name, 1, "Succeeded", shard_figures(7)),
+    ]
+    first = sync(body, cluster).fields
+    assert first["rows"]["total"] == 507 and [r["index"] for r in first["finishedShards"]] == [0, 1]
+    # a person deletes the finished pods: the status keeps what they said
+    body["status"] = {**first, "phase": "Complete"}
+    cluster.pods = []
+    kept = sync(body, cluster).fields
+    assert kept["rows"] == first["rows"] == {"total": 507, "scored": 507, "failed": 0, "scoredTwice": 40}
+    assert kept["model"] == first["model"]
+    # another Job's records are not this one's
+    assert policy.finished_shards(job, [], {**first, "job": "another"}) == []

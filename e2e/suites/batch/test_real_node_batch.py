@@ -32,8 +32,9 @@ from pathlib import Path
 
 import pytest
 
+from reward_testing.object_store import ObjectStore
 from reward_testing.scoring_cases import TOLERANCE
-from reward_testing.tiny_models import reference_scores, tar_model
+from reward_testing.tiny_models import TinyModel, reference_scores, tar_model
 from reward_testing.waiting import wait_until
 from testenv import node, served, wake
 from testenv.addons import object_store
@@ -108,12 +109,39 @@ def served_namespace(cluster, operator, runtimes, plane, data_dir) -> Iterator[s
 
 
 @pytest.fixture(scope="module")
-def scored(cluster, plane, served_namespace, tiny_models, data_dir) -> Iterator[dict]:
+def store(cluster, served_namespace) -> ObjectStore | None:
+    """The test bed's object store (None without the add-on), its Secret copied into the namespace as ``store``
+    and named by the ServiceAccount ``models``, as a user gives KServe's storage initializer S3 credentials."""
+    if cluster.kubectl("get", f"secret/{object_store.SECRET}", "-n", object_store.NAMESPACE, check=False).returncode:
+        return None
+    found_store, found = object_store.store(cluster)
+    endpoint = found["metadata"]["annotations"]["serving.kserve.io/s3-endpoint"]
+    secret = object_store.secret(found_store.keys, endpoint, served_namespace, "store")
+    metadata = {"name": "models", "namespace": served_namespace}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata, "secrets": [{"name": "store"}]}
+    for manifest in (secret, account):
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    return found_store
+
+
+def model_uri(plane, store, namespace: str, model: TinyModel) -> tuple[str, dict]:
+    """Where the model is served from: the object store (s3://, the files as a user uploads them, read with the
+    ServiceAccount's Secret), else the test bed's storage server (an archive over HTTP); and the spec's extra."""
+    if store is None:
+        archive = tar_model(model, node.storage_dir(plane.directory) / "batch-sequence.tar.gz")
+        return node.storage_url(node.host_address(), plane.state.ports[node.STORAGE], archive.name), {}
+    bucket = store.bucket(f"models-{namespace}")
+    for path in sorted(p for p in model.path.rglob("*") if p.is_file()):
+        store.put(bucket, f"{NAME}/{path.relative_to(model.path)}", path.read_bytes())
+    return f"s3://{bucket}/{NAME}", {"credentials": {"serviceAccountName": "models"}}
+
+
+@pytest.fixture(scope="module")
+def scored(cluster, plane, served_namespace, store, tiny_models, data_dir) -> Iterator[dict]:
     """The RewardModel served and then at zero, KEDA reaching its gateway; the dataset written, and its good rows'
     transformers rewards (a sample)."""
     plane.load_images(("vllm-cpu",))
-    archive = tar_model(tiny_models["sequence"], node.storage_dir(plane.directory) / "batch-sequence.tar.gz")
-    uri = node.storage_url(node.host_address(), plane.state.ports[node.STORAGE], archive.name)
+    uri, extra = model_uri(plane, store, served_namespace, tiny_models["sequence"])
     lines, good = dataset(BATCH_ROWS)
     (data_dir / "samples.jsonl").write_text("\n".join(lines) + "\n")
     sample = random.Random(11).sample(sorted(good), SAMPLED)
@@ -121,9 +149,10 @@ def scored(cluster, plane, served_namespace, tiny_models, data_dir) -> Iterator[
     spec = served.reward_model(
         NAME, "sequence", uri, 0,
         serving={"minReplicas": 0, "maxReplicas": 1, "scaleDownDelay": COOLDOWN},
-        gateway={"scaleFromZeroTimeoutSeconds": WAKE_TIMEOUT_S, "requestTimeoutSeconds": 300},
+        gateway={"scaleFromZeroTimeoutSeconds": WAKE_TIMEOUT_S, "requestTimeoutSeconds": 300}, **extra,
     )  # fmt: skip
     stored = served.serve(cluster, served_namespace, spec)
+    print(f"\n{NAME} served from {uri}")
     with wake.keda_reaches_the_gateway(cluster, served_namespace, NAME):
         wake.asleep(cluster, served_namespace, NAME, timeout=WAKE_TIMEOUT_S)
         yield {
@@ -134,13 +163,14 @@ def scored(cluster, plane, served_namespace, tiny_models, data_dir) -> Iterator[
         }
 
 
-def apply_batch(cluster, namespace: str, name: str, output: str, **spec) -> None:
+def apply_batch(cluster, namespace: str, name: str, directory: str, **spec) -> None:
+    """A RewardBatch over the claim's dataset into ``directory`` on it (``spec``: what differs from that)."""
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
         "apiVersion": "serving.rlhf.dev/v1alpha1", "kind": "RewardBatch", "metadata": {"name": name},
         "spec": {
             "rewardModel": NAME,
             "input": {"uri": f"pvc://{CLAIM}/samples.jsonl"},
-            "output": {"uri": f"pvc://{CLAIM}/{output}"},
+            "output": {"uri": f"pvc://{CLAIM}/{directory}"},
             "shards": SHARDS, "parallelism": PARALLELISM,
             "selection": {"bestOfGroup": True},
             "worker": {"chunkRows": 256, "cpu": "50m", "memory": "256Mi"},
@@ -251,12 +281,13 @@ def _worker_pids(output: str) -> dict[int, int]:
 
 
 def _committed(directory: Path, shard: int) -> int:
-    """Chunks the shard's checkpoint counts (0 before its first)."""
+    """Chunks the shard's checkpoint counts (0 before its first, and once the shard is done: nothing to stop)."""
     checkpoint = directory / f"shard-{shard:05d}-of-{SHARDS:05d}" / "_checkpoint.json"
     try:
-        return int(json.loads(checkpoint.read_text()).get("chunks", 0))
+        said = json.loads(checkpoint.read_text())
     except (OSError, ValueError):
         return 0
+    return 0 if said.get("done") else int(said.get("chunks", 0))
 
 
 def test_two_workers_lost_mid_way_leave_the_same_output(cluster, served_namespace, scored, data_dir):
@@ -284,13 +315,18 @@ def test_two_workers_lost_mid_way_leave_the_same_output(cluster, served_namespac
 
     pod = wait_until("another running worker past its first chunk", another, timeout=BATCH_TIMEOUT_S, interval=0.5)
     cluster.kubectl("delete", "pod", pod["metadata"]["name"], "-n", served_namespace, "--wait=false")
-    index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
-    print(f"deleted pod {pod['metadata']['name']} (shard {index})")
+    deleted = int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
+    print(f"deleted pod {pod['metadata']['name']} (shard {deleted}) after {_committed(out, deleted)} chunks")
 
     done = finished(cluster, served_namespace, "interrupted")
     status = done["status"]
     print(f"interrupted: status {json.dumps(status['rows'])}: rows scored twice {status['rows']['scoredTwice']}")
-    print(shard_pods(cluster, served_namespace, status["job"]))
+    pods = shard_pods(cluster, served_namespace, status["job"])
+    print(pods)
+    # both losses were real: each shard finished in a pod after the one lost
+    for shard in (killed_shard, deleted):
+        assert any(line.startswith(f"  shard {shard} ") and " Succeeded exit 0" in line for line in pods.splitlines())
+    assert f"shard {killed_shard} " in pods and "Failed exit 137" in pods
     first, second = output_rows(data_dir / "out-a"), output_rows(out)
     assert [_without_reward(row) for row in second] == [_without_reward(row) for row in first], "row for row"
     # vLLM's sums may differ in the last bits with how requests were batched together: equal within TOLERANCE
@@ -301,15 +337,11 @@ def test_two_workers_lost_mid_way_leave_the_same_output(cluster, served_namespac
     assert status["rows"]["scoredTwice"] <= 2 * 256 + GROUP * 2, "at most a chunk per loss"
 
 
-def test_a_dataset_in_an_object_store_scored_into_it_with_the_stores_secret(cluster, served_namespace, scored):
+def test_a_dataset_in_an_object_store_scored_into_it_with_the_stores_secret(cluster, served_namespace, store, scored):
     """s3:// in and out, through the test bed's versitygw (the add-on, at the host's address the pods reach), its
     keys and endpoint from a Secret in KServe's S3 convention: a part of the dataset, in 2 shards."""
-    if cluster.kubectl("get", f"secret/{object_store.SECRET}", "-n", object_store.NAMESPACE, check=False).returncode:
+    if store is None:
         pytest.skip("no test-bed object store (TESTENV_OBJECT_STORE=1)")
-    store, found = object_store.store(cluster)
-    endpoint = found["metadata"]["annotations"]["serving.kserve.io/s3-endpoint"]
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(
-        object_store.secret(store.keys, endpoint, served_namespace, "store")))  # fmt: skip
     lines, good = dataset(S3_ROWS)
     bucket = store.bucket(f"batch-{served_namespace}")
     store.put(bucket, "round-3/samples.jsonl", ("\n".join(lines) + "\n").encode())

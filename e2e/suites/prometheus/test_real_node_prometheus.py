@@ -56,6 +56,10 @@ FED_BY_OTHER_EVENTS = {
     # the scheduler queues a client's parts only while vLLM is busy with as many calls as it may have
     "Queued items by client (scheduling)": "requests waiting behind a busy vLLM (coalescing on)",
     "Queue wait by client (p99)": "requests waiting behind a busy vLLM (coalescing on)",
+    # a RewardBatch's figures (e2e/suites/batch scores one; this suite serves a trainer's calls)
+    "Batch rows by outcome": "a RewardBatch with a finished shard",
+    "Batch shards": "a RewardBatch's Job",
+    "Batch rows per second": "a RewardBatch with a finished shard",
 }
 ROLLOUT_ROW = "Rollout"  # every panel under it: a rollout in progress (the canary suites)
 # Every panel under it: a judge's verdicts (model.kind judge). A cluster that serves no judge shows them empty, as

@@ -172,4 +172,4 @@ def sync(
     if seen is not None:
         seen.record(job)
     pods = cluster.list_pods(namespace, {JOB_NAME_LABEL: job["metadata"]["name"]})
-    return _outcome(batch, batch_policy.report(job, pods, spec["shards"]))
+    return _outcome(batch, batch_policy.report(job, pods, spec["shards"], batch.get("status") or {}))

@@ -3,8 +3,8 @@
 The Job says which shards finished and which failed (``completedIndexes``, ``failedIndexes``, its conditions);
 each shard's pod says what it did in its termination message, which the worker writes as one JSON object: its
 figures when it finished (rows, scored, failed, failures by reason, rows scored twice after a lost pod, the
-model that scored), or its last words when it stopped. The figures are summed over the finished shards' pods
-that still exist (a Job keeps its pods until it goes).
+model that scored), or its last words when it stopped. Each finished shard's figures are kept in the status
+(``finishedShards``) once read, so a pod deleted after its shard finished takes nothing with it.
 
 Complete is the batch's main condition (``kubectl wait --for=condition=Complete``), with Admitted, Running and
 Failed beside it; each of those three moving to True is one event (the runner posts Complete's transitions).
@@ -113,28 +113,72 @@ def _progress(rows: Mapping[str, int], finished: int, shards: int) -> str:
     return f"{rows['total']} rows ({rows['failed']} failed), {finished}/{shards} shards"
 
 
-def figures(job: Mapping[str, Any], results: Sequence[ShardResult], shards: int) -> dict[str, Any]:
-    """The status fields: shards, rows, failures, the model, the rate, the times."""
+def shard_record(result: ShardResult) -> dict[str, Any]:
+    """What the status keeps of a finished shard (``status.finishedShards``): its figures outlive its pod."""
+    said = result.figures
+    record: dict[str, Any] = {
+        "index": result.index,
+        "rows": int(said.get("rows", 0)),
+        "scored": int(said.get("scored", 0)),
+        "failed": int(said.get("failed", 0)),
+        # rows its run scored again after an earlier pod of the shard was lost (the run that went on counts them)
+        "scoredTwice": int(said.get("scored_twice", 0)),
+    }
+    if failures := said.get("failures"):
+        record["failures"] = {str(reason): int(count) for reason, count in sorted(failures.items())}
+    if result.finished_at:
+        record["finishedAt"] = result.finished_at
+    if model := model_of(said):
+        record["model"] = model
+    return record
+
+
+def model_of(figures: Mapping[str, Any]) -> dict[str, Any]:
+    """The first model a worker names (name, revision, digest), as the status shows it."""
+    for identity in figures.get("models") or []:
+        return {
+            key: identity[source]
+            for key, source in (("name", "model"), ("revision", "revision"), ("digest", "digest"))
+            if identity.get(source) is not None
+        }
+    return {}
+
+
+def finished_shards(
+    job: Mapping[str, Any], results: Sequence[ShardResult], previous: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Each finished shard's record: its succeeded pod's figures, else (the pod deleted since: a person, a node
+    gone) the record the status kept of it, for this Job."""
+    succeeded = index_set((job.get("status") or {}).get("completedIndexes"))
+    kept = previous.get("finishedShards") or [] if previous.get("job") == job["metadata"]["name"] else []
+    records = {record["index"]: record for record in kept if record.get("index") in succeeded}
+    for result in results:  # oldest first: a shard's later pod speaks last
+        if result.succeeded and result.index in succeeded and "rows" in result.figures:
+            records[result.index] = shard_record(result)
+    return [records[index] for index in sorted(records)]
+
+
+def figures(
+    job: Mapping[str, Any], results: Sequence[ShardResult], shards: int, previous: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The status fields: shards, rows, failures, the model, the rate, the times, and the finished shards' records
+    (``previous``: the status as stored, whose records stand in for pods deleted since)."""
+    previous = previous or {}
     status = job.get("status") or {}
     succeeded = index_set(status.get("completedIndexes"))
     failed = index_set(status.get("failedIndexes"))
-    latest = {result.index: result for result in results if result.succeeded and result.index in succeeded}
+    records = finished_shards(job, results, previous)
     rows = Counter(total=0, scored=0, failed=0, scoredTwice=0)
     failures: Counter = Counter()
-    model: dict[str, Any] = {}
-    for result in latest.values():
-        rows["total"] += int(result.figures.get("rows", 0))
-        rows["scored"] += int(result.figures.get("scored", 0))
-        rows["failed"] += int(result.figures.get("failed", 0))
-        failures.update({str(k): int(v) for k, v in (result.figures.get("failures") or {}).items()})
-        for identity in result.figures.get("models") or []:
-            model = model or {
-                key: identity[source]
-                for key, source in (("name", "model"), ("revision", "revision"), ("digest", "digest"))
-                if identity.get(source) is not None
-            }
-    # each run's rows scored again after its shard's earlier pod was lost: counted by the run that went on
-    rows["scoredTwice"] = sum(int(r.figures.get("scored_twice", 0)) for r in results if r.succeeded)
+    for record in records:
+        rows["total"] += record["rows"]
+        rows["scored"] += record["scored"]
+        rows["failed"] += record["failed"]
+        rows["scoredTwice"] += record["scoredTwice"]
+        failures.update(record.get("failures") or {})
+    model = next((record["model"] for record in records if record.get("model")), None)
+    if model is None and previous.get("job") == job["metadata"]["name"]:
+        model = previous.get("model")
     fields: dict[str, Any] = {
         "shards": {
             "total": shards,
@@ -145,13 +189,15 @@ def figures(job: Mapping[str, Any], results: Sequence[ShardResult], shards: int)
         "rows": dict(rows),
         "progress": _progress(rows, len(succeeded) + len(failed), shards),
     }
+    if records:
+        fields["finishedShards"] = records
     if failures:
         fields["failures"] = dict(sorted(failures.items()))
     if model:
         fields["model"] = model
     if start := status.get("startTime"):
         fields["startTime"] = start
-        ends = [r.finished_at for r in latest.values() if r.finished_at]
+        ends = [record["finishedAt"] for record in records if record.get("finishedAt")]
         if ends and rows["total"]:
             seconds = (_time(max(ends)) - _time(start)).total_seconds()
             if seconds > 0:
@@ -197,11 +243,13 @@ def waiting(reason: str, message: str) -> BatchReport:
     )
 
 
-def report(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], shards: int) -> BatchReport:
-    """The batch's conditions and status from its Job and the Job's pods."""
+def report(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], shards: int, previous: Mapping[str, Any] | None = None
+) -> BatchReport:
+    """The batch's conditions and status from its Job, the Job's pods and (``previous``) the status as stored."""
     name = job["metadata"]["name"]
     results = shard_results(pods)
-    fields = {"job": name, **figures(job, results, shards)}
+    fields = {"job": name, **figures(job, results, shards, previous)}
     status = job.get("status") or {}
     suspended = bool(job.get("spec", {}).get("suspend"))
     active = int(status.get("active") or 0)

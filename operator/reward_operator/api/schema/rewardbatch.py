@@ -254,6 +254,40 @@ STATUS = status_schema(
                 },
             },
         ),
+        "finishedShards": {
+            "type": "array",
+            "description": "Each finished shard's figures, as its pod's worker said them (kept once read: a pod "
+            "deleted later takes nothing with it).",
+            "maxItems": MAX_SHARDS,
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["index"],
+            "items": obj(
+                "One shard's figures.",
+                {
+                    "index": integer("The shard (the Job's completion index).", minimum=0),
+                    **{
+                        name: {"type": "integer", "format": "int64", "minimum": 0, "description": what}
+                        for name, what in (
+                            ("rows", "Rows read."),
+                            ("scored", "Rows with a reward."),
+                            ("failed", "Rows with a null reward and their failure."),
+                            ("scoredTwice", "Rows its run scored again after an earlier pod of the shard was lost."),
+                        )
+                    },
+                    "failures": {
+                        "type": "object",
+                        "description": "Failed rows by reason.",
+                        "additionalProperties": {"type": "integer", "format": "int64"},
+                    },
+                    "finishedAt": string("When its pod finished.", format="date-time"),
+                    "model": obj(
+                        "The model that scored it.",
+                        {name: string(f"The model's {name}.") for name in ("name", "revision", "digest")},
+                    ),
+                },
+                required=["index", "rows", "scored", "failed", "scoredTwice"],
+            ),
+        },
         "failures": {
             "type": "object",
             "description": "Failed rows by reason (invalid, too_long, ...), over the finished shards.",
