@@ -327,10 +327,10 @@ def test_s3_uris_read_the_store_from_the_secret_in_kserves_convention():
     assert conditions_of(outcome)[conditions.COMPLETE] == ("Unknown", conditions.S3_SECRET_NOT_FOUND)
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "store", "namespace": "rlhf", "annotations": {
         "serving.kserve.io/s3-endpoint": "minio.storage:9000", "serving.kserve.io/s3-usehttps": "0",
-        "serving.kserve.io/s3-region": "eu-west-1"}}, "data": {"awsAccessKeyID": "a2V5"}}  # fmt: skip
+        "serving.kserve.io/s3-region": "eu-west-1"}}, "data": {"AWS_ACCESS_KEY_ID": "a2V5"}}  # fmt: skip
     cluster.put(secret)
-    assert "no key awsSecretAccessKey" in sync(body, cluster).ready.message
-    secret["data"]["awsSecretAccessKey"] = "c2VjcmV0"
+    assert "holds neither AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY nor" in sync(body, cluster).ready.message
+    secret["data"]["AWS_SECRET_ACCESS_KEY"] = "c2VjcmV0"
     cluster.put(secret)
     outcome = sync(body, cluster)
     assert outcome.fields["phase"] == "Running"
@@ -340,8 +340,8 @@ def test_s3_uris_read_the_store_from_the_secret_in_kserves_convention():
     assert "--output=s3://datasets/round-3/out" in container["args"]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env == {
-        "AWS_ACCESS_KEY_ID": {"secretKeyRef": {"name": "store", "key": "awsAccessKeyID"}},
-        "AWS_SECRET_ACCESS_KEY": {"secretKeyRef": {"name": "store", "key": "awsSecretAccessKey"}},
+        "AWS_ACCESS_KEY_ID": {"secretKeyRef": {"name": "store", "key": "AWS_ACCESS_KEY_ID"}},
+        "AWS_SECRET_ACCESS_KEY": {"secretKeyRef": {"name": "store", "key": "AWS_SECRET_ACCESS_KEY"}},
         "AWS_ENDPOINT_URL": "http://minio.storage:9000",
         "AWS_DEFAULT_REGION": "eu-west-1",
     }

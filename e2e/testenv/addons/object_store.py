@@ -8,7 +8,9 @@ loopback and on the host's own address (``node.facts.host_address``), where the 
 they reach the models' storage server; plain HTTP, as that server.
 
 It makes the Secret ``testenv-object-store`` in the namespace ``default`` in KServe's S3 convention: the keys
-``awsAccessKeyID`` and ``awsSecretAccessKey``, and the annotations ``serving.kserve.io/s3-endpoint`` (host and
+``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` (the names KServe 0.20's inferenceservice-config gives them:
+its credential builder passes a ServiceAccount's Secret to the storage initializer only under those), and the
+annotations ``serving.kserve.io/s3-endpoint`` (host and
 port), ``serving.kserve.io/s3-usehttps: "0"`` and ``serving.kserve.io/s3-region``, from which KServe's
 controller sets ``AWS_ENDPOINT_URL`` and the keys for its storage initializer. A test copies it into its own
 namespace (``secret``) and names it from a ServiceAccount, as a user does; ``store`` reads it back for the
@@ -50,7 +52,7 @@ def secret(keys: Keys, endpoint: str, namespace: str = NAMESPACE, name: str = SE
             },
         },
         "type": "Opaque",
-        "stringData": {"awsAccessKeyID": keys.access, "awsSecretAccessKey": keys.secret},
+        "stringData": {"AWS_ACCESS_KEY_ID": keys.access, "AWS_SECRET_ACCESS_KEY": keys.secret},
     }
 
 
@@ -60,7 +62,7 @@ def store(cluster, directory: Path | None = None) -> tuple[ObjectStore, dict]:
     found = json.loads(cluster.kubectl("get", "secret", SECRET, "-n", NAMESPACE, "-o", "json").stdout)
     data = {key: base64.b64decode(value).decode() for key, value in found["data"].items()}
     endpoint = found["metadata"]["annotations"][f"{KSERVE}/s3-endpoint"]
-    keys = Keys(data["awsAccessKeyID"], data["awsSecretAccessKey"])
+    keys = Keys(data["AWS_ACCESS_KEY_ID"], data["AWS_SECRET_ACCESS_KEY"])
     buckets = directory / "object-store" / "data" if directory else Path("/nonexistent")
     return ObjectStore(f"http://{endpoint}", keys, buckets), found
 

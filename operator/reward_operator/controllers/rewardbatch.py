@@ -22,11 +22,11 @@ from typing import Any
 
 from ..api import conditions
 from ..api.names import COMPONENT_LABEL, owner_label
-from ..api.schema.rewardbatch import S3_SECRET_KEYS
+from ..api.schema.rewardbatch import S3_SECRET_KEY_PAIRS
 from ..cluster import Cluster, Logger, Refused
 from ..policy import batch as batch_policy
 from ..render import model_identity
-from ..render.rewardbatch import BATCH_COMPONENT, OWNED_JOBS, claims, job_name, render_job
+from ..render.rewardbatch import BATCH_COMPONENT, OWNED_JOBS, S3Secret, claims, job_name, render_job
 from ..settings import Settings
 from .runner import Outcome
 from .seen import SeenChildren
@@ -64,17 +64,19 @@ def finished_job(batch: dict[str, Any], cluster: Cluster) -> dict[str, Any] | No
     return cluster.get(JOB_API_VERSION, "Job", status["job"], batch["metadata"]["namespace"])
 
 
-def s3_secret(batch: dict[str, Any], cluster: Cluster) -> tuple[dict[str, str], str | None]:
-    """spec.s3SecretName's annotations (the store's endpoint and settings), and what is wrong with the Secret, if
-    anything (never its values: the pods take the keys by reference)."""
+def s3_secret(batch: dict[str, Any], cluster: Cluster) -> S3Secret | str:
+    """What spec.s3SecretName's Secret holds for the Job (its key names, its annotations: never its values, which
+    the pods take by reference), or what is wrong with it."""
     name = batch["spec"]["s3SecretName"]
     secret = cluster.get("v1", "Secret", name, batch["metadata"]["namespace"])
     if secret is None:
-        return {}, f"Secret {name} (spec.s3SecretName) does not exist"
-    missing = [key for key in S3_SECRET_KEYS if key not in (secret.get("data") or {})]
-    if missing:
-        return {}, f"Secret {name} (spec.s3SecretName) has no key {missing[0]} (KServe's S3 convention)"
-    return dict(secret["metadata"].get("annotations") or {}), None
+        return f"Secret {name} (spec.s3SecretName) does not exist"
+    held = set(secret.get("data") or {})
+    keys = next((pair for pair in S3_SECRET_KEY_PAIRS if set(pair) <= held), None)
+    if keys is None:
+        pairs = " nor ".join(" and ".join(pair) for pair in S3_SECRET_KEY_PAIRS)
+        return f"Secret {name} (spec.s3SecretName) holds neither {pairs} (KServe's S3 convention)"
+    return S3Secret(keys, dict(secret["metadata"].get("annotations") or {}))
 
 
 # ---- 2. decide -------------------------------------------------------------------------------------------
@@ -122,10 +124,10 @@ def start_job(
     revision: str,
     image: str,
     cluster: Cluster,
-    s3_annotations: dict[str, str] | None = None,
+    s3: S3Secret | None = None,
 ) -> dict[str, Any]:
     """The batch's Job, created (or found: made by an earlier reconcile). Raises ``Refused``."""
-    return cluster.create(render_job(batch, model["status"]["url"], revision, image, s3_annotations))
+    return cluster.create(render_job(batch, model["status"]["url"], revision, image, s3))
 
 
 # ---- the reconcile ----------------------------------------------------------------------------------------
@@ -157,15 +159,13 @@ def sync(
         name = job_name(batch, revision)
         job = cluster.get(JOB_API_VERSION, "Job", name, namespace)
         if job is None:
-            s3_annotations: dict[str, str] = {}
-            if "s3SecretName" in spec:
-                s3_annotations, problem = s3_secret(batch, cluster)
-                if problem is not None:
-                    return _waiting(batch, conditions.S3_SECRET_NOT_FOUND, problem)
+            s3 = s3_secret(batch, cluster) if "s3SecretName" in spec else None
+            if isinstance(s3, str):
+                return _waiting(batch, conditions.S3_SECRET_NOT_FOUND, s3)
             if (held := held_back(batch, name, cluster)) is not None:
                 return _waiting(batch, *held)
             try:
-                job = start_job(batch, model, revision, settings.gateway_image, cluster, s3_annotations)
+                job = start_job(batch, model, revision, settings.gateway_image, cluster, s3)
             except Refused as refused:
                 return _waiting(batch, conditions.APPLY_FAILED, f"Job {name}: {refused}")
             logger.info("created Job %s for %s shards (model revision %s)", name, spec["shards"], revision)

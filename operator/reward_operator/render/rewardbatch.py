@@ -51,7 +51,15 @@ OWNED_JOBS = Owned("batch/v1", "Job", {"app.kubernetes.io/component": BATCH_COMP
 # KServe's S3 Secret annotations (its storage initializer's convention), and the environment each becomes
 S3_ANNOTATION_PREFIX = "serving.kserve.io/"
 S3_ENVIRONMENT = {"s3-region": "AWS_DEFAULT_REGION", "s3-verifyssl": "S3_VERIFY_SSL"}
-S3_KEYS = {"awsAccessKeyID": "AWS_ACCESS_KEY_ID", "awsSecretAccessKey": "AWS_SECRET_ACCESS_KEY"}
+S3_KEY_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+@dataclass(frozen=True)
+class S3Secret:
+    """What a Secret in KServe's S3 convention holds, as the Job needs it: never its values."""
+
+    keys: tuple[str, str]  # the access key's and secret key's names in the Secret
+    annotations: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -75,13 +83,14 @@ def claims(batch: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(location.claim for location in found if location.scheme == "pvc"))
 
 
-def s3_environment(secret: str, annotations: dict[str, str]) -> list[dict[str, Any]]:
+def s3_environment(secret: str, keys: tuple[str, str], annotations: dict[str, str]) -> list[dict[str, Any]]:
     """The pods' environment from a Secret in KServe's S3 convention, as KServe's controller sets its storage
-    initializer's: the keys by reference, the endpoint (with http:// where ``s3-usehttps`` is "0", https://
-    otherwise, unless it names its scheme) and the region and TLS check from the annotations."""
+    initializer's: ``keys`` (the Secret's access key and secret key names) by reference, the endpoint (with
+    http:// where ``s3-usehttps`` is "0", https:// otherwise, unless it names its scheme) and the region and TLS
+    check from the annotations."""
     environment: list[dict[str, Any]] = [
         {"name": variable, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-        for key, variable in S3_KEYS.items()
+        for key, variable in zip(keys, S3_KEY_VARIABLES, strict=True)
     ]
     said = {key.removeprefix(S3_ANNOTATION_PREFIX): value for key, value in annotations.items()}
     if endpoint := said.get("s3-endpoint"):
@@ -99,10 +108,10 @@ def job_name(batch: dict[str, Any], model_revision: str) -> str:
 
 
 def render_job(
-    batch: dict[str, Any], url: str, model_revision: str, image: str, s3_annotations: dict[str, str] | None = None
+    batch: dict[str, Any], url: str, model_revision: str, image: str, s3: S3Secret | None = None
 ) -> dict[str, Any]:
-    """The Job of a defaulted RewardBatch, scoring through the gateway at ``url``; ``s3_annotations``: those of
-    spec.s3SecretName's Secret (the store's endpoint and settings)."""
+    """The Job of a defaulted RewardBatch, scoring through the gateway at ``url``; ``s3``: what spec.s3SecretName's
+    Secret holds (its key names, and the store's endpoint and settings)."""
     spec = batch["spec"]
     metadata = child_metadata(batch, job_name(batch, model_revision), BATCH_COMPONENT)
     if queue := spec.get("queueName"):
@@ -117,7 +126,7 @@ def render_job(
         "args": _arguments(batch, url),
         "resources": {"requests": resources, "limits": resources},
         "volumeMounts": mounts,
-        **({"env": s3_environment(spec["s3SecretName"], s3_annotations or {})} if "s3SecretName" in spec else {}),
+        **({"env": s3_environment(spec["s3SecretName"], s3.keys, s3.annotations)} if s3 is not None else {}),
         "securityContext": RESTRICTED_CONTAINER_SECURITY,
         "terminationMessagePath": TERMINATION_LOG,
         # the worker's own message: its figures, or why it stopped (FallbackToLogsOnError would hide a

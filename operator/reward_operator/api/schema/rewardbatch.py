@@ -15,8 +15,11 @@ from .common import Schema, defaulted_obj, integer, key_ref, kind_schema, obj, q
 # batch's namespace and a path in it, or an S3 bucket (any S3-compatible store) and a key or prefix in it.
 PVC_URI_PATTERN = r"^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^/]+)+/?$"
 S3_URI_PATTERN = r"^s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/[^/]+)+/?$"
-# A Secret in KServe's S3 convention: these keys, and the store's endpoint and settings in annotations.
-S3_SECRET_KEYS = ("awsAccessKeyID", "awsSecretAccessKey")
+# A Secret in KServe's S3 convention: a pair of keys, and the store's endpoint and settings in annotations. The
+# keys' names are KServe's inferenceservice-config (s3AccessKeyIDName, s3SecretAccessKeyName): AWS_ACCESS_KEY_ID
+# and AWS_SECRET_ACCESS_KEY in KServe 0.20's, awsAccessKeyID and awsSecretAccessKey where it names none. The
+# first pair the Secret holds is used.
+S3_SECRET_KEY_PAIRS = (("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), ("awsAccessKeyID", "awsSecretAccessKey"))
 FORMATS = ("jsonl",)
 MAX_SHARDS = 1000
 # Kueue's queue label and Kubernetes' job-name label hold at most 63 characters: the Job is <name>-<8 hex>.
@@ -174,8 +177,9 @@ SPEC = obj(
             pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         ),
         "s3SecretName": string(
-            "A Secret of this namespace in KServe's S3 convention, for s3:// URIs: its keys awsAccessKeyID and "
-            "awsSecretAccessKey (passed to the pods by reference), and its annotations "
+            "A Secret of this namespace in KServe's S3 convention, for s3:// URIs: its keys AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (KServe 0.20's names; or awsAccessKeyID and awsSecretAccessKey), passed to the "
+            "pods by reference, and its annotations "
             "serving.kserve.io/s3-endpoint, s3-usehttps, s3-region and s3-verifyssl (the store and how to reach "
             "it). Unset: the pods' own credentials (boto3's chain, such as a workload identity).",
             minLength=1,
