@@ -105,7 +105,8 @@ def test_the_sample_is_admitted_and_the_schema_names_what_it_refuses():
         "same place": ({"output": {"uri": sample["spec"]["input"]["uri"]}}, "spec.output.uri must differ"),
         "not a claim": ({"input": {"uri": "/data/samples.jsonl"}}, "spec.input.uri must be pvc://<claim>/<path>"),
         "a bucket name": ({"output": {"uri": "s3://B/out"}}, "spec.output.uri must be pvc://<claim>/<path>"),
-        "a format": ({"output": {"uri": "pvc://rlhf-data/out", "format": "csv"}}, "supported values"),
+        "a format": ({"output": {"uri": "pvc://rlhf-data/out", "format": "parquet"}}, "supported values"),
+        "a web output": ({"output": {"uri": "https://host/out"}}, "spec.output.uri must be pvc://<claim>/<path>"),
     }
     for case, (spec, words) in refused.items():
         document = copy.deepcopy(sample)
@@ -369,3 +370,18 @@ def test_a_finished_shards_figures_outlive_its_pod_but_not_its_job():
     assert kept["model"] == first["model"]
     # another Job's records are not this one's
     assert policy.finished_shards(job, [], {**first, "job": "another"}) == []
+
+
+def test_a_parquet_file_over_https_is_read_by_the_worker_itself():
+    body = batch(input={"uri": "https://data.example/round-3/samples.parquet?X-Amz-Signature=abc", "format": "parquet"})
+    assert validate(yaml.safe_load(yaml.safe_dump(body))) == []
+    job = render_job(body, URL, "hf://m", "img")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert "--input=https://data.example/round-3/samples.parquet?X-Amz-Signature=abc" in container["args"]
+    assert "--input-format=parquet" in container["args"]
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in job["spec"]["template"]["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
+    assert claims == ["rlhf-data"], "only the output's claim"

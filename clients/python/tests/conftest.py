@@ -2,17 +2,20 @@
 S3-compatible server (versitygw) whose keys are the process's environment.
 
 Started by `run_gateway` (reward_testing.gateway_fixtures), which the gateway's own tests use too, and by
-`object_store` (reward_testing.object_store_fixtures).
+`object_store` (reward_testing.object_store_fixtures); `files`, a small HTTP file server (reward_testing.file_server),
+serves a batch's https:// input.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from reward_testing.file_server import FileServer, file_server
 from reward_testing.object_store import ObjectStore
 from reward_testing.ports import free_port
 
@@ -60,3 +63,10 @@ def s3(object_store: ObjectStore, monkeypatch: pytest.MonkeyPatch, tmp_path) -> 
     for name in ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
         monkeypatch.setenv(name, str(tmp_path / "no-aws-files"))
     return object_store
+
+
+@pytest.fixture
+def files() -> Iterator[FileServer]:
+    """A real HTTP file server on loopback (reward_testing.file_server), stopped after the test."""
+    with file_server() as server:
+        yield server

@@ -1,11 +1,13 @@
 """Scoring a dataset through the real gateway process and the fake vLLM (``reward-gateway-client score``):
 every row's reward or its failure, best-of-N, a worker killed with SIGKILL resumed row for row, a re-run that
 does no work until the model changes, and the errors a user meets; the same from an ``s3://`` input into an
-``s3://`` prefix on a real S3-compatible server (versitygw)."""
+``s3://`` prefix on a real S3-compatible server (versitygw), from an ``http://`` input on a real HTTP server,
+and from a Parquet file (local, S3, HTTP), each row for row what the same rows in a local JSONL file give."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import os
@@ -14,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow
+import pyarrow.parquet
 import pytest
 import reward_gateway_client.batch
 from reward_gateway_client.batch import layout
@@ -121,6 +125,32 @@ def test_a_worker_killed_mid_way_resumes_row_for_row_scoring_one_chunk_again(gat
     assert summary.scored_twice <= 48, "at most the chunk in flight: 40 rows and the rest of its last group"
     assert summary.scored_now + left["counted"]["rows"] == summary.rows, "every row the killed run committed kept"
     print(f"killed after {left['chunks']} chunks; scored again: {summary.scored_twice} rows")
+
+
+def test_sigterm_stops_the_worker_at_once_saying_so_and_the_next_run_goes_on(gateway, backend, tmp_path):
+    """A pod deleted or evicted gets SIGTERM, which a container's first process has no default action for: the
+    worker stops at once (143) and says why in its result file, and the next run finishes the same output."""
+    running = gateway()
+    source = tmp_path / "data.jsonl"
+    dataset(source, prompts=120)
+    assert score(running.url, source, tmp_path / "whole", "--chunk-rows", "40") == 0
+    backend.delay_s = 0.05
+    result = tmp_path / "termination-log"
+    command = [sys.executable, "-m", "reward_gateway_client.batch.cli", "score", "--url", running.url,
+               "--input", str(source), "--output", str(tmp_path / "stopped"), "--chunk-rows", "40",
+               "--result-file", str(result)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CLIENT_SOURCE), os.environ.get("PYTHONPATH", "")])}
+    worker = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    checkpoint = tmp_path / "stopped" / layout.CHECKPOINT
+    wait_until("a chunk committed", lambda: (layout.read_json(checkpoint) or {}).get("chunks", 0) >= 1,
+               timeout=120, interval=0.01)  # fmt: skip
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not layout.read_json(checkpoint).get("done"), "stopped mid-way, not run to its end"
+    said = json.loads(result.read_text())
+    assert said == {"error": "stopped by SIGTERM; the next run goes on from the last chunk", "exit_code": 143}
+    assert score(running.url, source, tmp_path / "stopped", "--chunk-rows", "40") == 0
+    assert output_rows(tmp_path / "stopped") == output_rows(tmp_path / "whole")
 
 
 def test_a_finished_batch_does_no_work_until_the_model_changes(gateway, backend, tmp_path):
@@ -246,7 +276,7 @@ def test_a_dataset_read_from_s3_and_written_to_s3_is_a_local_runs_output_object_
         for name in local.keys() - {layout.MANIFEST}:
             assert remote[name] == local[name], f"{prefix}/{name}: the chunk or checkpoint a local run writes"
         local_manifest, remote_manifest = json.loads(local[layout.MANIFEST]), json.loads(remote[layout.MANIFEST])
-        assert remote_manifest["input"] == {"path": uri, "sha256": local_manifest["input"]["sha256"]}
+        assert remote_manifest["input"] == {"path": uri, "sha256": local_manifest["input"]["sha256"], "format": "jsonl"}
         assert {**remote_manifest, "input": None} == {**local_manifest, "input": None}
 
 
@@ -314,3 +344,109 @@ def test_s3_without_boto3_says_which_extra_to_install(tmp_path, monkeypatch, cap
     monkeypatch.delattr(reward_gateway_client.batch, "s3", raising=False)
     assert score("http://127.0.0.1:9", "s3://datasets/data.jsonl", tmp_path / "out") == 2
     assert "pip install 'reward-gateway-client[s3]'" in capsys.readouterr().err
+
+
+# https:// input (a real HTTP server on loopback: the ``files`` fixture) and Parquet input (pyarrow), each scored as
+# the same rows in a local JSONL file are
+
+
+def conversations(path: Path) -> list[dict]:
+    """``dataset``'s rows with a group of conversations (``messages``) after them, as JSONL (no line that is not
+    JSON: a Parquet file holds rows only); returns the rows."""
+    dataset(path, prompts=30)
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{") and line.endswith("}")]
+    for r in range(5):
+        turns = [{"role": "user", "content": "question m"}, {"role": "assistant", "content": f"answer {r}"}]
+        rows.append({"id": f"m-r{r}", "group": "m", "messages": turns})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return rows
+
+
+def test_a_jsonl_file_over_http_is_scored_as_the_local_file_never_saying_its_secrets(gateway, files, tmp_path, capsys):
+    running = gateway()
+    source = tmp_path / "data.jsonl"
+    dataset(source, prompts=20)
+    files.credentials = ("reader", "pa55word")
+    files.put("/round-3/data.jsonl", source.read_bytes())
+    port = files.url.rpartition(":")[2]
+    uri = f"http://reader:pa55word@127.0.0.1:{port}/round-3/data.jsonl?token=s3cr3t"
+    extra = ("--best-of-group", "--chunk-rows", "16")
+    assert score(running.url, source, tmp_path / "local", *extra) == 0
+    assert score(running.url, uri, tmp_path / "remote", *extra) == 0
+
+    assert output_rows(tmp_path / "remote") == output_rows(tmp_path / "local")
+    manifest = layout.read_json(tmp_path / "remote" / layout.MANIFEST)
+    assert manifest["input"]["path"] == f"http://127.0.0.1:{port}/round-3/data.jsonl"
+    assert manifest["input"]["sha256"] == layout.read_json(tmp_path / "local" / layout.MANIFEST)["input"]["sha256"]
+    said = capsys.readouterr()
+    written = "".join(path.read_text() for path in (tmp_path / "remote").iterdir())
+    assert "pa55word" not in said.out + said.err + written and "s3cr3t" not in said.out + said.err + written
+    assert all(sent is None for sent in files.gets("/round-3/data.jsonl")), "each pass a whole GET, no ranges"
+
+
+def test_a_parquet_dataset_is_scored_as_its_jsonl_locally_from_s3_and_over_http(gateway, s3, files, tmp_path, capsys):
+    running = gateway(model_revision="s3://models/rm-v1")
+    jsonl, parquet = tmp_path / "data.jsonl", tmp_path / "data.parquet"
+    rows = conversations(jsonl)
+    # small row groups: a group of rows, and a chunk, across two of them
+    pyarrow.parquet.write_table(pyarrow.Table.from_struct_array(pyarrow.array(rows)), parquet, row_group_size=7)
+    assert pyarrow.parquet.ParquetFile(parquet).num_row_groups > 10
+    s3_uri = s3.put(s3.bucket("datasets"), "round-3/data.parquet", parquet.read_bytes())
+    http_uri = files.put("/round-3/data.parquet", parquet.read_bytes())
+    extra = ("--best-of-group", "--chunk-rows", "16")
+    assert score(running.url, jsonl, tmp_path / "jsonl", *extra) == 0
+    expected = output_rows(tmp_path / "jsonl")
+    assert len(expected) == len(rows) and sum(row["selected"] for row in expected) == 30 + 1
+    by_id = {row["id"]: row for row in expected}
+    for r in range(5):  # the conversations: scored as their text, as the gateway's chat template writes it
+        turns = [{"role": "user", "content": "question m"}, {"role": "assistant", "content": f"answer {r}"}]
+        assert by_id[f"m-r{r}"]["reward"] == pytest.approx(logit(conversation_text(turns)), abs=1e-6)
+
+    for name, source in (("local", parquet), ("s3", s3_uri), ("http", http_uri)):
+        assert score(running.url, source, tmp_path / name, "--input-format", "parquet", *extra) == 0, name
+        assert output_rows(tmp_path / name) == expected, f"{name}: ids, groups, selection and rewards row for row"
+        manifest = layout.read_json(tmp_path / name / layout.MANIFEST)
+        assert manifest["input"]["format"] == "parquet" and manifest["rows"] == len(rows)
+        assert manifest["input"]["sha256"] == hashlib.sha256(parquet.read_bytes()).hexdigest()
+    assert any(sent for sent in files.gets("/round-3/data.parquet")), "read at random, by ranged GETs"
+
+    # the same bytes read as the other format are another batch: never resumed into the Parquet one's output
+    assert score(running.url, parquet, tmp_path / "local", *extra) == 2
+    assert "holds another batch's output" in capsys.readouterr().err
+
+
+def test_an_http_input_replaced_between_two_passes_stops_the_run(gateway, files, tmp_path, capsys):
+    running = gateway()
+    source = tmp_path / "data.jsonl"
+    dataset(source, prompts=4, bad_rows=False)
+    uri = files.put("/data.jsonl", source.read_bytes())
+
+    def replace_after_the_first_pass(path: str, gets: int) -> None:
+        if gets == 1:  # the run's sha256 read: the next pass meets another file
+            files.put(path, source.read_bytes().replace(b"answer", b"ANSWER"))
+
+    files.after_get = replace_after_the_first_pass
+    assert score(running.url, uri, tmp_path / "out") == 2
+    assert f"cannot read the input {uri}: the file was replaced while this run read it" in capsys.readouterr().err
+
+
+def test_an_http_input_missing_or_an_http_output_exits_2_naming_no_query(gateway, files, tmp_path, capsys):
+    running = gateway()
+    missing = f"{files.url}/missing.jsonl?X-Amz-Signature=s3cr3t"
+    assert score(running.url, missing, tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert f"cannot read the input {files.url}/missing.jsonl: no such file" in err and "404" in err
+    assert "s3cr3t" not in err
+
+    source = tmp_path / "data.jsonl"
+    dataset(source, prompts=2, bad_rows=False)
+    assert score(running.url, source, f"{files.url}/out") == 2
+    assert "https:// and http:// are for the input only" in capsys.readouterr().err
+
+
+def test_parquet_without_pyarrow_says_which_extra_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as where the parquet extra is not installed
+    monkeypatch.delitem(sys.modules, "reward_gateway_client.batch.parquet", raising=False)
+    monkeypatch.delattr(reward_gateway_client.batch, "parquet", raising=False)
+    assert score("http://127.0.0.1:9", tmp_path / "data.parquet", tmp_path / "out", "--input-format", "parquet") == 2
+    assert "pip install 'reward-gateway-client[parquet]'" in capsys.readouterr().err

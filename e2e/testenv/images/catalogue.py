@@ -78,7 +78,7 @@ IMAGES = (
             ("65532", ("reward-operator", "--help")),
             ("65532", ("python", "-m", "reward_gateway", "--help")),
             ("65532", ("reward-gateway-client", "score", "--help")),
-            ("65532", ("python", "-c", "import boto3")),  # s3:// datasets
+            ("65532", ("python", "-c", "import boto3, pyarrow.parquet")),  # s3:// and Parquet datasets
         ),
     ),
     Image(

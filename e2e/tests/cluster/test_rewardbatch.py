@@ -81,6 +81,18 @@ def test_the_api_server_refuses_what_the_schema_refuses_with_the_field_named(clu
     bad["spec"]["input"]["uri"] = "gs://bucket/samples.jsonl"
     refused = apply(cluster, namespace, bad, check=False)
     assert refused.returncode != 0 and "spec.input.uri must be pvc://<claim>/<path>" in refused.stderr
+    bad = copy.deepcopy(BATCH)
+    bad["spec"]["output"]["uri"] = "https://data.example/scored"
+    refused = apply(cluster, namespace, bad, check=False)
+    assert refused.returncode != 0 and "spec.output.uri must be pvc://<claim>/<path>" in refused.stderr
+    # a presigned URL's query is a file's address too (the rule's regex as the API server's CEL reads it)
+    fine = copy.deepcopy(BATCH)
+    fine["metadata"]["name"] = "from-the-web"
+    fine["spec"]["input"] = {
+        "uri": "https://data.example/round-3/samples.parquet?X-Amz-Signature=abc",
+        "format": "parquet",
+    }
+    apply(cluster, namespace, fine)
     # admitted, then immutable
     apply(cluster, namespace, BATCH)
     changed = copy.deepcopy(BATCH)

@@ -206,7 +206,7 @@ def _volumes(batch: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str
 
 
 def _path(uri: str) -> str:
-    """Where the worker finds a URI: a claim's path as mounted, an s3:// URI as written."""
+    """Where the worker finds a URI: a claim's path as mounted, an s3:// or https:// URI as written."""
     location = Location.of(uri)
     return f"{DATA_DIR}/{location.claim}/{location.path}" if location.scheme == "pvc" else uri
 
@@ -227,6 +227,8 @@ def _arguments(batch: dict[str, Any], url: str) -> list[str]:
         f"--max-items-per-call={worker['maxItemsPerCall']}",
         f"--result-file={TERMINATION_LOG}",
     ]
+    if spec["input"]["format"] != "jsonl":
+        arguments.append(f"--input-format={spec['input']['format']}")
     fields = spec["input"]["fields"]
     arguments += [f"--{name}-field={fields[name]}" for name in FIELD_NAMES if fields[name] != name]
     selection = spec.get("selection") or {}

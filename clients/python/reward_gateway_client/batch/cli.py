@@ -1,11 +1,14 @@
 """``reward-gateway-client score``: score a JSONL file with a served reward model, resumably.
 
 ``--input`` and ``--output`` are local paths or S3 URIs (``s3://bucket/key``, ``s3://bucket/prefix``: the
-``s3`` extra, with the environment KServe's storage initializer reads; ``reward_gateway_client.batch.s3``).
+``s3`` extra, with the environment KServe's storage initializer reads; ``reward_gateway_client.batch.s3``);
+``--input`` may also be an ``https://`` URI (``reward_gateway_client.batch.web``). ``--input-format parquet``
+reads a Parquet file's rows as JSON lines (the ``parquet`` extra; ``reward_gateway_client.batch.parquet``).
 
 Exit codes: 0 the shard is done; 2 it cannot go on and running it again will not help (the input unreadable,
 the output holding another batch, S3 credentials refused, a bad argument); 3 the gateway or the object store
-failed after their retries, and running the same command again goes on from the last chunk.
+failed after their retries, and running the same command again goes on from the last chunk; 143 stopped by
+SIGTERM (``stop_on_terminate``), the same.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
+from reward_gateway_client.batch import store
 from reward_gateway_client.batch.rows import Fields
 from reward_gateway_client.batch.selection import Selection
 from reward_gateway_client.batch.worker import BatchError, Job, ShardWorker, Summary
@@ -29,7 +35,19 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
     score = commands.add_parser("score", help="score a JSONL file through the reward gateway, resumably")
     score.add_argument("--url", help="the gateway's base URL (a RewardModel's status.url); else $REWARD_GATEWAY_URL")
-    score.add_argument("--input", required=True, type=_location, help="a JSONL file or s3://bucket/key, a row a line")
+    score.add_argument(
+        "--input",
+        required=True,
+        type=_location,
+        help="a JSONL file (a row a line), s3://bucket/key or https://host/path",
+    )
+    score.add_argument(
+        "--input-format",
+        choices=store.FORMATS,
+        default="jsonl",
+        help="jsonl (default), or parquet: a Parquet file's rows, each read as a JSON object (pyarrow: the "
+        "parquet extra)",
+    )
     score.add_argument(
         "--output",
         required=True,
@@ -63,8 +81,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _location(text: str) -> Path | str:
-    """A local path, or an S3 URI kept as written (a Path would fold its ``//``)."""
-    return text if text.startswith("s3://") else Path(text)
+    """A local path, or an S3 or https:// URI kept as written (a Path would fold its ``//``)."""
+    return text if store.is_uri(text) else Path(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         arguments.chunk_rows,
         arguments.max_in_flight,
         arguments.max_items_per_call,
+        arguments.input_format,
     )
     settings = GatewaySettings(
         url=arguments.url, token_file=arguments.token_file, client=arguments.client, attempts=arguments.attempts
     )
+    stop_on_terminate(arguments.result_file)
     try:
         summary = asyncio.run(ShardWorker(job, settings).run())
     except BatchError as error:
@@ -104,6 +124,22 @@ def main(argv: list[str] | None = None) -> int:
     print(result)
     _write_result(arguments.result_file, result)
     return DONE
+
+
+def stop_on_terminate(result_file: Path | None) -> None:
+    """SIGTERM (a pod deleted, evicted or its node drained) stops the run at once, as SIGKILL would: every file is
+    written whole, so the next run goes on from the last chunk. Said here because a container's first process gets
+    no default action for SIGTERM: without a handler the worker would go on scoring until the grace period's
+    SIGKILL, with its pod already leaving."""
+
+    def terminate(signum: int, _frame: object) -> None:
+        code = 128 + signum
+        message = "stopped by SIGTERM; the next run goes on from the last chunk"
+        _write_result(result_file, json.dumps({"error": message, "exit_code": code}, sort_keys=True))
+        print(f"reward-gateway-client: {message}", file=sys.stderr, flush=True)
+        os._exit(code)
+
+    signal.signal(signal.SIGTERM, terminate)
 
 
 def _stopped(result_file: Path | None, message: str, code: int) -> int:

@@ -14,7 +14,8 @@ KServe's S3 convention serves a model's download and a batch alike:
 
 An input is read in ranged GETs of ``BLOCK`` bytes, each read whole at once: the worker pauses between chunks
 for as long as the gateway takes, and no connection is held open meanwhile. Every GET is pinned to the ETag
-the first HEAD saw (If-Match), so a run never mixes two versions of an object replaced while it runs.
+the first HEAD saw (If-Match), so a run never mixes two versions of an object replaced while it runs. A Parquet
+input (``parquet``) is read at random through the same pinned ranged GETs (``S3Input.ranges``).
 
 Nothing secret is ever in a message: the causes are said in a user's words with the server's error code, and
 any credential found in a server's text is blanked.
@@ -27,7 +28,7 @@ import io
 import json
 import os
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -213,6 +214,28 @@ class S3Input(_Store):
         answer = self.s3.get_object(Bucket=self.bucket, Key=self.key, IfMatch=etag, Range=f"bytes={start}-{end}")
         with closing(answer["Body"]) as body:
             return body.read()
+
+    @contextmanager
+    def ranges(self) -> Iterator[_Blocks]:
+        """The object read at random, a ranged GET a read, each pinned to the first ETag (``parquet``)."""
+        yield _Blocks(self)
+
+
+class _Blocks:
+    """An input object's size and any range of it, boto3's failures as ``BatchError``."""
+
+    def __init__(self, source: S3Input):
+        self.source = source
+        try:
+            self.size = source.seen()[1]
+        except S3_ERRORS as error:
+            raise source.failure(error, f"cannot read the input {source.name}") from None
+
+    def read(self, start: int, end: int) -> bytes:
+        try:
+            return self.source.block(start, end)
+        except S3_ERRORS as error:
+            raise self.source.failure(error, f"cannot read the input {self.source.name}") from None
 
 
 class _Reading:

@@ -49,8 +49,9 @@ __all__ = ["BatchError", "Job", "ShardWorker", "Summary"]
 
 @dataclass(frozen=True)
 class Job:
-    """One shard's work: what to read, where to write, and how. ``input`` is a JSONL file or an
-    ``s3://bucket/key`` object, ``output`` a directory or an ``s3://bucket/prefix`` (``store``)."""
+    """One shard's work: what to read, where to write, and how. ``input`` is a file, an ``s3://bucket/key``
+    object or an ``https://`` file, in ``input_format`` (``jsonl`` or ``parquet``), ``output`` a directory or an
+    ``s3://bucket/prefix`` (``store``)."""
 
     input: Path | str
     output: Path | str
@@ -61,6 +62,7 @@ class Job:
     chunk_rows: int = 256
     max_in_flight: int = 8
     max_items_per_call: int = 64
+    input_format: str = "jsonl"
 
     def settings_digest(self) -> str:
         """What decides the output row for row (not how many calls fly at once)."""
@@ -72,6 +74,8 @@ class Job:
             "chunk_rows": self.chunk_rows,
             "max_items_per_call": self.max_items_per_call,
         }
+        if self.input_format != "jsonl":  # named only where it is not the default: older outputs stay this batch's
+            decided["input_format"] = self.input_format
         return hashlib.sha256(json.dumps(decided, sort_keys=True).encode()).hexdigest()
 
 
@@ -94,7 +98,7 @@ class Summary:
 
     def manifest(self, job: Job, input_name: str, input_digest: str) -> dict[str, Any]:
         return {
-            "input": {"path": input_name, "sha256": input_digest},
+            "input": {"path": input_name, "sha256": input_digest, "format": job.input_format},
             "shard": job.shard,
             "shards": job.shards,
             "rows": self.rows,
@@ -153,7 +157,7 @@ class ShardWorker:
         self.client = AsyncRewardClient(settings)
         self.log = log
         # where it reads and writes (a path, or S3); nothing is read or written until it runs
-        self.input = store.open_input(job.input)
+        self.input = store.open_input(job.input, job.input_format)
         self.output = store.open_output(job.output, job.shard, job.shards)
 
     async def run(self) -> Summary:

@@ -15,12 +15,15 @@ from .common import Schema, defaulted_obj, integer, key_ref, kind_schema, obj, q
 # batch's namespace and a path in it, or an S3 bucket (any S3-compatible store) and a key or prefix in it.
 PVC_URI_PATTERN = r"^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^/]+)+/?$"
 S3_URI_PATTERN = r"^s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/[^/]+)+/?$"
+# An input may also be a file a web server serves (a presigned URL included); an output is written, so never one.
+HTTPS_URI_PATTERN = r"^https?://[^/?#]+/[^?#]*[^/?#](\\?[^#]*)?$"
 # A Secret in KServe's S3 convention: a pair of keys, and the store's endpoint and settings in annotations. The
 # keys' names are KServe's inferenceservice-config (s3AccessKeyIDName, s3SecretAccessKeyName): AWS_ACCESS_KEY_ID
 # and AWS_SECRET_ACCESS_KEY in KServe 0.20's, awsAccessKeyID and awsSecretAccessKey where it names none. The
 # first pair the Secret holds is used.
 S3_SECRET_KEY_PAIRS = (("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), ("awsAccessKeyID", "awsSecretAccessKey"))
-FORMATS = ("jsonl",)
+INPUT_FORMATS = ("jsonl", "parquet")
+OUTPUT_FORMATS = ("jsonl",)
 MAX_SHARDS = 1000
 # Kueue's queue label and Kubernetes' job-name label hold at most 63 characters: the Job is <name>-<8 hex>.
 MAX_NAME_LENGTH = 52
@@ -44,20 +47,16 @@ FIELD_NAMES = {
 }
 
 
-def _uri(field: str, description: str) -> Schema:
+def _uri(field: str, description: str, readable_only: bool = False) -> Schema:
+    patterns = [PVC_URI_PATTERN, S3_URI_PATTERN] + ([HTTPS_URI_PATTERN] if readable_only else [])
+    forms = ["pvc://<claim>/<path> (a PersistentVolumeClaim of this namespace)", "s3://<bucket>/<key> (an S3 store)"]
+    forms += ["https://<host>/<path> (a file a web server serves)"] if readable_only else []
+    said = f"{field} must be {', '.join(forms[:-1])} or {forms[-1]}"
     return string(
         description,
         minLength=8,
         maxLength=2048,
-        **{
-            "x-kubernetes-validations": [
-                rule(
-                    f"self.matches('{PVC_URI_PATTERN}') || self.matches('{S3_URI_PATTERN}')",
-                    f"{field} must be pvc://<claim>/<path> (a PersistentVolumeClaim of this namespace) or "
-                    "s3://<bucket>/<key> (an S3-compatible store)",
-                )
-            ]
-        },
+        **{"x-kubernetes-validations": [rule(" || ".join(f"self.matches('{pattern}')" for pattern in patterns), said)]},
     )
 
 
@@ -75,9 +74,16 @@ INPUT = obj(
         "uri": _uri(
             "spec.input.uri",
             "The file, read by every shard's pod (each keeps its own groups): pvc://<claim>/<path> on a "
-            "PersistentVolumeClaim of this namespace, or s3://<bucket>/<key> (spec.s3SecretName).",
+            "PersistentVolumeClaim of this namespace, s3://<bucket>/<key> (spec.s3SecretName), or "
+            "https://<host>/<path> (a presigned URL too; never shown with its query).",
+            readable_only=True,
         ),
-        "format": string("The file's format.", enum=list(FORMATS), default="jsonl"),
+        "format": string(
+            "The file's format: jsonl (a JSON object a line) or parquet (a row a record: columns by name, nested "
+            "lists and structs as JSON arrays and objects).",
+            enum=list(INPUT_FORMATS),
+            default="jsonl",
+        ),
         "fields": FIELDS,
     },
     required=["uri"],
@@ -92,7 +98,7 @@ OUTPUT = obj(
             "The directory: pvc://<claim>/<directory> on a PersistentVolumeClaim of this namespace, or "
             "s3://<bucket>/<prefix> (spec.s3SecretName).",
         ),
-        "format": string("The output rows' format.", enum=list(FORMATS), default="jsonl"),
+        "format": string("The output rows' format.", enum=list(OUTPUT_FORMATS), default="jsonl"),
     },
     required=["uri"],
 )
