@@ -68,6 +68,14 @@ def score(url: str, source: Path | str, out: Path | str, *extra: str) -> int:
     return main(["score", "--url", url, "--input", str(source), "--output", str(out), *extra])
 
 
+def worker_process(url: str, source: Path | str, out: Path | str, *extra: str) -> subprocess.Popen:
+    """``score`` as a process of its own (one the test can kill), in chunks of 40 rows."""
+    command = [sys.executable, "-m", "reward_gateway_client.batch.cli", "score", "--url", url,
+               "--input", str(source), "--output", str(out), "--chunk-rows", "40", *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CLIENT_SOURCE), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+
+
 def test_every_row_has_its_reward_or_its_failure_and_the_best_of_each_group_is_selected(gateway, tmp_path, capsys):
     running = gateway(model_revision="s3://models/rm-v1")
     source = tmp_path / "data.jsonl"
@@ -106,10 +114,7 @@ def test_a_worker_killed_mid_way_resumes_row_for_row_scoring_one_chunk_again(gat
     assert score(running.url, source, tmp_path / "whole", "--chunk-rows", "40") == 0
 
     backend.delay_s = 0.05  # slow enough to be caught between two chunks
-    command = [sys.executable, "-m", "reward_gateway_client.batch.cli", "score", "--url", running.url,
-               "--input", str(source), "--output", str(tmp_path / "killed"), "--chunk-rows", "40"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CLIENT_SOURCE), os.environ.get("PYTHONPATH", "")])}
-    worker = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    worker = worker_process(running.url, source, tmp_path / "killed")
     checkpoint = tmp_path / "killed" / layout.CHECKPOINT
     wait_until("three chunks committed", lambda: (layout.read_json(checkpoint) or {}).get("chunks", 0) >= 3,
                timeout=120, interval=0.01)  # fmt: skip
@@ -136,11 +141,7 @@ def test_sigterm_stops_the_worker_at_once_saying_so_and_the_next_run_goes_on(gat
     assert score(running.url, source, tmp_path / "whole", "--chunk-rows", "40") == 0
     backend.delay_s = 0.05
     result = tmp_path / "termination-log"
-    command = [sys.executable, "-m", "reward_gateway_client.batch.cli", "score", "--url", running.url,
-               "--input", str(source), "--output", str(tmp_path / "stopped"), "--chunk-rows", "40",
-               "--result-file", str(result)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CLIENT_SOURCE), os.environ.get("PYTHONPATH", "")])}
-    worker = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    worker = worker_process(running.url, source, tmp_path / "stopped", "--result-file", str(result))
     checkpoint = tmp_path / "stopped" / layout.CHECKPOINT
     wait_until("a chunk committed", lambda: (layout.read_json(checkpoint) or {}).get("chunks", 0) >= 1,
                timeout=120, interval=0.01)  # fmt: skip
@@ -289,10 +290,7 @@ def test_a_worker_killed_mid_way_resumes_against_s3_row_for_row(gateway, backend
     assert score(running.url, source, tmp_path / "whole", "--chunk-rows", "40") == 0
 
     backend.delay_s = 0.05  # slow enough to be caught between two chunks
-    command = [sys.executable, "-m", "reward_gateway_client.batch.cli", "score", "--url", running.url,
-               "--input", uri, "--output", "s3://scored/killed", "--chunk-rows", "40"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CLIENT_SOURCE), os.environ.get("PYTHONPATH", "")])}
-    worker = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    worker = worker_process(running.url, uri, "s3://scored/killed")
 
     def checkpoint() -> dict:
         if "killed/_checkpoint.json" not in s3.keys_under("scored", "killed/"):

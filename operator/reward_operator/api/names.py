@@ -21,6 +21,11 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 DEFAULT_GATEWAY_IMAGE = f"reward-operator:{__version__}"
 
 
+# A RewardBatch's Job: its pods' one container, named in the pod failure policy and read back for the
+# termination message.
+BATCH_WORKER_CONTAINER = "worker"
+
+
 def owner_label(kind: str) -> str:
     """``serving.rlhf.dev/rewardmodel`` for a RewardModel, and so on per kind."""
     return f"{GROUP}/{kind.lower()}"

@@ -116,6 +116,4 @@ def inference_service_pods(namespace: str, isvc: str) -> list[dict]:
     """The pods KServe made for ``isvc`` (every component: its label tells predictor from transformer), as
     plain dicts: one list by label, read only while the InferenceService is not Ready
     (``policy.readiness.pod_components``)."""
-    with translated():
-        listed = core().list_namespaced_pod(namespace, label_selector=f"{ISVC_LABEL}={isvc}").items
-    return [_SERIALIZER.sanitize_for_serialization(pod) for pod in listed]
+    return pods(namespace, {ISVC_LABEL: isvc})

@@ -20,11 +20,11 @@ from datetime import datetime
 from typing import Any
 
 from ..api import conditions
+from ..api.names import BATCH_WORKER_CONTAINER
 from .pods import tail
 from .status import Condition
 
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-WORKER_CONTAINER = "worker"
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def shard_results(pods: Sequence[Mapping[str, Any]]) -> list[ShardResult]:
 
 def _worker_termination(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     for status in pod.get("status", {}).get("containerStatuses") or []:
-        if status.get("name") == WORKER_CONTAINER:
+        if status.get("name") == BATCH_WORKER_CONTAINER:
             return (status.get("state") or {}).get("terminated")
     return None
 

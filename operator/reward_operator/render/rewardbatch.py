@@ -23,12 +23,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..api import GROUP
+from ..api.names import BATCH_WORKER_CONTAINER
 from ..api.schema.rewardbatch import FIELD_NAMES
 from .gateway_container import RESTRICTED_CONTAINER_SECURITY
 from .metadata import child_labels, child_metadata
 from .owned import Owned
 
-WORKER_CONTAINER = "worker"
+WORKER_CONTAINER = BATCH_WORKER_CONTAINER
 BATCH_COMPONENT = "batch"
 WORKER_COMPONENT = "batch-worker"
 # Kueue's queue label on a Job: Kueue's webhook keeps such a Job suspended until a ClusterQueue admits it.
