@@ -287,7 +287,11 @@ class ControlPlane:
         log("registering fake GPU nodes (kwok)")
         self.kubectl("apply", "--server-side", "--field-manager=testenv", "-f", str(core.FAKE_NODES))
         names = [node["metadata"]["name"] for node in self.fake_nodes()]
-        kubectl_wait(self, deadline, "condition=Ready", *[f"node/{n}" for n in names])
+        ready = kubectl_wait(self, deadline, "condition=Ready", *[f"node/{n}" for n in names], check=False)
+        if ready.returncode != 0:
+            # kwok marks them Ready and has no health endpoint: its exit is the likeliest cause, so name it
+            self.fail_if_exited("kwok")
+            raise TimeoutError(f"the kwok nodes never became Ready: {ready.stderr.strip()}")
         # The ServiceAccount admission plugin rejects pods until the controller
         # manager has made the namespace's default ServiceAccount.
         made = kubectl_wait(self, deadline, "create", "serviceaccount/default", "-n", "default", check=False)
