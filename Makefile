@@ -63,10 +63,17 @@ toolchain: venv host-packages ## what make test runs on: the binaries (all but K
 UNIT_PATHS := operator/tests runtimes/gateway/tests clients/python/tests e2e/tests/offline e2e/testenv/tests
 INTEGRATION_PATHS := e2e/tests/cluster e2e/tests/node
 
-lint: venv ## ruff, ruff format, the import contracts (pyproject.toml)
+# actionlint on the GitHub workflows (each file named, so no git work tree is needed): its own checks (expressions,
+# untrusted input in run:, permissions, the actions' inputs), without its shellcheck and pyflakes passes, which it
+# runs only where those happen to be installed: the same verdict on every machine
+ACTIONLINT_ARGS := -no-color -shellcheck= -pyflakes= $(wildcard .github/workflows/*.yml .github/workflows/*.yaml)
+lint: venv ## ruff, ruff format, the import contracts (pyproject.toml), actionlint on .github/workflows
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
+	@# actionlint alone built first (a no-op when cached)
+	$(TESTENV) build --only actionlint
+	"$$($(TESTENV) bin-dir)/actionlint" $(ACTIONLINT_ARGS)
 
 unit: venv testenv-build ## offline tests (UNIT_PATHS): no cluster; helm, promtool and versitygw built
 	$(call PYTEST,$(UNIT_PATHS) --level=offline)
@@ -115,6 +122,9 @@ SUITE_FLAGS_judge := $(LONG)
 SUITE_NEEDS_knative := $(REAL_NODE) keda-build vllm-venv
 SUITE_ENV_knative := TESTENV_KEDA=1
 SUITE_FLAGS_knative := $(LONG)
+SUITE_NEEDS_release := $(REAL_NODE) release-packages release-tools vllm-venv
+SUITE_ENV_release := TESTENV_REGISTRY=1 $(NO_KNATIVE)
+SUITE_FLAGS_release := $(LONG)
 SUITE_NEEDS_batch := $(REAL_NODE) keda-build vllm-venv
 SUITE_ENV_batch := TESTENV_KEDA=1 TESTENV_OBJECT_STORE=1 $(NO_KNATIVE)
 SUITE_FLAGS_batch := $(LONG)
@@ -148,7 +158,7 @@ suite-%: $$(SUITE_NEEDS_$$*) ## run the suite in e2e/suites/% (the names below)
 	$(or $(SUITE_RUN_$*),$(SUITE_ENV_$*) $(PY) -m pytest e2e/suites/$* $(or $(SUITE_FLAGS_$*),-q -s))
 
 .PHONY: keda-test wake-real canary-real canary-knative-real operator-pod prometheus-real network-policy-real \
-	pipeline-real judge-real batch-real batch-kueue knative-real chaos fuzz scale-to-zero node-host trainers \
+	pipeline-real judge-real release-real batch-real batch-kueue knative-real chaos fuzz scale-to-zero node-host trainers \
 	gpu-check
 keda-test: suite-keda ## KEDA alone: ScaledObjects scale a Deployment 0 -> 1 -> 3 -> 0
 wake-real: suite-wake ## a RewardModel at zero on the real node, woken by a burst and by OpenRLHF
@@ -160,6 +170,7 @@ prometheus-real: suite-prometheus ## Prometheus by prometheus-operator scrapes t
 network-policy-real: suite-network-policy ## allowedClients enforced by kube-router on the real node
 pipeline-real: suite-pipeline ## an RLHFPipeline through KServe's router pod, five vLLMs
 judge-real: suite-judge ## a judge on the real node: its verdicts through status.url against transformers'
+release-real: suite-release ## a release pushed, verified, installed from oci:// on the real node, upgraded under traffic
 batch-real: suite-batch ## a RewardBatch on the real node: 10,240 rows in 8 shards, then again with two workers lost
 batch-kueue: suite-kueue ## a RewardBatch on a Kueue queue: held with no quota, run once given (Kueue's build)
 knative-real: suite-knative ## Knative mode: the other kinds; one wake through the activator and through KEDA

@@ -3,8 +3,6 @@
 
 ##@ The chart and the install manifests
 
-CONTAINER_TOOL ?= docker
-IMAGE ?= reward-operator:0.1.0
 # resolved in the recipe, after testenv-build (PYTHONPATH is exported to recipes)
 HELM = "$$($(TESTENV) bin-dir)/helm"
 
@@ -20,5 +18,6 @@ CHART_TESTS := e2e/tests/offline/test_chart.py e2e/tests/cluster/test_chart_inst
 chart-test: venv testenv-build ## chart, manifests, monitoring and Argo CD tests (helm, API server, Lua)
 	$(PY) -m pytest $(CHART_TESTS) -q
 
-image: ## build the operator image ($(IMAGE)) with $(CONTAINER_TOOL)
-	$(CONTAINER_TOOL) build -t $(IMAGE) .
+# buildah (Debian's), no docker daemon: the test bed's recipe; `make release` pushes it (docs/release.md)
+image: venv host-packages ## build the operator image (a docker-archive in the test bed's cache) and check it
+	$(MAKE) --no-print-directory images IMAGES=operator

@@ -50,10 +50,14 @@ def client_namespace(
     labels: dict[str, str] | None = None,
     pod_labels: dict[str, str] | None = None,
     name: str | None = None,
+    image: str = images.OPERATOR_IMAGE,
+    pull_secret: dict | None = None,
 ) -> Iterator[str]:
     """A namespace on the real node with the client pod in it (and ``secrets``: name -> string data;
     ``labels`` on the namespace, such as Pod Security's enforced level; ``pod_labels`` on the client pod, which
-    a NetworkPolicy may select; ``name``: the namespace's, else a new one)."""
+    a NetworkPolicy may select; ``name``: the namespace's, else a new one). The client runs the operator's
+    ``image``: the one imported into the node, or one pulled from a registry with ``pull_secret`` (a Secret,
+    applied into the namespace first)."""
     name = name or f"rw-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("apply", "-f", "-", input=json.dumps(node.namespace_for_real_node(name, labels)))
     cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
@@ -61,6 +65,8 @@ def client_namespace(
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "namespace": name}, "stringData": data}
         for secret, data in (secrets or {}).items()
     ]
+    if pull_secret:
+        items.append({**pull_secret, "metadata": {**pull_secret["metadata"], "namespace": name}})
     items.append(
         {
             "apiVersion": "v1",
@@ -70,19 +76,22 @@ def client_namespace(
                 "containers": [
                     {
                         "name": "client",
-                        "image": images.OPERATOR_IMAGE,
-                        "imagePullPolicy": "Never",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent" if pull_secret else "Never",
                         "command": ["python", "-c", "import signal; signal.pause()"],
                         "securityContext": RESTRICTED_CONTAINER,
                     }
                 ],
                 "securityContext": RESTRICTED_POD,
                 "terminationGracePeriodSeconds": 0,
+                **({"imagePullSecrets": [{"name": pull_secret["metadata"]["name"]}]} if pull_secret else {}),
             },
         }
     )
     cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    cluster.kubectl("wait", "--for=condition=Ready", f"pod/{CLIENT}", "-n", name, "--timeout=120s")
+    # a pulled image comes first (the operator's, some 550 MB, over the registry's TLS)
+    wait = "--timeout=300s" if pull_secret else "--timeout=120s"
+    cluster.kubectl("wait", "--for=condition=Ready", f"pod/{CLIENT}", "-n", name, wait)
     try:
         yield name
     finally:

@@ -145,10 +145,11 @@ def render_command(args: argparse.Namespace) -> int:
     from .settings import Settings, SettingsError
 
     try:
-        gateway_image = args.gateway_image or Settings.from_env().gateway_image
+        settings = Settings.from_env()  # as the operator renders: its gateway image and pull secrets
     except SettingsError as error:
         print(f"reward-operator: {error}", file=sys.stderr)
         return EXIT_USAGE
+    gateway_image = args.gateway_image or settings.gateway_image
     documents, failed = _problems_or_exit(args)
     if failed is not None:
         return failed
@@ -166,7 +167,7 @@ def render_command(args: argparse.Namespace) -> int:
         body = copy.deepcopy(document.body)
         body.setdefault("metadata", {}).setdefault("namespace", args.namespace)
         try:
-            children += render(body, gateway_image)
+            children += render(body, gateway_image, pull_secrets=settings.image_pull_secrets)
         except Exception as error:  # valid by the schema, yet not renderable: one line, never a traceback
             errors.append(f"{document.label}: cannot render: {type(error).__name__}: {error}")
     if errors:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,19 @@ def _int(environ: Mapping[str, str], name: str, default: int, minimum: int = 0) 
     return value
 
 
+# A Secret's name: a DNS subdomain (RFC 1123).
+_SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def _names(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list of Secret names (blanks around a comma are ignored); none when unset."""
+    names = tuple(item.strip() for item in environ.get(name, "").split(",") if item.strip())
+    for item in names:
+        if len(item) > 253 or not _SECRET_NAME.fullmatch(item):
+            raise SettingsError(f"{name} must list Secret names separated by commas, got {item!r}")
+    return names
+
+
 @dataclass(frozen=True)
 class Settings:
     # Seconds between level-based reconciles of every object: a backstop for
@@ -41,6 +55,9 @@ class Settings:
     metrics_port: int = 8080
     # Image of the reward gateway (the operator's own image carries it).
     gateway_image: str = DEFAULT_GATEWAY_IMAGE
+    # Secrets, by name, that every pod the operator makes pulls its images with (the chart's
+    # imagePullSecrets); each must exist in the pod's namespace, where the kubelet reads it.
+    image_pull_secrets: tuple[str, ...] = ()
     # Seconds between looks at a rollout (spec.canary): the gateways' figures, the gates, the next
     # step. Only RewardModels with spec.canary have this timer.
     canary_interval: int = 30
@@ -58,6 +75,7 @@ class Settings:
             recheck_interval=_int(environ, "REWARD_OPERATOR_RECHECK_INTERVAL", cls.recheck_interval, minimum=1),
             metrics_port=_int(environ, "REWARD_OPERATOR_METRICS_PORT", cls.metrics_port),
             gateway_image=environ.get("REWARD_OPERATOR_GATEWAY_IMAGE") or cls.gateway_image,
+            image_pull_secrets=_names(environ, "REWARD_OPERATOR_IMAGE_PULL_SECRETS"),
             canary_interval=_int(environ, "REWARD_OPERATOR_CANARY_INTERVAL", cls.canary_interval, minimum=1),
             operator_namespace=environ.get("REWARD_OPERATOR_NAMESPACE") or _service_account_namespace(),
             keda_namespace=environ.get("REWARD_OPERATOR_KEDA_NAMESPACE") or cls.keda_namespace,

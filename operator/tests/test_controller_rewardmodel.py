@@ -117,6 +117,13 @@ def test_the_identity_config_map_goes_with_the_gateway_and_the_chat_templates_st
     assert {key[3] for key in cluster.objects if key[1] == "ConfigMap"} == {"guarded-rm-chat-template"}
 
 
+def test_the_inference_service_pulls_with_the_operators_secrets(cluster):
+    body = apply_defaults(golden_input("sequence-standard"))
+    controller.sync(body, Settings(image_pull_secrets=("registry",)), LOG, cluster=cluster)
+    spec = cluster.stored(kserve.INFERENCE_SERVICE_KIND, body["metadata"]["name"])["spec"]
+    assert spec["predictor"]["imagePullSecrets"] == spec["transformer"]["imagePullSecrets"] == [{"name": "registry"}]
+
+
 def test_a_cpu_model_asks_for_the_cpu_runtime_and_its_gap_is_invalid_spec(cluster):
     asked = []
 

@@ -109,6 +109,15 @@ def test_a_pipeline_whose_roles_are_all_ready_is_ready_at_its_graphs_url(cluster
     assert outcome.result == "ready"
 
 
+def test_the_roles_pull_with_the_operators_secrets(cluster):
+    controller.sync(pipeline("minimal"), Settings(image_pull_secrets=("registry",)), LOG, cluster=cluster)
+    applied = [cluster.stored(kind, name) for kind, name in cluster.applied_names if kind == "InferenceService"]
+    assert applied
+    for isvc in applied:
+        for component in ("predictor", "transformer"):
+            assert isvc["spec"][component]["imagePullSecrets"] == [{"name": "registry"}], component
+
+
 def test_a_missing_reward_model_holds_the_graph_with_a_clear_condition(cluster):
     cluster.delete("RewardModel", "harmless", "rlhf")
     outcome = sync(cluster, pipeline())

@@ -167,6 +167,15 @@ def test_an_input_claim_of_its_own_is_mounted_read_only_and_a_queue_suspends_the
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
 
 
+def test_the_jobs_pods_pull_with_the_operators_secrets_and_only_when_it_has_some():
+    assert "imagePullSecrets" not in render_job(batch(), URL, "hf://m", "img")["spec"]["template"]["spec"]
+    cluster = cluster_with(reward_model(), claim())
+    outcome = controller.sync(batch(), Settings(image_pull_secrets=("registry",)), LOG, cluster=cluster)
+    pod = cluster.stored("Job", outcome.fields["job"])["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "registry"}]
+    assert pod["containers"][0]["image"] == Settings().gateway_image
+
+
 def test_the_job_name_follows_the_spec_and_the_model_revision_only():
     body = batch()
     assert job_name(body, "hf://a") == job_name(copy.deepcopy(body), "hf://a")

@@ -54,8 +54,36 @@ app.kubernetes.io/part-of: reward-operator
 {{- include "reward-operator.fullname" . -}}
 {{- end -}}
 
+{{/*
+An image reference, [registry/]repository:tag, or [registry/]repository@digest when a digest is pinned: the
+one way the chart names an image of ours. The digest alone, not tag@digest: an upgrade whose image did not
+change renders the same reference, so the pods that run it are not restarted (vLLM's, through the runtimes).
+Argument: dict with "registry" (imageRegistry; empty: the bare name, as the test bed imports it into
+its node), "repository", "tag" and "digest" (empty: pulled by tag).
+*/}}
+{{- define "reward-operator.imageReference" -}}
+{{- $reference := ternary (printf "%s@%s" .repository .digest) (printf "%s:%s" .repository .tag) (not (empty .digest)) -}}
+{{- with .registry }}{{ $reference = printf "%s/%s" . $reference }}{{ end -}}
+{{- $reference -}}
+{{- end -}}
+
+{{/* The operator's image; it carries the gateway, the batch worker and the `helm test` script too. */}}
 {{- define "reward-operator.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $image := .Values.image -}}
+{{- include "reward-operator.imageReference" (dict "registry" .Values.imageRegistry "repository" $image.repository "tag" (default .Chart.AppVersion $image.tag) "digest" $image.digest) -}}
+{{- end -}}
+
+{{/* The CPU runtimes' image: runtimes.cpuImage as written, else built from runtimes.cpu. */}}
+{{- define "reward-operator.cpuRuntimeImage" -}}
+{{- $cpu := .Values.runtimes.cpu -}}
+{{- .Values.runtimes.cpuImage | default (include "reward-operator.imageReference" (dict "registry" .Values.imageRegistry "repository" $cpu.repository "tag" $cpu.tag "digest" $cpu.digest)) -}}
+{{- end -}}
+
+{{/* The names of imagePullSecrets, comma-separated, as the operator reads them (REWARD_OPERATOR_IMAGE_PULL_SECRETS). */}}
+{{- define "reward-operator.pullSecretNames" -}}
+{{- $names := list -}}
+{{- range .Values.imagePullSecrets }}{{ $names = append $names .name }}{{ end -}}
+{{- join "," $names -}}
 {{- end -}}
 
 {{/* The text of files/rbac.yaml, the one list of permissions (callers parse it with fromYaml). */}}

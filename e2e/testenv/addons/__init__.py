@@ -6,7 +6,8 @@ node, for KServe's Knative mode), ``keda`` (KEDA's operator and metrics API serv
 ``kube-router`` (NetworkPolicies enforced on the real node), ``prometheus`` (prometheus-operator, whose
 Prometheus runs on the real node), ``object-store`` (versitygw, an S3-compatible store the real node's pods
 reach, with a Secret of its keys in KServe's convention), ``kueue`` (Kueue's manager and webhooks, which queue a
-RewardBatch's Job). ``choose`` decides which run from what is asked, the environment and each one's defaults, in
+RewardBatch's Job), ``registry`` (distribution with TLS and basic auth, from which the real node pulls our
+released images). ``choose`` decides which run from what is asked, the environment and each one's defaults, in
 their start order; ``host_state`` is the host as they may change it.
 """
 
@@ -25,6 +26,7 @@ from .kueue import Kueue
 from .localmodel import LocalModel
 from .object_store import ObjectStoreAddOn
 from .prometheus import PrometheusOperator
+from .registry import RegistryAddOn
 
 # Every kind, in the order they start where nothing else decides it (``requires`` and ``after`` do); each one
 # after those it ``comes_with``
@@ -38,6 +40,7 @@ KINDS: tuple[type[AddOn], ...] = (
     PrometheusOperator,
     ObjectStoreAddOn,
     Kueue,
+    RegistryAddOn,
 )
 BY_NAME: dict[str, type[AddOn]] = {kind.name: kind for kind in KINDS}
 

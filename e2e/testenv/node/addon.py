@@ -12,7 +12,7 @@ from reward_testing import pki
 from reward_testing.ports import free_port
 
 from .. import images
-from ..plane.addon import AddOn, Leftovers, Plane, kubectl_wait, log, wait_by
+from ..plane.addon import AddOn, Leftovers, Plane, kubectl_wait, log, not_pulled, wait_by
 from .configs import (
     CONTAINERD,
     COREDNS,
@@ -90,7 +90,8 @@ class RealNode(AddOn):
             return CONTAINERD_SOCKET.is_socket()
 
         wait_by(deadline, "containerd listening", containerd_listening, interval=0.3)
-        self.load_images(plane, tuple(dict.fromkeys(name for add_on in plane.add_ons for name in add_on.images)))
+        wanted = tuple(name for add_on in plane.add_ons for name in add_on.images)
+        self.load_images(plane, not_pulled(plane.add_ons, wanted))
         for name in (COREDNS, KUBE_PROXY, KUBELET):
             plane.spawn(name, commands[name], env=env)
         for name, url in health_urls(ports).items():

@@ -27,6 +27,11 @@ PORT_NAMES = (
 )
 
 
+def registry_hosts_dir(node_dir: Path) -> Path:
+    """containerd's registry hosts folder: ``<host:port>/hosts.toml`` per registry, read at each pull."""
+    return node_dir / "containerd" / "certs.d"
+
+
 def containerd_config(node_dir: Path, cni_bin: Path, pause_image: str) -> str:
     """containerd 2.x (config version 3) with its state under the node's folder."""
     runc = shutil.which("runc") or "runc"
@@ -36,6 +41,10 @@ state = "{node_dir / "containerd" / "state"}"
 
 [grpc]
   address = "{CONTAINERD_SOCKET}"
+
+[plugins."io.containerd.cri.v1.images".registry]
+  # a registry's hosts.toml (its CA): the test bed's registry writes one there when it runs (addons/registry.py)
+  config_path = "{registry_hosts_dir(node_dir)}"
 
 [plugins."io.containerd.cri.v1.images".pinned_images]
   # the pause image built here (images.py): no registry is reachable

@@ -118,6 +118,8 @@ class AddOn:
     processes: ClassVar[tuple[str, ...]] = ()  # fixed process names, in start order; down stops them in reverse
     build_components: ClassVar[tuple[str, ...]] = ()  # of builds.COMPONENTS, whose binaries it runs
     images: ClassVar[tuple[str, ...]] = ()  # of images.IMAGES, which its pods run on the real node
+    # of images.IMAGES, which the real node pulls from this add-on instead of importing them (a registry)
+    pulls_images: ClassVar[tuple[str, ...]] = ()
     starts_with_the_nodes: ClassVar[bool] = False  # started while kwok's nodes register, waited for later
     leftovers: ClassVar[Leftovers] = Leftovers()
 
@@ -166,3 +168,9 @@ class AddOn:
     @staticmethod
     def clean(directory: Path) -> None:
         """Undo what outlives its processes, for ``down`` (from any process: no instance is at hand)."""
+
+
+def not_pulled(add_ons: list[AddOn], names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` less the images some add-on of ``add_ons`` serves the real node to pull (``pulls_images``)."""
+    pulled = {name for add_on in add_ons for name in add_on.pulls_images}
+    return tuple(name for name in dict.fromkeys(names) if name not in pulled)

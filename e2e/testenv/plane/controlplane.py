@@ -33,7 +33,7 @@ from ..addons import kserve
 from ..helpers import condition
 from ..node import RealNode
 from . import core, processes
-from .addon import AddOn, kubectl_wait, log
+from .addon import AddOn, kubectl_wait, log, not_pulled
 from .kubectl import kubeconfig, run_kubectl
 from .state import REPO_ROOT, State, default_state_dir
 
@@ -208,7 +208,8 @@ class ControlPlane:
         node = self.running("node")
         if not isinstance(node, RealNode):
             raise RuntimeError(f"no real node runs in {self.directory} (TESTENV_NODE=0?)")
-        node.load_images(self, names)
+        # an image the node pulls from the test bed's registry is never imported: a pull proves what an import hides
+        node.load_images(self, not_pulled(self.add_ons, names))
 
     # ---- readiness -----------------------------------------------------------
 

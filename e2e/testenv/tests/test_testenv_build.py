@@ -81,3 +81,20 @@ def test_the_prometheus_server_is_built_from_promtools_release():
     assert builds.go_module_version("github.com/kserve/kserve", "1.2.3") == "v1.2.3"
     # neither is in a plain build (CI's): only the target that runs them builds them
     assert {"prometheus", "prometheus-operator"}.isdisjoint(c.module_dir for c in builds.CATALOGUE.select())
+
+
+@pytest.mark.parametrize("name", ["crane", "cosign", "syft"])
+def test_the_release_tools_are_built_only_by_a_release_and_say_their_pinned_release(name):
+    # make release names them; a plain build (CI's, make unit's) leaves them out
+    assert name not in {c.module_dir for c in builds.CATALOGUE.select()}
+    component = builds.BY_NAME[name]
+    assert [c.module_dir for c in builds.CATALOGUE.select([name])] == [name]
+    assert component.binaries == {name: f"{component.upstream[0]}/cmd/{name}"}
+    # their --version as their own release binaries print it (a build of ours says "(devel)" or "unknown" else)
+    assert component.upstream[1] in component.ldflags
+
+
+def test_actionlint_which_make_lint_runs_is_in_the_plain_build_at_its_pin():
+    # make test's toolchain step builds it beside the rest, so that make lint finds it cached
+    assert "actionlint" in {c.module_dir for c in builds.CATALOGUE.select()}
+    assert builds.BY_NAME["actionlint"].ldflags.endswith(f".version={builds.BY_NAME['actionlint'].upstream[1]}")

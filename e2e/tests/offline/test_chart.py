@@ -45,7 +45,10 @@ def test_chart_crds_are_the_operators():
 def test_readme_documents_every_value():
     readme = (CHART / "README.md").read_text()
     for key in (
+        "imageRegistry",
         "image.repository",
+        "image.digest",
+        "runtimes.cpu.digest",
         "watch.mode",
         "watch.namespaces",
         "metrics.serviceMonitor.enabled",
@@ -81,6 +84,14 @@ def test_helm_lint_is_clean(helm, values):
         ("driftInterval=soon", "at '/driftInterval': got string, want integer"),
         ("image.repository=reward-operator:0.1.0", "at '/image/repository'"),
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+        # a digest is pinned after the tag: another algorithm, or a short one, would pull nothing
+        ("image.digest=sha256:abc", "at '/image/digest'"),
+        ("runtimes.cpu.digest=sha512:" + "0" * 64, "at '/runtimes/cpu/digest'"),
+        ("image.tag=0.1.0@sha256:" + "0" * 64, "at '/image/tag'"),
+        # the chart puts the slash between the registry and each repository
+        ("imageRegistry=registry.example.com/rlhf/", "at '/imageRegistry'"),
+        # the operator reads the names comma-separated, and a Secret's name is a DNS subdomain
+        ("imagePullSecrets[0].name=Registry", "at '/imagePullSecrets/0/name'"),
         ("metrics.port=80", "at '/metrics/port'"),
         ("metrics.serviceMonitor.interval=often", "at '/metrics/serviceMonitor/interval'"),
         # the ServiceMonitor scrapes the operator's own Service: a namespace list would be ignored
@@ -258,11 +269,14 @@ def test_two_replicas_watching_namespaces_peer_in_each_of_them(helm):
     assert bound == {"a", "b"}
 
 
+def _operator_env(docs: list[dict]) -> dict[str, str]:
+    (deployment,) = (doc for doc in docs if doc["kind"] == "Deployment")
+    return {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
 def test_gateway_image_follows_the_operator_image_unless_set(helm):
     def gateway_image(*args: str) -> str:
-        (deployment,) = (doc for doc in template(helm, "ops", *args) if doc["kind"] == "Deployment")
-        env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-        return env["REWARD_OPERATOR_GATEWAY_IMAGE"]
+        return _operator_env(template(helm, "ops", *args))["REWARD_OPERATOR_GATEWAY_IMAGE"]
 
     assert gateway_image("--set=image.repository=registry.example/team/reward-operator") == (
         "registry.example/team/reward-operator:0.1.0"
@@ -283,6 +297,95 @@ def test_cpu_runtimes_take_the_cpu_image_from_your_registry(helm):
         "vllm-reward-cpu": "registry.example/team/vllm-cpu:1.2.3",
         "vllm-generate-cpu": "registry.example/team/vllm-cpu:1.2.3",
     }
+
+
+REGISTRY = "registry.example.com/rlhf"
+OPERATOR_DIGEST = "sha256:" + "0123456789abcdef" * 4
+CPU_DIGEST = "sha256:" + "fedcba9876543210" * 4
+# What the release tool writes into the packaged values.yaml before `helm package`
+RELEASED = (
+    f"--set=imageRegistry={REGISTRY}",
+    "--set=image.tag=1.2.3",
+    f"--set=image.digest={OPERATOR_DIGEST}",
+    "--set=runtimes.cpu.tag=1.2.3",
+    f"--set=runtimes.cpu.digest={CPU_DIGEST}",
+)
+# The GPU runtimes run vLLM's own image, from vLLM's registry
+VLLMS_OWN = {
+    "ClusterServingRuntime/vllm-reward/kserve-container",
+    "ClusterServingRuntime/vllm-generate/kserve-container",
+}
+
+
+def _images(docs: list[dict]) -> dict[str, str]:
+    """Every image a render names, by where: each container of every pod spec in it (the operator's, the
+    `helm test` pod's, the runtimes'), and the gateway image the operator renders (and runs batches on)."""
+    found = {"gateway": _operator_env(docs)["REWARD_OPERATOR_GATEWAY_IMAGE"]}
+
+    def walk(value: object, where: str) -> None:
+        if isinstance(value, dict):
+            for field in ("containers", "initContainers"):
+                if isinstance(containers := value.get(field), list):  # a CRD's schema has a dict there
+                    found.update({f"{where}/{c['name']}": c["image"] for c in containers})
+            for item in value.values():
+                walk(item, where)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, where)
+
+    for doc in docs:
+        walk(doc.get("spec"), f"{doc['kind']}/{doc['metadata']['name']}")
+    return found
+
+
+def test_a_released_chart_pulls_every_image_of_ours_from_its_registry_by_digest(helm):
+    shipped = _images(template(helm, "ops"))
+    # the bare names, as the test bed imports them into its node
+    assert {where: image for where, image in shipped.items() if where not in VLLMS_OWN} == {
+        "gateway": "reward-operator:0.1.0",
+        "Deployment/reward-operator/operator": "reward-operator:0.1.0",
+        "Pod/reward-operator-test-metrics/metrics": "reward-operator:0.1.0",
+        "ClusterServingRuntime/vllm-reward-cpu/kserve-container": f"reward-operator-vllm-cpu:{versions.VLLM}",
+        "ClusterServingRuntime/vllm-generate-cpu/kserve-container": f"reward-operator-vllm-cpu:{versions.VLLM}",
+    }
+    released = _images(template(helm, "ops", *RELEASED))
+    assert released.keys() == shipped.keys()
+    for where, image in released.items():
+        if where in VLLMS_OWN:
+            assert image == shipped[where], where
+            continue
+        repository = shipped[where].split(":")[0]
+        digest = CPU_DIGEST if repository == "reward-operator-vllm-cpu" else OPERATOR_DIGEST
+        # by digest alone: a release whose image did not change renders the same reference (no pod restarted)
+        assert image == f"{REGISTRY}/{repository}@{digest}", where
+
+
+def test_a_full_image_reference_is_used_as_written_whatever_the_registry(helm):
+    overridden = _images(
+        template(
+            helm,
+            "ops",
+            *RELEASED,
+            "--set=gateway.image=gateway.example.com/gateway:2",
+            "--set=runtimes.cpuImage=cpu.example.com/vllm-cpu:3",
+            "--set=tests.image=tests.example.com/python:4",
+        )
+    )
+    assert overridden["gateway"] == "gateway.example.com/gateway:2"
+    assert overridden["ClusterServingRuntime/vllm-reward-cpu/kserve-container"] == "cpu.example.com/vllm-cpu:3"
+    assert overridden["Pod/reward-operator-test-metrics/metrics"] == "tests.example.com/python:4"
+    assert overridden["Deployment/reward-operator/operator"] == f"{REGISTRY}/reward-operator@{OPERATOR_DIGEST}"
+
+
+def test_the_operator_is_given_the_pull_secrets_for_the_pods_it_makes(helm):
+    """By name, in the format the operator reads (it renders them into each InferenceService and batch Job:
+    operator/tests/test_pull_secrets.py); none without any, so a default install renders as before."""
+    from reward_operator.settings import Settings
+
+    secrets = ("--set=imagePullSecrets[0].name=registry", "--set=imagePullSecrets[1].name=mirror.example.com")
+    env = _operator_env(template(helm, "ops", *secrets))
+    assert Settings.from_env(env).image_pull_secrets == ("registry", "mirror.example.com")
+    assert "REWARD_OPERATOR_IMAGE_PULL_SECRETS" not in _operator_env(template(helm, "ops"))
 
 
 def test_helm_test_pod_pulls_and_schedules_as_the_operator_pod(helm):

@@ -122,12 +122,14 @@ def start_job(
     batch: dict[str, Any],
     model: dict[str, Any],
     revision: str,
-    image: str,
+    settings: Settings,
     cluster: Cluster,
     s3: S3Secret | None = None,
 ) -> dict[str, Any]:
-    """The batch's Job, created (or found: made by an earlier reconcile). Raises ``Refused``."""
-    return cluster.create(render_job(batch, model["status"]["url"], revision, image, s3))
+    """The batch's Job, created (or found: made by an earlier reconcile), its worker on the gateway's image.
+    Raises ``Refused``."""
+    url = model["status"]["url"]
+    return cluster.create(render_job(batch, url, revision, settings.gateway_image, s3, settings.image_pull_secrets))
 
 
 # ---- the reconcile ----------------------------------------------------------------------------------------
@@ -165,7 +167,7 @@ def sync(
             if (held := held_back(batch, name, cluster)) is not None:
                 return _waiting(batch, *held)
             try:
-                job = start_job(batch, model, revision, settings.gateway_image, cluster, s3)
+                job = start_job(batch, model, revision, settings, cluster, s3)
             except Refused as refused:
                 return _waiting(batch, conditions.APPLY_FAILED, f"Job {name}: {refused}")
             logger.info("created Job %s for %s shards (model revision %s)", name, spec["shards"], revision)

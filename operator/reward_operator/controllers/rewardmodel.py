@@ -293,6 +293,7 @@ def sync(
             settings.operator_namespace,
             settings.keda_namespace,
             decision.cache.bound,
+            settings.image_pull_secrets,
         )
         applied = apply_children(reward_model, rendered, decision, changed_child, cluster, logger)
     except Rejected as rejected:

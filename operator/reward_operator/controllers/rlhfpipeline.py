@@ -139,7 +139,9 @@ def sync(
         )
     found = observe(rlhf_pipeline, cluster)
     held = pipeline_policy.unusable_rewards(rlhf_pipeline["metadata"]["namespace"], found) is not None
-    rendered = rendered_rlhf_pipeline(rlhf_pipeline, settings.gateway_image, with_graph=not held)
+    rendered = rendered_rlhf_pipeline(
+        rlhf_pipeline, settings.gateway_image, with_graph=not held, pull_secrets=settings.image_pull_secrets
+    )
     try:
         applied = apply_children(rlhf_pipeline, rendered, cluster, logger)
     except Rejected as rejected:

@@ -7,6 +7,7 @@ loop.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..api.duration import interval_seconds
@@ -22,6 +23,7 @@ from ..api.kserve import (
     STORAGE_SECRET_NAME,
 )
 from ..api.types import CredentialsSpec, ServingSpec
+from .pull_secrets import image_pull_secrets
 
 
 def annotations(serving: ServingSpec) -> dict[str, str]:
@@ -59,11 +61,17 @@ def go_seconds(duration: str) -> str:
 
 
 def inference_service(
-    metadata: dict[str, Any], predictor: dict[str, Any], transformer: dict[str, Any] | None = None
+    metadata: dict[str, Any],
+    predictor: dict[str, Any],
+    transformer: dict[str, Any] | None = None,
+    pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"predictor": predictor}
+    """``pull_secrets``: the Secrets every component's pods pull with (KServe takes a pod's fields inline in
+    each component's spec); a Standard-mode ``spec.canary[]`` entry inherits the predictor's."""
+    pulled = image_pull_secrets(pull_secrets)
+    spec: dict[str, Any] = {"predictor": {**predictor, **pulled}}
     if transformer is not None:
-        spec["transformer"] = transformer
+        spec["transformer"] = {**transformer, **pulled}
     return {
         "apiVersion": INFERENCE_SERVICE_API_VERSION,
         "kind": INFERENCE_SERVICE_KIND,

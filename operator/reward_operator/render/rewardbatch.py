@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +29,7 @@ from ..api.schema.rewardbatch import FIELD_NAMES
 from .gateway_container import RESTRICTED_CONTAINER_SECURITY
 from .metadata import child_labels, child_metadata
 from .owned import Owned
+from .pull_secrets import image_pull_secrets
 
 WORKER_CONTAINER = BATCH_WORKER_CONTAINER
 BATCH_COMPONENT = "batch"
@@ -109,10 +111,16 @@ def job_name(batch: dict[str, Any], model_revision: str) -> str:
 
 
 def render_job(
-    batch: dict[str, Any], url: str, model_revision: str, image: str, s3: S3Secret | None = None
+    batch: dict[str, Any],
+    url: str,
+    model_revision: str,
+    image: str,
+    s3: S3Secret | None = None,
+    pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The Job of a defaulted RewardBatch, scoring through the gateway at ``url``; ``s3``: what spec.s3SecretName's
-    Secret holds (its key names, and the store's endpoint and settings)."""
+    Secret holds (its key names, and the store's endpoint and settings); ``pull_secrets``: the Secrets its pods
+    pull ``image`` with (render/pull_secrets.py)."""
     spec = batch["spec"]
     metadata = child_metadata(batch, job_name(batch, model_revision), BATCH_COMPONENT)
     if queue := spec.get("queueName"):
@@ -182,6 +190,7 @@ def render_job(
                     },
                     "containers": [container],
                     "volumes": volumes,
+                    **image_pull_secrets(pull_secrets),
                 },
             },
         },

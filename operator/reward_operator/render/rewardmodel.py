@@ -8,6 +8,7 @@ gateway's scaler Service and KEDA's ScaledObject."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..api.keda import scales_through_keda
@@ -47,6 +48,7 @@ def reward_model_children(
     operator_namespace: str | None = None,
     keda_namespace: str = scaler.DEFAULT_KEDA_NAMESPACE,
     cache_bound: bool = True,
+    pull_secrets: Sequence[str] = (),
 ) -> Rendered:
     """Every child of a (defaulted) RewardModel, in apply order, and the sets of its children that come
     and go with the spec (render/owned.py).
@@ -56,7 +58,8 @@ def reward_model_children(
     the rollout's ConfigMap; ``operator_namespace``: where the operator runs, admitted to the gateway's pods
     for its rollout figures when NetworkPolicies guard them; ``keda_namespace``: where KEDA's operator runs,
     admitted to the gateway's scaler port likewise; ``cache_bound``: with spec.cache, whether the
-    InferenceService reads from the cache yet (:mod:`reward_operator.policy.cache`)."""
+    InferenceService reads from the cache yet (:mod:`reward_operator.policy.cache`); ``pull_secrets``: the
+    Secrets its InferenceServices' pods pull their images with (render/pull_secrets.py)."""
     children = []
     canary = reward_model["spec"].get("canary")
     if canary:
@@ -88,11 +91,11 @@ def reward_model_children(
     name = reward_model["metadata"]["name"]
     if keda:
         children.append(scaler.scaler_service(reward_model, name))  # the gateway's peers resolve it at start
-    children.append(reward_model_inference_service(reward_model, candidate, gateway_image, cache_bound))
+    children.append(reward_model_inference_service(reward_model, candidate, gateway_image, cache_bound, pull_secrets))
     if keda:
         children.append(scaler.scaled_object(reward_model, name, reward_model["spec"]["serving"]))
     if canary and reward_model["spec"]["serving"]["mode"] == "Knative":
-        children.append(candidate_inference_service(reward_model))
+        children.append(candidate_inference_service(reward_model, pull_secrets))
     owned = (
         *networkpolicy.OWNED,
         *scaler.OWNED,
@@ -117,7 +120,7 @@ def candidate_runtime(reward_model: RewardModel) -> str | None:
     return runtime(spec.get("runtime"), candidate["gpus"], runner(spec["model"]["kind"]))
 
 
-def candidate_inference_service(reward_model: RewardModel) -> dict[str, Any]:
+def candidate_inference_service(reward_model: RewardModel, pull_secrets: Sequence[str] = ()) -> dict[str, Any]:
     """Knative mode's candidate: a second InferenceService, predictor only, that the gateway of the first
     calls (render/canary.py says why not canaryTrafficPercent)."""
     name, spec = reward_model["metadata"]["name"], reward_model["spec"]
@@ -132,7 +135,7 @@ def candidate_inference_service(reward_model: RewardModel) -> dict[str, Any]:
     metadata = child_metadata(
         reward_model, candidate_isvc_name(name), canary_render.CANDIDATE_COMPONENT, isvc_annotations
     )
-    return inference_service(metadata, rendered_predictor)
+    return inference_service(metadata, rendered_predictor, pull_secrets=pull_secrets)
 
 
 def candidate(reward_model: RewardModel) -> Candidate | None:
@@ -145,7 +148,11 @@ def candidate(reward_model: RewardModel) -> Candidate | None:
 
 
 def reward_model_inference_service(
-    reward_model: RewardModel, candidate: Candidate | None, gateway_image: str, cache_bound: bool = True
+    reward_model: RewardModel,
+    candidate: Candidate | None,
+    gateway_image: str,
+    cache_bound: bool = True,
+    pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The InferenceService for a (defaulted) RewardModel; ``gateway_image`` runs its transformer;
     ``candidate``: :func:`candidate` of it."""
@@ -203,7 +210,7 @@ def reward_model_inference_service(
         if not cache_bound:
             isvc_annotations[DISABLE_LOCAL_MODEL] = "true"  # served from its own download meanwhile
     metadata = child_metadata(reward_model, name, COMPONENT, isvc_annotations)
-    isvc = inference_service(metadata, rendered_predictor, rendered_transformer)
+    isvc = inference_service(metadata, rendered_predictor, rendered_transformer, pull_secrets)
     if canary is not None and spec["serving"]["mode"] == "Standard":
         assert candidate is not None
         isvc["spec"]["canary"] = [candidate.entry]

@@ -10,6 +10,7 @@ rendered as a RewardModel's predictor is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..api.kserve import INFERENCE_SERVICE_API_VERSION, INFERENCE_SERVICE_KIND
@@ -68,9 +69,15 @@ def served_name(pipeline: RLHFPipeline, role: str, spec: RoleSpec) -> str:
 
 
 def role_inference_service(
-    pipeline: RLHFPipeline, role: str, spec: RoleSpec, gateway_image: str, **gateway_extra: Any
+    pipeline: RLHFPipeline,
+    role: str,
+    spec: RoleSpec,
+    gateway_image: str,
+    pull_secrets: Sequence[str] = (),
+    **gateway_extra: Any,
 ) -> dict[str, Any]:
-    """The InferenceService of one role: Standard mode, its gateway in front."""
+    """The InferenceService of one role: Standard mode, its gateway in front; ``pull_secrets``: the Secrets
+    its pods pull their images with."""
     name = role_isvc_name(pipeline["metadata"]["name"], role)
     namespace = pipeline["metadata"].get("namespace", "default")
     served = served_name(pipeline, role, spec)
@@ -102,10 +109,12 @@ def role_inference_service(
     )
     isvc_annotations = {**annotations(serving), **storage_secret(spec["model"]["uri"], credentials)}  # type: ignore[arg-type]
     metadata = child_metadata(pipeline, name, role, isvc_annotations)
-    return inference_service(metadata, rendered_predictor, rendered_transformer)
+    return inference_service(metadata, rendered_predictor, rendered_transformer, pull_secrets)
 
 
-def pipeline_children(pipeline: RLHFPipeline, gateway_image: str, with_graph: bool = True) -> Rendered:
+def pipeline_children(
+    pipeline: RLHFPipeline, gateway_image: str, with_graph: bool = True, pull_secrets: Sequence[str] = ()
+) -> Rendered:
     """Every child of a (defaulted) RLHFPipeline, in apply order: the roles' InferenceServices, then the
     graph over them (``with_graph`` False: without it, while a RewardModel it would call is missing); and
     the sets of them it owns."""
@@ -116,12 +125,18 @@ def pipeline_children(pipeline: RLHFPipeline, gateway_image: str, with_graph: bo
     children = [
         # the actor's gateway combines the parts and picks the best of n, so it holds the weights
         role_inference_service(
-            pipeline, ACTOR, spec["actor"], gateway_image, rewards=spec["rewards"], best_of_n=best_of_n
+            pipeline,
+            ACTOR,
+            spec["actor"],
+            gateway_image,
+            pull_secrets,
+            rewards=spec["rewards"],
+            best_of_n=best_of_n,
         ),
-        role_inference_service(pipeline, REFERENCE, reference_role(pipeline), gateway_image),
+        role_inference_service(pipeline, REFERENCE, reference_role(pipeline), gateway_image, pull_secrets),
     ]
     if "critic" in spec:
-        children.append(role_inference_service(pipeline, CRITIC, spec["critic"], gateway_image))
+        children.append(role_inference_service(pipeline, CRITIC, spec["critic"], gateway_image, pull_secrets))
     if with_graph:
         graph_nodes = inferencegraph.nodes(
             namespace,
