@@ -259,6 +259,9 @@ def test_install_from_oci_then_upgrade_under_traffic(
                                      pull_secret=secret) as models:  # fmt: skip
             # the references apply the spec's chat template (scoring_cases); vLLM applies it here
             spec = reward_model("seq", "sequence", model_uris["sequence"], 0, model={"chatTemplate": SPEC_TEMPLATE})
+            # room on the node's 2 cores for the rolling upgrade's surge: a second gateway (250m) and a second
+            # operator pod beside the first ones, as a cluster keeps headroom for a rollout
+            spec["spec"]["resources"]["cpu"] = "1200m"
             served_model = serve(cluster, models, spec)
             url = served_model["status"]["url"]
             body = {"items": [{"prompt": PROMPT, "response": RESPONSE}]}
