@@ -41,10 +41,6 @@ class Pushed:
     tar: Path  # the docker-archive it was pushed from (the SBOM's input)
 
     @property
-    def pinned(self) -> str:
-        return f"{self.tag_ref}@{self.digest}"
-
-    @property
     def by_digest(self) -> str:
         return f"{self.tag_ref.rsplit(':', 1)[0]}@{self.digest}"
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from release.tools import binary
 from reward_testing.paths import REPO
 from reward_testing.scoring_cases import PROMPT, RESPONSE, SPEC_TEMPLATE, assert_close
 from reward_testing.waiting import wait_until
@@ -66,10 +67,6 @@ RELEASE = "reward-operator"
 PASSWORD = secrets.token_urlsafe(12)  # the cosign key's
 
 
-def tool(name: str) -> str:
-    return str(builds.bin_dir() / name)
-
-
 def go_env(access: registry_addon.Access) -> dict[str, str]:
     return {**os.environ, **access.env(), "COSIGN_PASSWORD": PASSWORD}
 
@@ -93,7 +90,7 @@ def keys(tmp_path_factory, access) -> dict[str, Path]:
     made = {}
     for name in ("release", "other"):
         (folder / name).mkdir()
-        run(tool("cosign"), "generate-key-pair", env=go_env(access), cwd=folder / name)
+        run(binary("cosign"), "generate-key-pair", env=go_env(access), cwd=folder / name)
         made[name] = folder / name
     return made
 
@@ -141,12 +138,14 @@ def by_digest(entry: dict) -> str:
 def test_the_registry_holds_both_releases_with_their_signatures(access, releases) -> None:
     listing = {}
     for repository in ("reward-operator", "reward-operator-vllm-cpu", "charts/reward-operator"):
-        listed = run(tool("crane"), "ls", f"{access.address}/{PATH}/{repository}", env=go_env(access)).stdout.split()
+        listed = run(binary("crane"), "ls", f"{access.address}/{PATH}/{repository}", env=go_env(access)).stdout.split()
         listing[repository] = listed
         assert {PREVIOUS, NEW} <= set(listed), (repository, listed)
         # cosign's signatures and attestations by the referrers tag schema (distribution 2.8 has no referrers API)
         assert any(tag.startswith("sha256-") for tag in listed), (repository, listed)
-    manifest = json.loads(run(tool("crane"), "manifest", by_digest(releases[NEW]["chart"]), env=go_env(access)).stdout)
+    manifest = json.loads(
+        run(binary("crane"), "manifest", by_digest(releases[NEW]["chart"]), env=go_env(access)).stdout
+    )
     assert manifest["config"]["mediaType"] == "application/vnd.cncf.helm.config.v1+json", manifest
     print("\n[release] crane ls:\n" + "\n".join(f"  {name}: {' '.join(tags)}" for name, tags in listing.items()))
 
@@ -157,15 +156,15 @@ def test_cosign_verifies_every_image_the_chart_and_the_sboms(access, keys, relea
     report = []
     for entry in [*release["images"].values(), release["chart"]]:
         ref = by_digest(entry)
-        verified = run(tool("cosign"), "verify", "--key", public, "--insecure-ignore-tlog", ref, env=env)
+        verified = run(binary("cosign"), "verify", "--key", public, "--insecure-ignore-tlog", ref, env=env)
         claims = json.loads(verified.stdout)  # cosign's verified claims, a JSON list
         assert {claim["critical"]["image"]["docker-manifest-digest"] for claim in claims} == {entry["digest"]}, claims
         report.append(f"  {ref}: verified ({verified.stderr.strip().splitlines()[0] if verified.stderr else 'ok'})")
-        refused = run(tool("cosign"), "verify", "--key", str(keys["other"] / "cosign.pub"), "--insecure-ignore-tlog",
+        refused = run(binary("cosign"), "verify", "--key", str(keys["other"] / "cosign.pub"), "--insecure-ignore-tlog",
                       ref, env=env, check=False)  # fmt: skip
         assert refused.returncode != 0, f"another key verified {ref}"
     for entry in release["images"].values():
-        attested = run(tool("cosign"), "verify-attestation", "--key", public, "--insecure-ignore-tlog", "--type",
+        attested = run(binary("cosign"), "verify-attestation", "--key", public, "--insecure-ignore-tlog", "--type",
                        "spdxjson", by_digest(entry), env=env)  # fmt: skip
         assert attested.stdout.strip(), attested
         report.append(f"  {by_digest(entry)}: SPDX SBOM attestation verified")
@@ -176,10 +175,10 @@ def test_another_image_pushed_under_the_release_tag_fails_verification(access, k
     env = go_env(access)
     tag = releases[NEW]["images"]["reward-operator"]["ref"]
     # an image of the same layers with one more label: another digest, which nobody signed
-    run(tool("crane"), "mutate", tag, "--label", "tampered=yes", "-t", tag, env=env)
-    moved = run(tool("crane"), "digest", tag, env=env).stdout.strip()
+    run(binary("crane"), "mutate", tag, "--label", "tampered=yes", "-t", tag, env=env)
+    moved = run(binary("crane"), "digest", tag, env=env).stdout.strip()
     assert moved != releases[NEW]["images"]["reward-operator"]["digest"]
-    refused = run(tool("cosign"), "verify", "--key", str(keys["release"] / "cosign.pub"), "--insecure-ignore-tlog",
+    refused = run(binary("cosign"), "verify", "--key", str(keys["release"] / "cosign.pub"), "--insecure-ignore-tlog",
                   tag, env=env, check=False)  # fmt: skip
     assert refused.returncode != 0, refused.stdout
     print(f"\n[release] {tag} pushed over ({moved}); cosign verify: {refused.stderr.strip().splitlines()[-1]}")
